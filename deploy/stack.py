@@ -1,0 +1,352 @@
+"""The local stack: a single-node Apache Kafka broker (KRaft) and a Redis server on 127.0.0.1, no Docker.
+
+- Kafka's broker jars come from Maven Central through Maven (``deploy/kafka/pom.xml``, versions pinned
+  there) into a cache folder, the storage is formatted with ``kafka.tools.StorageTool`` and the broker
+  runs as ``java -cp 'libs/*' kafka.Kafka server.properties``.
+- Redis is Debian's ``redis-server`` (installed with apt-get when missing and we are root), with its own
+  port, data folder and append-only file.
+
+Everything the stack writes lives under one folder (``LDPSTREAM_STACK_DIR``, default
+``~/.local/state/ldpstream/stack``): ``kafka/`` (data, ``server.properties``, ``kafka.log``, pid) and
+``redis/`` (data, ``redis.log``, pid). ``up`` is idempotent: a service that already answers is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ldpstream.errors import ServiceError
+
+KAFKA_VERSION = "4.1.1"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+_KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Where the local stack lives and listens."""
+
+    state_dir: Path
+    cache_dir: Path
+    kafka_port: int = 39092
+    controller_port: int = 39093
+    redis_port: int = 36379
+    kafka_heap: str = "768m"
+
+    @classmethod
+    def from_env(cls) -> StackConfig:
+        env = os.environ
+        return cls(
+            state_dir=Path(env.get("LDPSTREAM_STACK_DIR", Path.home() / ".local/state/ldpstream/stack")),
+            cache_dir=Path(env.get("LDPSTREAM_CACHE_DIR", Path.home() / ".cache/ldpstream")),
+            kafka_port=int(env.get("LDPSTREAM_STACK_KAFKA_PORT", 39092)),
+            controller_port=int(env.get("LDPSTREAM_STACK_CONTROLLER_PORT", 39093)),
+            redis_port=int(env.get("LDPSTREAM_STACK_REDIS_PORT", 36379)),
+        )
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.state_dir / "redis"
+
+    @property
+    def kafka_log(self) -> Path:
+        return self.kafka_dir / "kafka.log"
+
+    @property
+    def redis_log(self) -> Path:
+        return self.redis_dir / "redis.log"
+
+    @property
+    def kafka_libs(self) -> Path:
+        return self.cache_dir / f"kafka-{KAFKA_VERSION}" / "libs"
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def _wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path,
+                alive: Callable[[], bool] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if alive is not None and not alive():
+            raise ServiceError(f"{what} exited during startup; see its log: {log}\n{_tail(log)}")
+        time.sleep(0.25)
+    raise ServiceError(f"{what} did not become ready within {timeout:.0f} s; see its log: {log}\n{_tail(log)}")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log written)"
+
+
+def _stop_pid(pid_file: Path, timeout: float = 30.0) -> bool:
+    pid = _read_pid(pid_file)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _read_pid(pid_file) is not None:
+        _reap(pid)
+        time.sleep(0.2)
+    if _read_pid(pid_file) is not None:
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        _reap(pid)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect a child we started ourselves, so it does not linger as a zombie that still 'exists'."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _spawn(argv: list[str], log: Path, pid_file: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    return proc
+
+
+# ----------------------------------------------------------------------------------------------- Redis
+
+
+def redis_server_binary() -> str:
+    """Path of ``redis-server``; installs Debian's package when missing and we may."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("redis-server not found: installing Debian's redis-server package", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
+        found = shutil.which("redis-server")
+        if found:
+            return found
+    raise ServiceError("redis-server is not installed; install Debian's package: apt-get install redis-server")
+
+
+def redis_answers(cfg: StackConfig) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(cfg.redis_url, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def start_redis(cfg: StackConfig) -> None:
+    if redis_answers(cfg):
+        return
+    data = cfg.redis_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    pid_file = cfg.redis_dir / "redis.pid"
+    argv = [
+        redis_server_binary(), "--port", str(cfg.redis_port), "--bind", "127.0.0.1",
+        "--dir", str(data), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+        "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
+    ]
+    proc = _spawn(argv, cfg.redis_log, pid_file, data)
+    _wait_until(lambda: redis_answers(cfg), 30, f"Redis on port {cfg.redis_port}", cfg.redis_log,
+                alive=lambda: proc.poll() is None)
+
+
+# ----------------------------------------------------------------------------------------------- Kafka
+
+
+def ensure_kafka_jars(cfg: StackConfig) -> Path:
+    """Copy the pinned broker jars and a log4j2 backend from Maven Central into the cache (once)."""
+    libs = cfg.kafka_libs
+    if libs.is_dir() and any(libs.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")):
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError("Maven (mvn) is needed to fetch Kafka's broker jars from Maven Central; "
+                           "install Debian's maven package")
+    tmp = libs.with_name("libs.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"fetching Apache Kafka {KAFKA_VERSION} broker jars from Maven Central into {libs}", file=sys.stderr)
+    result = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(_KAFKA_FILES / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+         "-DincludeScope=runtime", f"-DoutputDirectory={tmp}", f"-Dkafka.version={KAFKA_VERSION}"],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise ServiceError(f"Maven could not fetch the Kafka jars:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    shutil.rmtree(libs, ignore_errors=True)
+    tmp.rename(libs)
+    return libs
+
+
+def kafka_answers(cfg: StackConfig, timeout: float = 2.0) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    if not _port_open(cfg.kafka_port):
+        return False
+    try:
+        AdminClient({"bootstrap.servers": cfg.kafka_bootstrap}).list_topics(timeout=timeout)
+        return True
+    except Exception:  # KafkaException: not ready yet
+        return False
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise ServiceError("java is needed to run the Kafka broker; install OpenJDK 17 (openjdk-17-jre-headless)")
+    return java
+
+
+def start_kafka(cfg: StackConfig) -> None:
+    if kafka_answers(cfg):
+        return
+    libs = ensure_kafka_jars(cfg)
+    cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
+    data = cfg.kafka_dir / "data"
+    properties = cfg.kafka_dir / "server.properties"
+    template = (_KAFKA_FILES / "server.properties.template").read_text()
+    properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
+                                          data_dir=data))
+    classpath = f"{libs}/*"
+    java = _java()
+    if not (data / "meta.properties").exists():
+        cluster_id = str(uuid.uuid4().hex[:22])
+        fmt = subprocess.run(
+            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+             "-c", str(properties), "--ignore-formatted"],
+            capture_output=True, text=True, check=False,
+        )
+        if fmt.returncode != 0:
+            raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}")
+    argv = [
+        java, f"-Xmx{cfg.kafka_heap}", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}",
+        f"-Dldpstream.kafka.log={cfg.kafka_log}",
+        "-cp", classpath, "kafka.Kafka", str(properties),
+    ]
+    proc = _spawn(argv, cfg.kafka_dir / "kafka.out", cfg.kafka_dir / "kafka.pid", cfg.kafka_dir)
+    _wait_until(lambda: kafka_answers(cfg), 120, f"Kafka broker on port {cfg.kafka_port}", cfg.kafka_log,
+                alive=lambda: proc.poll() is None)
+    _check_kafka_serves_groups(cfg)
+
+
+def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:
+    """Readiness beyond metadata: a topic can be created and a consumer group can join it."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "_ldpstream_readiness"
+    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
+    if topic not in admin.list_topics(timeout=10).topics:
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            try:
+                future.result(timeout=30)
+            except Exception as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise ServiceError(f"Kafka cannot create a topic: {exc}; log: {cfg.kafka_log}") from exc
+    consumer = Consumer({"bootstrap.servers": cfg.kafka_bootstrap, "group.id": "_ldpstream_readiness",
+                         "session.timeout.ms": 6000, "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise ServiceError(f"a consumer group could not join within {timeout:.0f} s; log: {cfg.kafka_log}")
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+
+
+# ------------------------------------------------------------------------------------------ the stack
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    kafka: bool
+    redis: bool
+    kafka_bootstrap: str
+    redis_url: str
+    log_dir: Path
+
+    def describe(self) -> str:
+        def word(up: bool) -> str:
+            return "up" if up else "down"
+
+        return (f"kafka  {word(self.kafka):4}  {self.kafka_bootstrap}\n"
+                f"redis  {word(self.redis):4}  {self.redis_url}\n"
+                f"logs   {self.log_dir}")
+
+
+def up(cfg: StackConfig | None = None) -> StackStatus:
+    """Start Redis and Kafka unless they already answer; returns once both serve requests."""
+    cfg = cfg or StackConfig.from_env()
+    start_redis(cfg)
+    start_kafka(cfg)
+    return status(cfg)
+
+
+def down(cfg: StackConfig | None = None) -> None:
+    """Stop both services (SIGTERM, then SIGKILL after 30 s); data stays for the next ``up``."""
+    cfg = cfg or StackConfig.from_env()
+    _stop_pid(cfg.kafka_dir / "kafka.pid")
+    _stop_pid(cfg.redis_dir / "redis.pid")
+
+
+def status(cfg: StackConfig | None = None) -> StackStatus:
+    cfg = cfg or StackConfig.from_env()
+    return StackStatus(kafka=kafka_answers(cfg), redis=redis_answers(cfg), kafka_bootstrap=cfg.kafka_bootstrap,
+                       redis_url=cfg.redis_url, log_dir=cfg.state_dir)

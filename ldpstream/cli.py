@@ -1,0 +1,66 @@
+"""The ``ldpstream`` console command.
+
+Each subcommand lives in the module that owns its concept and exposes
+``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the parsed
+``argparse.Namespace`` and returning an exit code). Modules are imported only when listed here, so
+``ldpstream --help`` stays fast and a missing optional dependency breaks only its own subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ldpstream import __version__
+from ldpstream.errors import LdpStreamError
+
+#: Modules that contribute subcommands, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[str, ...] = (
+    "ldpstream.commands.demo",
+    "producers.commands",
+    "consumers.commands",
+    "decoder.commands",
+    "deploy.commands",
+    "ldpstream.commands.simulate",
+    "ldpstream.commands.rappor",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ldpstream",
+        description="Collect statistics under local differential privacy: privatized reports flow from "
+        "clients through Kafka into count sketches in Redis, and a decoder publishes estimates.",
+    )
+    parser.add_argument("--version", action="version", version=f"ldpstream {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue  # that part of the CLI is not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except LdpStreamError as exc:
+        print(f"ldpstream {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

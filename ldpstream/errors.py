@@ -1,0 +1,30 @@
+"""The package's error types.
+
+::
+
+    LdpStreamError
+     ├── ParameterError        invalid mechanism or estimator parameters (also a ValueError)
+     ├── ReportFormatError     a report that cannot be decoded (also a ValueError)
+     ├── ConfigError           an invalid or inconsistent metric registry
+     └── ServiceError          Kafka, Redis or the local stack failed or is unreachable
+"""
+
+
+class LdpStreamError(Exception):
+    """Base class of every error raised by ldpstream."""
+
+
+class ParameterError(LdpStreamError, ValueError):
+    """A mechanism, estimator or simulation was given parameters outside their valid range."""
+
+
+class ReportFormatError(LdpStreamError, ValueError):
+    """A report's bytes do not follow the wire format."""
+
+
+class ConfigError(LdpStreamError):
+    """The metric registry is invalid or does not match a report."""
+
+
+class ServiceError(LdpStreamError):
+    """A backing service (Kafka, Redis, the local stack) failed or could not be reached."""

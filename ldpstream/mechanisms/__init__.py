@@ -1,0 +1,72 @@
+"""Privatization mechanisms (client side) and their exact channels (for the decoder).
+
+- :class:`KRR` (k-RR), :class:`KRappor` (k-RAPPOR): closed alphabets ``0..k-1``, one cohort.
+- :class:`ORR` (O-RR), :class:`ORappor` (O-RAPPOR): hashing and cohorts, open (str/bytes) or closed
+  (``support=S``) alphabets (Kairouz, Bonawitz, Ramage 2016).
+- :class:`Rappor` / :class:`RapporClient`: Google-compatible RAPPOR (Erlingsson et al. 2014).
+
+Every mechanism: ``encode`` (one value, :data:`SECURE` randomness), ``encode_batch`` (vectorized, any
+``rng``), ``simulate_sketch`` (aggregate count sketch, exact in distribution), ``parameters()``
+(round-trips through :func:`make_mechanism`). Equations: ``shared/reference/formulas.md``.
+"""
+
+from ldpstream.mechanisms.base import (
+    BitMechanism,
+    Mechanism,
+    SymbolMechanism,
+    pack_bits,
+    unpack_bits,
+)
+from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
+from ldpstream.mechanisms.hashing import (
+    bloom_bits,
+    bloom_table,
+    closed_permutation,
+    orr_hash,
+    orr_table,
+    permutation_table,
+)
+from ldpstream.mechanisms.krappor import KRappor
+from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.orappor import ORappor
+from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.randomness import SECURE, Randomness, SecureRandomness
+from ldpstream.mechanisms.rappor import (
+    Rappor,
+    RapporClient,
+    RapporParams,
+    bit_string,
+    bits_to_int,
+    get_prr_masks,
+    int_to_bits,
+)
+
+__all__ = [
+    "KRR",
+    "MECHANISMS",
+    "ORR",
+    "SECURE",
+    "BitMechanism",
+    "KRappor",
+    "Mechanism",
+    "ORappor",
+    "Randomness",
+    "Rappor",
+    "RapporClient",
+    "RapporParams",
+    "SecureRandomness",
+    "SymbolMechanism",
+    "bit_string",
+    "bits_to_int",
+    "bloom_bits",
+    "bloom_table",
+    "closed_permutation",
+    "get_prr_masks",
+    "int_to_bits",
+    "make_mechanism",
+    "orr_hash",
+    "orr_table",
+    "pack_bits",
+    "permutation_table",
+    "unpack_bits",
+]

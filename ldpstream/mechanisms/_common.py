@@ -1,0 +1,208 @@
+"""Shared validation and vectorized sampling helpers for the mechanisms (internal).
+
+Everything here draws through a :class:`~ldpstream.mechanisms.randomness.Randomness` source (``random``
+and ``integers`` only), so the same code path runs with :data:`~ldpstream.mechanisms.randomness.SECURE`
+on a real client and with a seeded :class:`numpy.random.Generator` in simulations.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.randomness import Randomness
+
+#: Largest cohort count: cohorts are hashed as big-endian uint32 (Google's RAPPOR convention).
+MAX_COHORTS = 2**32
+
+
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as a Python int after checking it is an integer in ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ParameterError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"[{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+        raise ParameterError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def check_epsilon(value: Any, name: str = "epsilon") -> float:
+    """Return ε as a float after checking it is a finite positive real number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0.0:
+        raise ParameterError(f"{name} must be finite and > 0, got {value}")
+    return value
+
+
+def check_probability(name: str, value: Any, *, allow_one: bool = True) -> float:
+    """Return a probability as a float after checking it lies in [0, 1] (or [0, 1))."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    upper_ok = value <= 1.0 if allow_one else value < 1.0
+    if not (value >= 0.0 and upper_ok):
+        raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {value}")
+    return value
+
+
+def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:
+    """``values`` as a 1-D int64 array with every entry in ``0..upper-1`` (vectorized check)."""
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ParameterError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ParameterError(f"{name} must hold integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= upper):
+        raise ParameterError(f"{name} must lie in 0..{upper - 1}, got values in {arr.min()}..{arr.max()}")
+    return arr
+
+
+def draw_cohorts(cohorts: Any, n: int, num_cohorts: int, rng: Randomness) -> np.ndarray:
+    """The given cohorts (validated, broadcast to ``n``) or ``n`` uniform draws from ``0..C-1``."""
+    if cohorts is None:
+        if num_cohorts == 1:
+            return np.zeros(n, dtype=np.int64)
+        return np.asarray(rng.integers(0, num_cohorts, size=n), dtype=np.int64).reshape(n)
+    arr = as_index_array("cohorts", cohorts, num_cohorts)
+    if arr.size == 1 and n != 1:
+        arr = np.full(n, arr[0], dtype=np.int64)
+    if arr.size != n:
+        raise ParameterError(f"cohorts has {arr.size} entries for {n} values")
+    return arr
+
+
+def krr_keep_probability(k: int, epsilon: float) -> float:
+    """k-RR's Q(x|x) = e^ε / (e^ε + k − 1) (formula sheet, "k-ary randomized response")."""
+    return math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+
+
+def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) -> np.ndarray:
+    """Apply k-RR to a vector of true symbols: keep w.p. e^ε/(e^ε+k−1), else a uniform *other* symbol.
+
+    The other symbol is ``(x + U) mod k`` with ``U`` uniform on ``1..k-1``, so each y ≠ x has
+    probability (1 − keep)/(k − 1) = 1/(e^ε + k − 1), exactly the channel of the formula sheet.
+    """
+    n = symbols.shape[0]
+    keep = np.asarray(rng.random(n)).reshape(n) < krr_keep_probability(k, epsilon)
+    shift = np.asarray(rng.integers(1, k, size=n), dtype=np.int64).reshape(n)
+    return np.where(keep, symbols, (symbols + shift) % k).astype(np.int64, copy=False)
+
+
+def perturb_bits(true_bits: np.ndarray, q_star: float, p_star: float, rng: Randomness) -> np.ndarray:
+    """Independent per-bit randomized response: P(1 | true 1) = q*, P(1 | true 0) = p*."""
+    u = np.asarray(rng.random(true_bits.shape)).reshape(true_bits.shape)
+    return np.where(true_bits, u < q_star, u < p_star)
+
+
+def krr_channel(k: int, epsilon: float) -> np.ndarray:
+    """The k×k k-RR matrix Q(y|x), row x (formula sheet, "k-ary randomized response")."""
+    e = math.exp(epsilon)
+    q = np.full((k, k), 1.0 / (e + k - 1))
+    np.fill_diagonal(q, e / (e + k - 1))
+    return q
+
+
+def ensure_generator(rng: Any) -> np.random.Generator:
+    """Aggregate simulation needs binomial/multinomial draws: only a numpy Generator has them."""
+    if not isinstance(rng, np.random.Generator):
+        raise ParameterError(
+            f"simulate_sketch needs a numpy.random.Generator (np.random.default_rng(seed)); got {type(rng).__name__}"
+        )
+    return rng
+
+
+def population_by_cohort(counts: Any, num_cohorts: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    """Per-cohort counts ``(C, width)`` from ``counts``.
+
+    ``counts`` is either ``(width,)`` (clients per candidate; each client's cohort is drawn uniformly,
+    i.e. a multinomial split of every candidate's count over the C cohorts) or ``(C, width)`` (cohort
+    assignment given).
+    """
+    arr = np.asarray(counts)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ParameterError(f"counts must hold integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise ParameterError("counts must be non-negative")
+    if arr.ndim == 1:
+        if arr.shape[0] != width:
+            raise ParameterError(f"counts has {arr.shape[0]} entries, expected {width}")
+        if num_cohorts == 1:
+            return arr.reshape(1, width).copy()
+        split = rng.multinomial(arr, np.full(num_cohorts, 1.0 / num_cohorts))  # (width, C)
+        return np.ascontiguousarray(split.T).astype(np.int64, copy=False)
+    if arr.ndim == 2 and arr.shape == (num_cohorts, width):
+        return arr.copy()
+    raise ParameterError(f"counts must have shape ({width},) or ({num_cohorts}, {width}), got {arr.shape}")
+
+
+def distinct_bit_rows(bloom_table: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten a ``(C, S, h)`` table of bit indices into (cohort, candidate, bit) triples with the
+    duplicates inside one Bloom filter (two hashes landing on the same bit) removed."""
+    C, S, _ = bloom_table.shape
+    bits = np.sort(bloom_table, axis=2)
+    keep = np.ones_like(bits, dtype=bool)
+    keep[:, :, 1:] = bits[:, :, 1:] != bits[:, :, :-1]
+    c_idx = np.broadcast_to(np.arange(C)[:, None, None], bits.shape)
+    s_idx = np.broadcast_to(np.arange(S)[None, :, None], bits.shape)
+    return c_idx[keep], s_idx[keep], bits[keep]
+
+
+def bloom_design_matrix(bloom_table: np.ndarray, k: int) -> sp.csr_matrix:
+    """``(C*k, S)`` 0/1 csr: row ``c*k + bit``, column ``s``; 1 when candidate s sets the bit in cohort c."""
+    C, S, _ = bloom_table.shape
+    c_idx, s_idx, bits = distinct_bit_rows(bloom_table, k)
+    data = np.ones(bits.shape[0], dtype=np.float64)
+    return sp.csr_matrix((data, (c_idx * k + bits, s_idx)), shape=(C * k, S))
+
+
+def symbol_design_matrix(table: np.ndarray, k: int) -> sp.csr_matrix:
+    """``(C*k, S)`` 0/1 csr: row ``c*k + y``, column ``s``; 1 when candidate s hashes to y in cohort c."""
+    C, S = table.shape
+    rows = (np.arange(C, dtype=np.int64)[:, None] * k + table).ravel()
+    cols = np.broadcast_to(np.arange(S, dtype=np.int64)[None, :], (C, S)).ravel()
+    return sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)), shape=(C * k, S))
+
+
+def bits_from_table(table_rows: np.ndarray, k: int) -> np.ndarray:
+    """``(n, h)`` bit indices → ``(n, k)`` bool Bloom filters."""
+    n = table_rows.shape[0]
+    out = np.zeros((n, k), dtype=bool)
+    out[np.arange(n)[:, None], table_rows] = True
+    return out
+
+
+def bit_sketch_from_true_counts(
+    true_counts: np.ndarray, totals: np.ndarray, q_star: float, p_star: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``(C, k+1)`` sketch given, per cohort, the number of clients whose true bit j is set.
+
+    Given the true bits, report bits are independent Bernoulli(q*) or Bernoulli(p*), so the count of
+    reports with bit j set is Binomial(T_j, q*) + Binomial(N − T_j, p*): exact in distribution.
+    """
+    C, k = true_counts.shape
+    out = np.empty((C, k + 1), dtype=np.int64)
+    out[:, 0] = totals
+    ones = rng.binomial(true_counts, q_star)
+    zeros = rng.binomial(totals[:, None] - true_counts, p_star)
+    out[:, 1:] = ones + zeros
+    return out
+
+
+def to_value_list(values: Sequence[Any] | Any) -> list[Any]:
+    """A list of values (a single str/bytes is one value, not a sequence of characters)."""
+    if isinstance(values, str | bytes):
+        return [values]
+    return list(values)

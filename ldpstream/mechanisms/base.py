@@ -1,0 +1,123 @@
+"""What every privatization mechanism offers to producers and to the decoder.
+
+Two families, by the shape of a report:
+
+- :class:`SymbolMechanism` (k-RR, O-RR): a report is one symbol ``y`` in ``0..k-1`` (plus a cohort).
+  The count sketch of cohort ``c`` is the vector of symbol counts, ``sketch[c, y]``.
+- :class:`BitMechanism` (k-RAPPOR, O-RAPPOR, RAPPOR): a report is ``k`` bits (plus a cohort), bit ``j``
+  being set with probability ``q_star`` when the true (Bloom) bit is set and ``p_star`` otherwise.
+  The count sketch of cohort ``c`` has ``k + 1`` columns laid out as Google's RAPPOR ``counts.csv``:
+  ``sketch[c, 0]`` is the number of reports of the cohort and ``sketch[c, 1 + j]`` the number with bit
+  ``j`` set.
+
+Sketches are additive: the sketch of a union of report sets is the sum of their sketches. That is what
+lets consumers fold reports incrementally and the decoder sum per-partition sketches.
+
+Packed bits use little-endian bit order within each byte (bit ``j`` is ``(byte[j // 8] >> (j % 8)) & 1``),
+so the packed bytes read as a little-endian integer are ``sum(bit_j << j)``: the integer whose binary
+string, most significant bit first, is how Google's RAPPOR prints a report.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Literal
+
+import numpy as np
+
+ReportKind = Literal["symbol", "bits"]
+
+
+class Mechanism(ABC):
+    """An ε-locally differentially private randomizer with a known channel."""
+
+    report_kind: ClassVar[ReportKind]
+
+    #: Output width: number of symbols (symbol mechanisms) or of bits (bit mechanisms).
+    k: int
+    #: Number of cohorts C (1 for the un-hashed k-RR and k-RAPPOR).
+    cohorts: int
+
+    #: ε of one report (ε_1 in the RAPPOR paper's notation). Mechanisms parametrized by ε (k-RR,
+    #: k-RAPPOR, O-RR, O-RAPPOR) declare it as a dataclass field; RAPPOR derives it from (h, f, p, q)
+    #: with a property. (An abstract property here would shadow the dataclass field.)
+    epsilon: float
+
+    @property
+    def epsilon_inf(self) -> float:
+        """ε of any number of reports of one value by one client (ε_∞); equals ``epsilon`` unless the
+        mechanism memoizes a permanent response."""
+        return self.epsilon
+
+    @property
+    @abstractmethod
+    def sketch_width(self) -> int:
+        """Columns of the per-cohort count sketch."""
+
+    @abstractmethod
+    def parameters(self) -> dict[str, int | float | str | bool]:
+        """The parameters that define the channel; a metric's fingerprint is a hash of these."""
+
+    @abstractmethod
+    def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
+        """Fold a batch of reports into a ``(C, sketch_width)`` int64 count sketch (vectorized)."""
+
+
+class SymbolMechanism(Mechanism):
+    """A mechanism whose reports are single symbols ``0..k-1``."""
+
+    report_kind: ClassVar[ReportKind] = "symbol"
+
+    @property
+    def sketch_width(self) -> int:
+        return self.k
+
+    def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
+        cohorts = np.asarray(cohorts, dtype=np.int64)
+        reports = np.asarray(reports, dtype=np.int64)
+        flat = np.bincount(cohorts * self.k + reports, minlength=self.cohorts * self.k)
+        return flat.reshape(self.cohorts, self.k).astype(np.int64, copy=False)
+
+
+class BitMechanism(Mechanism):
+    """A mechanism whose reports are ``k`` bits; ``reports`` arrays are ``(n, k)`` bool or 0/1."""
+
+    report_kind: ClassVar[ReportKind] = "bits"
+
+    @property
+    @abstractmethod
+    def q_star(self) -> float:
+        """P(reported bit = 1 | true bit = 1)."""
+
+    @property
+    @abstractmethod
+    def p_star(self) -> float:
+        """P(reported bit = 1 | true bit = 0)."""
+
+    @property
+    def sketch_width(self) -> int:
+        return self.k + 1
+
+    def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
+        cohorts = np.asarray(cohorts, dtype=np.int64)
+        reports = np.asarray(reports)
+        out = np.zeros((self.cohorts, self.k + 1), dtype=np.int64)
+        out[:, 0] = np.bincount(cohorts, minlength=self.cohorts)
+        # Sorting by cohort and summing contiguous runs keeps this one pass over the reports.
+        order = np.argsort(cohorts, kind="stable")
+        sorted_cohorts = cohorts[order]
+        starts = np.flatnonzero(np.r_[True, sorted_cohorts[1:] != sorted_cohorts[:-1]]) if len(order) else []
+        if len(order):
+            sums = np.add.reduceat(reports[order].astype(np.int64, copy=False), starts, axis=0)
+            out[sorted_cohorts[starts], 1:] = sums
+        return out
+
+
+def pack_bits(bits: np.ndarray) -> np.ndarray:
+    """``(n, k)`` 0/1 → ``(n, ceil(k/8))`` uint8, little-endian bit order (see module docstring)."""
+    return np.packbits(np.asarray(bits, dtype=np.uint8), axis=-1, bitorder="little")
+
+
+def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``(n, ceil(k/8))`` uint8 → ``(n, k)`` uint8."""
+    return np.unpackbits(np.asarray(packed, dtype=np.uint8), axis=-1, count=k, bitorder="little")

@@ -1,0 +1,92 @@
+"""k-ary randomized response (k-RR), Kairouz, Bonawitz, Ramage 2016 §3 (formula sheet, "k-RR")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from ldpstream.mechanisms._common import (
+    as_index_array,
+    check_epsilon,
+    check_int,
+    ensure_generator,
+    krr_channel,
+    krr_keep_probability,
+    krr_perturb,
+    population_by_cohort,
+)
+from ldpstream.mechanisms.base import SymbolMechanism
+from ldpstream.mechanisms.randomness import SECURE, Randomness
+
+
+def krr_sketch_from_true_counts(
+    true_counts: np.ndarray, k: int, epsilon: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``(C, k)`` k-RR output counts given ``(C, k)`` true-symbol counts, exact in distribution.
+
+    k-RR is the mixture Q(y|x) = a·[y = x] + (1 − a)/k with a = (e^ε − 1)/(e^ε + k − 1) (check:
+    a + (1 − a)/k = e^ε/(e^ε + k − 1) and (1 − a)/k = 1/(e^ε + k − 1)). So per cohort the number of
+    reports that keep their symbol by the first component is Binomial(T_x, a) per symbol x, and the
+    others, pooled, are uniform over the k symbols: a multinomial. Reports are independent, so this is
+    exactly the law of the sketch of n individual k-RR reports, at cost O(C·k).
+    """
+    e = np.exp(epsilon)
+    a = (e - 1.0) / (e + k - 1.0)
+    kept = rng.binomial(true_counts, a)
+    rest = true_counts.sum(axis=1) - kept.sum(axis=1)
+    uniform = rng.multinomial(rest, np.full(k, 1.0 / k))
+    return (kept + uniform).astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class KRR(SymbolMechanism):
+    """k-RR over the alphabet ``0..k-1``: report the true symbol w.p. e^ε/(e^ε + k − 1), every other
+    symbol w.p. 1/(e^ε + k − 1) (formula sheet "k-RR", first bullet). ε-LDP, tight."""
+
+    name: ClassVar[str] = "krr"
+    cohorts: ClassVar[int] = 1  # type: ignore[misc]
+
+    k: int
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", check_int("k", self.k, 2))
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+
+    def parameters(self) -> dict[str, int | float | str | bool]:
+        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon}
+
+    @property
+    def keep_probability(self) -> float:
+        """Q(x|x) = e^ε / (e^ε + k − 1)."""
+        return krr_keep_probability(self.k, self.epsilon)
+
+    def channel(self) -> np.ndarray:
+        """The exact k×k channel Q(y|x), row x = true symbol, column y = report."""
+        return krr_channel(self.k, self.epsilon)
+
+    def design_matrix(self) -> sp.csr_matrix:
+        """``(k, k)`` identity: symbol x is its own (only) candidate (C = 1)."""
+        return sp.identity(self.k, dtype=np.float64, format="csr")
+
+    def encode(self, x: int) -> int:
+        """Privatize one symbol with :data:`SECURE` randomness (what a real client runs)."""
+        return int(self.encode_batch(np.asarray([x]), SECURE)[0])
+
+    def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
+        """Privatize a batch of symbols (int array in 0..k-1) with ``rng``; returns int64 symbols."""
+        symbols = as_index_array("x", x, self.k)
+        return krr_perturb(symbols, self.k, self.epsilon, rng)
+
+    def simulate_sketch(self, counts: Any, rng: np.random.Generator) -> np.ndarray:
+        """``(1, k)`` sketch of ``sum(counts)`` reports, ``counts[x]`` of them with true symbol x.
+
+        Exact in distribution: equal in law to ``sketch(0, encode_batch(x, rng))`` (see
+        :func:`krr_sketch_from_true_counts`).
+        """
+        rng = ensure_generator(rng)
+        true_counts = population_by_cohort(counts, 1, self.k, rng)
+        return krr_sketch_from_true_counts(true_counts, self.k, self.epsilon, rng)
