@@ -62,6 +62,10 @@ class Mechanism(ABC):
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         """Fold a batch of reports into a ``(C, sketch_width)`` int64 count sketch (vectorized)."""
 
+    @abstractmethod
+    def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
+        """Number of reports of each cohort that a ``(C, sketch_width)`` sketch counts."""
+
 
 class SymbolMechanism(Mechanism):
     """A mechanism whose reports are single symbols ``0..k-1``."""
@@ -71,6 +75,9 @@ class SymbolMechanism(Mechanism):
     @property
     def sketch_width(self) -> int:
         return self.k
+
+    def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
+        return np.asarray(sketch).sum(axis=1)
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)
@@ -97,6 +104,9 @@ class BitMechanism(Mechanism):
     @property
     def sketch_width(self) -> int:
         return self.k + 1
+
+    def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
+        return np.asarray(sketch)[:, 0]
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)

@@ -1,0 +1,29 @@
+"""The consumer's Prometheus metrics (prefix ``ldpstream_``; labels stay bounded: metric names come from the
+registry, reasons from :data:`consumers.fold.REJECTION_REASONS`, partitions from the topic)."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ConsumerMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.messages_consumed = Counter(
+            "ldpstream_messages_consumed_total", "Kafka messages read by the consumer", registry=registry)
+        self.reports_applied = Counter(
+            "ldpstream_reports_applied_total", "Reports folded into the count sketches in Redis", ["metric"],
+            registry=registry)
+        self.messages_rejected = Counter(
+            "ldpstream_messages_rejected_total",
+            "Messages refused and sent to the dead-letter topic, by reason", ["reason"], registry=registry)
+        self.batches_refused = Counter(
+            "ldpstream_batches_refused_total",
+            "Partition batches refused by Redis because their offsets were already applied (replays, "
+            "fenced consumers)", registry=registry)
+        self.batch_seconds = Histogram(
+            "ldpstream_batch_seconds", "Time to decode, fold and apply one consume() batch",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry)
+        self.lag = Gauge(
+            "ldpstream_consumer_lag_messages", "Messages in the partition after the consumer's position",
+            ["topic", "partition"], registry=registry)

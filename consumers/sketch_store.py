@@ -1,0 +1,266 @@
+"""Count sketches with their Kafka offsets: the consumer's exactly-once state, in Redis (or in memory).
+
+Layout in Redis (``P`` is the key prefix, ``T`` the topic, ``N`` the partition; everything one consumer
+batch touches carries the hash tag ``{T:N}``, so one script call stays in one slot on Redis Cluster)::
+
+    P:{T:N}:offset                          string  next Kafka offset of partition N to apply
+    P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>
+    P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
+                                                    with config fingerprint fp (8 hex digits) in time
+                                                    bucket <bucket> (= event time // bucket_seconds), as
+                                                    C·W signed 64-bit big-endian counters (BITFIELD i64),
+                                                    cohort-major; missing trailing cells read as 0
+    P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
+
+A consumer applies one Kafka partition batch with one Lua script call (:data:`APPLY_SCRIPT`): if the batch's
+first offset is below the stored next offset, the batch (or part of it) was applied already and the call is
+refused whole; otherwise every counter increment, the stats and the new next offset are written together.
+Redis runs a script atomically, so counts and offsets can never disagree; that is the exactly-once
+guarantee (see the README). The decoder sums a metric's sketches over partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
+#: ARGV[1] first offset of the batch, ARGV[2] next offset after it, ARGV[3] number of stats pairs S,
+#: then S (field, increment) pairs, then for each sketch key: cell count M and M (cell, increment) pairs.
+APPLY_SCRIPT = """
+local stored = redis.call('GET', KEYS[1])
+if stored and tonumber(ARGV[1]) < tonumber(stored) then
+  return {0, stored}
+end
+local a = 4
+local nstats = tonumber(ARGV[3])
+for s = 1, nstats do
+  redis.call('HINCRBY', KEYS[2], ARGV[a], ARGV[a + 1])
+  a = a + 2
+end
+for i = 3, #KEYS do
+  local cells = tonumber(ARGV[a])
+  a = a + 1
+  local done = 0
+  while done < cells do
+    local chunk = math.min(cells - done, 1000)
+    local args = {}
+    for c = 1, chunk do
+      args[#args + 1] = 'INCRBY'
+      args[#args + 1] = 'i64'
+      args[#args + 1] = '#' .. ARGV[a]
+      args[#args + 1] = ARGV[a + 1]
+      a = a + 2
+    end
+    redis.call('BITFIELD', KEYS[i], unpack(args))
+    done = done + chunk
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return {1, ARGV[2]}
+"""
+
+
+@dataclass(frozen=True)
+class SketchKey:
+    """Which sketch an increment goes to."""
+
+    metric: str
+    fingerprint: int
+    bucket: int
+
+
+@dataclass
+class PartitionBatch:
+    """Everything one Kafka partition batch changes: sketch increments, stats, and its offset range."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    next_offset: int
+    increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    applied: bool
+    #: The partition's next offset after the call: ``batch.next_offset`` when applied; the stored one
+    #: (where the consumer must seek) when refused.
+    next_offset: int
+
+
+@dataclass(frozen=True)
+class MetricSnapshot:
+    """All sketches of one metric and fingerprint, read at one instant: bucket → summed (C, W) counts."""
+
+    buckets: dict[int, np.ndarray]
+
+
+class SketchStore(Protocol):
+    def apply(self, batch: PartitionBatch) -> ApplyResult: ...
+
+    def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]: ...
+
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot: ...
+
+    def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]: ...
+
+
+def _tag(prefix: str, topic: str, partition: int) -> str:
+    return f"{prefix}:{{{topic}:{partition}}}"
+
+
+def sketch_key(prefix: str, topic: str, partition: int, key: SketchKey) -> str:
+    return f"{_tag(prefix, topic, partition)}:sk:{key.metric}:{key.fingerprint:08x}:{key.bucket}"
+
+
+def index_key(prefix: str, metric: str, fingerprint: int) -> str:
+    return f"{prefix}:index:{metric}:{fingerprint:08x}"
+
+
+def _bucket_of(key: str) -> int:
+    return int(key.rsplit(":", 1)[1])
+
+
+class RedisSketchStore:
+    """:class:`SketchStore` on Redis (standalone; the key layout also fits Redis Cluster)."""
+
+    def __init__(self, client: object, prefix: str = "ldp") -> None:
+        import redis
+
+        if not isinstance(client, redis.Redis):
+            raise TypeError("RedisSketchStore needs a redis.Redis client")
+        self._redis = client
+        self.prefix = prefix
+        self._apply = client.register_script(APPLY_SCRIPT)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "ldp") -> RedisSketchStore:
+        import redis
+
+        return cls(redis.Redis.from_url(url), prefix)
+
+    @property
+    def client(self) -> object:
+        return self._redis
+
+    def apply(self, batch: PartitionBatch) -> ApplyResult:
+        tag = _tag(self.prefix, batch.topic, batch.partition)
+        keys = [f"{tag}:offset", f"{tag}:stats"]
+        args: list[int | str] = [batch.first_offset, batch.next_offset, len(batch.stats)]
+        for name, value in batch.stats.items():
+            args += [name, int(value)]
+        new_index: dict[str, list[str]] = {}
+        for key, counts in batch.increments.items():
+            flat = np.asarray(counts, dtype=np.int64).reshape(-1)
+            cells = np.flatnonzero(flat)
+            if cells.size == 0:
+                continue
+            name = sketch_key(self.prefix, batch.topic, batch.partition, key)
+            keys.append(name)
+            new_index.setdefault(index_key(self.prefix, key.metric, key.fingerprint), []).append(name)
+            pairs = np.empty(2 * cells.size, dtype=np.int64)
+            pairs[0::2] = cells
+            pairs[1::2] = flat[cells]
+            args.append(int(cells.size))
+            args.extend(pairs.tolist())
+        if new_index:
+            # The index is idempotent and written first: a sketch key is always findable once it exists.
+            pipe = self._redis.pipeline(transaction=False)
+            for index, members in new_index.items():
+                pipe.sadd(index, *members)
+            pipe.execute()
+        applied, next_offset = self._apply(keys=keys, args=args)
+        return ApplyResult(bool(applied), int(next_offset))
+
+    def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
+        partitions = list(partitions)
+        values = self._redis.mget([f"{_tag(self.prefix, topic, p)}:offset" for p in partitions]) if partitions else []
+        return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
+
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot:
+        keys = sorted(k.decode() if isinstance(k, bytes) else k
+                      for k in self._redis.smembers(index_key(self.prefix, metric, fingerprint)))
+        size = shape[0] * shape[1]
+        buckets: dict[int, np.ndarray] = {}
+        if not keys:
+            return MetricSnapshot(buckets)
+        # One MULTI/EXEC: every sketch of the metric as of the same instant.
+        pipe = self._redis.pipeline(transaction=True)
+        for key in keys:
+            pipe.get(key)
+        for key, raw in zip(keys, pipe.execute(), strict=True):
+            if raw is None:
+                continue
+            cells = np.frombuffer(raw, dtype=">i8")[:size]
+            counts = np.zeros(size, dtype=np.int64)
+            counts[: cells.size] = cells
+            bucket = _bucket_of(key)
+            buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
+        return MetricSnapshot(buckets)
+
+    def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        pipe = self._redis.pipeline(transaction=False)
+        partitions = list(partitions)
+        for p in partitions:
+            pipe.hgetall(f"{_tag(self.prefix, topic, p)}:stats")
+        for entry in pipe.execute():
+            for name, value in entry.items():
+                name = name.decode() if isinstance(name, bytes) else name
+                total[name] = total.get(name, 0) + int(value)
+        return total
+
+
+class InMemorySketchStore:
+    """The same contract in process memory: the twin unit tests use instead of Redis."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._stats: dict[tuple[str, int], dict[str, int]] = {}
+        self._sketches: dict[tuple[str, int], dict[int, np.ndarray]] = {}
+
+    def apply(self, batch: PartitionBatch) -> ApplyResult:
+        where = (batch.topic, batch.partition)
+        stored = self._offsets.get(where)
+        if stored is not None and batch.first_offset < stored:
+            return ApplyResult(False, stored)
+        stats = self._stats.setdefault(where, {})
+        for name, value in batch.stats.items():
+            stats[name] = stats.get(name, 0) + int(value)
+        for key, counts in batch.increments.items():
+            per_bucket = self._sketches.setdefault((key.metric, key.fingerprint), {})
+            current = per_bucket.get(key.bucket)
+            per_bucket[key.bucket] = counts.astype(np.int64) if current is None else current + counts
+        self._offsets[where] = batch.next_offset
+        return ApplyResult(True, batch.next_offset)
+
+    def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
+        return {p: self._offsets.get((topic, p)) for p in partitions}
+
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot:
+        buckets = self._sketches.get((metric, fingerprint), {})
+        return MetricSnapshot({b: c.reshape(shape).copy() for b, c in buckets.items()})
+
+    def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for p in partitions:
+            for name, value in self._stats.get((topic, p), {}).items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+
+def sum_buckets(snapshot: MetricSnapshot, buckets: Iterable[int] | None = None,
+                shape: tuple[int, int] | None = None) -> np.ndarray:
+    """Sum the sketches of the given buckets (all when None); sketches are additive."""
+    chosen: Mapping[int, np.ndarray] = snapshot.buckets if buckets is None else {
+        b: snapshot.buckets[b] for b in buckets if b in snapshot.buckets}
+    if not chosen:
+        if shape is None:
+            raise ValueError("no buckets to sum and no shape given")
+        return np.zeros(shape, dtype=np.int64)
+    return np.sum(list(chosen.values()), axis=0)

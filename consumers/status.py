@@ -1,0 +1,65 @@
+"""What ``ldpstream status`` gathers: counts per metric and bucket, offsets and lag per partition, dead
+letters by reason, and the last decode."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from consumers.sketch_store import RedisSketchStore
+from ldpstream.registry import Registry
+from ldpstream.topics import partitions_of
+
+
+def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: str) -> dict[str, Any]:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisSketchStore(client, prefix)
+    out: dict[str, Any] = {"metrics": {}, "partitions": [], "dead_letters": {}, "last_decode": None}
+    for metric in registry.metrics.values():
+        mechanism = metric.mechanism
+        snapshot = store.snapshot(metric.name, metric.fingerprint, (mechanism.cohorts, mechanism.sketch_width))
+        per_bucket = {str(b): int(mechanism.reports_per_cohort(s).sum()) for b, s in sorted(snapshot.buckets.items())}
+        out["metrics"][metric.name] = {"reports": sum(per_bucket.values()), "per_bucket": per_bucket,
+                                       "bucket_seconds": metric.bucket_seconds,
+                                       "fingerprint": f"{metric.fingerprint:08x}"}
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "_ldpstream_status", "enable.auto.commit": False})
+    try:
+        for topic in registry.topics:
+            partitions = partitions_of(bootstrap, topic)
+            stored = store.next_offsets(topic, partitions)
+            for p in partitions:
+                _low, high = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                applied = stored[p]
+                out["partitions"].append({"topic": topic, "partition": p, "stored_offset": applied,
+                                          "end_offset": high, "lag": high - (applied or 0)})
+            for name, value in store.stats(topic, partitions).items():
+                if name.startswith("rejected:"):
+                    reason = name.split(":", 1)[1]
+                    out["dead_letters"][reason] = out["dead_letters"].get(reason, 0) + value
+    finally:
+        probe.close()
+    raw = client.get(f"{prefix}:decoder:last_run")
+    if raw is not None:
+        when = json.loads(raw)["time"]
+        out["last_decode"] = {"time": when, "seconds_ago": round(time.time() - when, 1)}
+    return out
+
+
+def format_status(report: dict[str, Any]) -> str:
+    lines = ["metrics:"]
+    for name, entry in report["metrics"].items():
+        lines.append(f"  {name:<20} {entry['reports']:>12,} reports in {len(entry['per_bucket'])} bucket(s) "
+                     f"of {entry['bucket_seconds']} s (fingerprint {entry['fingerprint']})")
+    lines.append("partitions (offset stored in Redis / end offset / lag):")
+    for p in report["partitions"]:
+        stored = "-" if p["stored_offset"] is None else f"{p['stored_offset']:,}"
+        lines.append(f"  {p['topic']}[{p['partition']}]  {stored:>12} / {p['end_offset']:>12,}  lag {p['lag']:,}")
+    dead = report["dead_letters"]
+    lines.append("dead letters: " + (", ".join(f"{k} {v:,}" for k, v in sorted(dead.items())) or "none"))
+    last = report["last_decode"]
+    lines.append("last decode: " + (f"{last['seconds_ago']} s ago" if last else "never"))
+    return "\n".join(lines)

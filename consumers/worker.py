@@ -1,0 +1,199 @@
+"""The consumer-group process: Kafka partition batches in, count sketches in Redis, exactly once.
+
+One loop iteration (:meth:`SketchConsumer.poll_once`):
+
+1. ``consume`` up to ``batch_size`` messages;
+2. group them by partition and, per partition, fold them into sketch increments (vectorized,
+   :mod:`consumers.fold`);
+3. publish refused messages to the dead-letter topic and wait for Kafka to acknowledge them (at least once:
+   a crash here may dead-letter a message twice, never lose it);
+4. apply the increments, stats and next offset of the partition in one atomic Redis call; if Redis refuses
+   because those offsets are already applied, seek the partition to the offset Redis holds.
+
+Offsets live in Redis with the counts; on assignment every partition resumes from there. Kafka's own
+committed offsets are written too, after the fact and only for operators' lag tools: they are never read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+
+from consumers.fold import Rejection, fold_messages
+from consumers.metrics import ConsumerMetrics
+from consumers.sketch_store import PartitionBatch, SketchStore
+from ldpstream.errors import ServiceError
+from ldpstream.registry import Registry
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "ldpstream-consumers"
+DEFAULT_DEAD_LETTER_TOPIC = "ldp-dead-letters"
+
+
+@dataclass(frozen=True)
+class ConsumerSettings:
+    bootstrap: str
+    group_id: str = DEFAULT_GROUP
+    topics: tuple[str, ...] = ()
+    dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC
+    batch_size: int = 20_000
+    poll_timeout: float = 0.5
+    lag_interval: float = 5.0
+    kafka_config: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SketchConsumer:
+    """A member of the consumer group that folds reports into a :class:`SketchStore`."""
+
+    def __init__(self, registry: Registry, store: SketchStore, settings: ConsumerSettings,
+                 metrics: ConsumerMetrics | None = None) -> None:
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics or ConsumerMetrics()
+        self.topics = settings.topics or registry.topics
+        self._consumer = Consumer({
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": settings.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.min.bytes": 1,
+            "queued.max.messages.kbytes": 65536,
+            **settings.kafka_config,
+        })
+        self._dead_letters = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True,
+                                       "acks": "all", "linger.ms": 5})
+        self._dead_letter_errors: list[str] = []
+        self._last_lag = 0.0
+        self.reports_applied = 0
+        self.messages_seen = 0
+
+    # ------------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._consumer.subscribe(list(self.topics), on_assign=self._on_assign)
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._dead_letters.flush(10)
+
+    def run(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:
+        """Consume until ``stop`` is set, or until no message arrived for ``idle_exit`` seconds."""
+        self.start()
+        last_message = time.monotonic()
+        try:
+            while stop is None or not stop.is_set():
+                if self.poll_once():
+                    last_message = time.monotonic()
+                elif idle_exit is not None and time.monotonic() - last_message > idle_exit:
+                    break
+        finally:
+            self.close()
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        stored = {topic: self.store.next_offsets(topic, ps) for topic, ps in by_topic.items()}
+        for tp in partitions:
+            offset = stored[tp.topic][tp.partition]
+            tp.offset = OFFSET_BEGINNING if offset is None else offset
+        log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
+        consumer.assign(partitions)
+
+    # ---------------------------------------------------------------------------------------- a batch
+
+    def poll_once(self) -> int:
+        """Consume and apply one batch; returns the number of messages read."""
+        messages = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
+        if not messages:
+            self._maybe_update_lag()
+            return 0
+        started = time.perf_counter()
+        by_partition: dict[tuple[str, int], list[Message]] = defaultdict(list)
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", error)
+                continue
+            by_partition[(message.topic(), message.partition())].append(message)
+        for (topic, partition), batch in by_partition.items():
+            self._apply_partition_batch(topic, partition, batch)
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.messages_consumed.inc(len(messages))
+        self.messages_seen += len(messages)
+        self._maybe_update_lag()
+        return len(messages)
+
+    def _apply_partition_batch(self, topic: str, partition: int, messages: list[Message]) -> None:
+        values = [m.value() or b"" for m in messages]
+        timestamps = np.fromiter((m.timestamp()[1] for m in messages), dtype=np.int64, count=len(messages)) // 1000
+        folded = fold_messages(values, timestamps, self.registry)
+        first, last = messages[0].offset(), messages[-1].offset()
+        if folded.rejections:
+            self._dead_letter(topic, partition, messages, folded.rejections)
+        batch = PartitionBatch(topic=topic, partition=partition, first_offset=first, next_offset=last + 1,
+                               increments=folded.increments, stats=folded.stats())
+        result = self.store.apply(batch)
+        if not result.applied:
+            self.metrics.batches_refused.inc()
+            log.info("partition %s-%d: offsets %d..%d already applied; seeking to %d",
+                     topic, partition, first, last, result.next_offset)
+            self._consumer.seek(TopicPartition(topic, partition, result.next_offset))
+            return
+        for metric, count in folded.applied.items():
+            self.metrics.reports_applied.labels(metric).inc(count)
+        for rejection in folded.rejections:
+            self.metrics.messages_rejected.labels(rejection.reason).inc()
+        self.reports_applied += folded.reports_applied
+        self._consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=True)
+
+    def _dead_letter(self, topic: str, partition: int, messages: list[Message],
+                     rejections: list[Rejection]) -> None:
+        for rejection in rejections:
+            source = messages[rejection.message_index]
+            headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
+                       ("source", f"{topic}/{partition}/{source.offset()}".encode())]
+            while True:
+                try:
+                    self._dead_letters.produce(self.settings.dead_letter_topic, source.value(),
+                                               key=source.key(), headers=headers, on_delivery=self._on_dlq)
+                    break
+                except BufferError:
+                    self._dead_letters.poll(0.1)
+        remaining = self._dead_letters.flush(30)
+        if remaining or self._dead_letter_errors:
+            errors, self._dead_letter_errors = self._dead_letter_errors, []
+            raise ServiceError(f"dead-letter topic {self.settings.dead_letter_topic!r} did not acknowledge "
+                               f"{remaining} message(s): {errors[:3]}")
+
+    def _on_dlq(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._dead_letter_errors.append(str(err))
+
+    def _maybe_update_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._last_lag < self.settings.lag_interval:
+            return
+        self._last_lag = now
+        try:
+            assignment = self._consumer.assignment()
+            positions = self._consumer.position(assignment)
+            for tp in positions:
+                _low, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+                if tp.offset >= 0:
+                    self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(high - tp.offset, 0))
+        except Exception as exc:  # lag is informational; never let it stop the consumer
+            log.debug("lag update failed: %s", exc)

@@ -1,0 +1,75 @@
+"""``ldpstream decode`` and ``ldpstream watch``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from ldpstream import settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    decode = subparsers.add_parser(
+        "decode", help="periodically decode the sketches and publish estimates",
+        description="Every --interval seconds, reads each metric's count sketches from Redis as one snapshot, "
+        "decodes every configured window and publishes the estimates to Redis, to a Kafka topic and as "
+        "Prometheus gauges.")
+    settings.add_service_arguments(decode)
+    decode.add_argument("--interval", type=float, default=10.0, help="seconds between passes (default 10)")
+    decode.add_argument("--once", action="store_true", help="decode once and exit")
+    decode.add_argument("--estimates-topic", default="ldp-estimates", help="Kafka topic of estimates")
+    decode.add_argument("--no-kafka", action="store_true", help="do not publish estimates to Kafka")
+    decode.add_argument("--metrics-port", type=int, default=9465, help="Prometheus port (0: none; default 9465)")
+    decode.add_argument("--metrics-addr", default="127.0.0.1", help="Prometheus bind address")
+    decode.set_defaults(func=_decode)
+
+    watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates",
+                                  description="Shows the latest published estimate of METRIC with 95% intervals, "
+                                  "report count and freshness, refreshed every --interval seconds.")
+    settings.add_service_arguments(watch, kafka=False, registry=False)
+    watch.add_argument("metric")
+    watch.add_argument("--window", default="all")
+    watch.add_argument("--interval", type=float, default=1.0)
+    watch.add_argument("--top", type=int, default=20)
+    watch.add_argument("--iterations", type=int, default=None, help="refreshes before exiting (default: forever)")
+    watch.set_defaults(func=_watch)
+
+
+def _decode(args: argparse.Namespace) -> int:
+    import redis
+    from confluent_kafka import Producer
+    from prometheus_client import start_http_server
+
+    from consumers.sketch_store import RedisSketchStore
+    from decoder.service import DecoderService
+    from ldpstream.registry import Registry
+    from ldpstream.topics import ensure_topics
+
+    settings.resolve(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registry = Registry.load(args.registry)
+    producer = None
+    if not args.no_kafka:
+        ensure_topics(args.kafka, [args.estimates_topic], partitions=1)
+        producer = Producer({"bootstrap.servers": args.kafka, "acks": "all", "enable.idempotence": True})
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_addr)
+    store = RedisSketchStore(redis.Redis.from_url(args.redis), args.prefix)
+    service = DecoderService(registry, store, producer=producer, estimates_topic=args.estimates_topic)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    service.run(args.interval, stop, iterations=1 if args.once else None)
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    import redis
+
+    from decoder.watch import watch
+
+    settings.resolve(args)
+    watch(redis.Redis.from_url(args.redis), args.prefix, args.metric, args.window, args.interval, args.top,
+          args.iterations)
+    return 0

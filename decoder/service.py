@@ -1,0 +1,164 @@
+"""The periodic decoder: snapshot the sketches, estimate, publish (Redis, Kafka, Prometheus).
+
+Every ``interval`` seconds, for each metric of the registry:
+
+1. read all of the metric's sketches as one consistent snapshot (one MULTI/EXEC, see
+   :meth:`consumers.sketch_store.RedisSketchStore.snapshot`);
+2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
+   buckets it covers and decode them with the metric's estimator (:func:`decoder.estimators.estimate`);
+3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
+   ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
+   Prometheus gauges for the top values only (see :mod:`decoder.metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from consumers.sketch_store import MetricSnapshot, RedisSketchStore, sum_buckets
+from decoder.estimators import Estimate, estimate
+from decoder.metrics import DecoderMetrics
+from ldpstream.registry import MetricConfig, Registry, Window
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ESTIMATES_TOPIC = "ldp-estimates"
+
+
+def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int, now: float) -> list[int]:
+    """Buckets that overlap the window ``(now − window.seconds, now]`` (every bucket for ``all``)."""
+    if window.seconds is None:
+        return sorted(snapshot.buckets)
+    start = now - window.seconds
+    return sorted(b for b in snapshot.buckets if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
+
+
+def decode_sketch(metric: MetricConfig, sketch: np.ndarray) -> Estimate:
+    """Decode one summed ``(C, W)`` sketch with the metric's estimator."""
+    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
+
+
+@dataclass(frozen=True)
+class PublishedEstimate:
+    """One metric's estimate over one window, as published."""
+
+    metric: str
+    window: str
+    snapshot_time: float
+    decode_seconds: float
+    buckets: int
+    estimate: Estimate
+    names: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        est = self.estimate
+        values: list[dict[str, Any]] = []
+        ci = est.ci(0.95) if est.std_errors is not None else None
+        for i, name in enumerate(self.names):
+            entry: dict[str, Any] = {"value": name, "frequency": float(est.frequencies[i])}
+            if ci is not None and est.std_errors is not None:
+                entry.update(std_error=float(est.std_errors[i]), low_95=float(ci.low[i]), high_95=float(ci.high[i]))
+            values.append(entry)
+        return {
+            "metric": self.metric,
+            "window": self.window,
+            "snapshot_time": self.snapshot_time,
+            "decode_seconds": self.decode_seconds,
+            "buckets": self.buckets,
+            "method": est.method,
+            "n_reports": int(est.n_reports),
+            "residual": est.residual,
+            "detection_floor": est.detection_floor,
+            "values": values,
+        }
+
+
+class DecoderService:
+    def __init__(self, registry: Registry, store: RedisSketchStore, *, producer: Any = None,
+                 estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
+                 history: int = 100, top_n: int = 10) -> None:
+        self.registry = registry
+        self.store = store
+        self.producer = producer
+        self.estimates_topic = estimates_topic
+        self.metrics = metrics or DecoderMetrics()
+        self.history = history
+        self.top_n = top_n
+
+    def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
+        now = time.time() if now is None else now
+        mechanism = metric.mechanism
+        shape = (mechanism.cohorts, mechanism.sketch_width)
+        snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape)
+        out = []
+        for window in metric.windows:
+            buckets = window_buckets(snapshot, window, metric.bucket_seconds, now)
+            sketch = sum_buckets(snapshot, buckets, shape)
+            if mechanism.reports_per_cohort(sketch).sum() == 0:
+                continue  # nothing to estimate yet in this window
+            started = time.perf_counter()
+            result = decode_sketch(metric, sketch)
+            seconds = time.perf_counter() - started
+            out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
+                                         metric.value_names()))
+        return out
+
+    def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
+        """Decode and publish every metric once."""
+        published: list[PublishedEstimate] = []
+        for metric in self.registry.metrics.values():
+            try:
+                results = self.decode_metric(metric, now)
+            except Exception:
+                self.metrics.decode_failures.labels(metric.name).inc()
+                log.exception("decoding metric %s failed", metric.name)
+                continue
+            for result in results:
+                self.publish(result)
+            published.extend(results)
+        self._redis.set(f"{self.store.prefix}:decoder:last_run", json.dumps({"time": time.time()}))
+        self.metrics.last_run.set_to_current_time()
+        if self.producer is not None:
+            self.producer.flush(10)
+        return published
+
+    @property
+    def _redis(self) -> Any:
+        return self.store.client
+
+    def publish(self, result: PublishedEstimate) -> None:
+        body = json.dumps(result.to_json())
+        where = f"{result.metric}:{result.window}"
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(f"{self.store.prefix}:estimate:{where}", body)
+        pipe.lpush(f"{self.store.prefix}:history:{where}", body)
+        pipe.ltrim(f"{self.store.prefix}:history:{where}", 0, self.history - 1)
+        pipe.execute()
+        if self.producer is not None:
+            self.producer.produce(self.estimates_topic, body.encode(), key=where.encode())
+            self.producer.poll(0)
+        self.metrics.observe(result, self.top_n)
+
+    def run(self, interval: float, stop: threading.Event | None = None, iterations: int | None = None) -> None:
+        done = 0
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            started = time.monotonic()
+            self.run_once()
+            done += 1
+            if iterations is not None and done >= iterations:
+                return
+            stop.wait(max(interval - (time.monotonic() - started), 0.0))
+
+
+def latest_estimate(redis_client: Any, prefix: str, metric: str, window: str = "all") -> dict[str, Any] | None:
+    """The last published estimate of a metric and window, as published JSON (None if none yet)."""
+    raw = redis_client.get(f"{prefix}:estimate:{metric}:{window}")
+    return None if raw is None else json.loads(raw)

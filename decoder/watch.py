@@ -1,0 +1,55 @@
+"""``ldpstream watch``: a live terminal view of a metric's latest published estimate."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from decoder.service import latest_estimate
+
+_BAR_WIDTH = 30
+
+
+def render(published: Mapping[str, Any], truth: Sequence[float] | None = None, top: int = 20,
+           now: float | None = None) -> str:
+    """A table of the top values: frequency, 95% interval, a bar, and the true frequency when known."""
+    now = time.time() if now is None else now
+    values = list(published["values"])
+    order = sorted(range(len(values)), key=lambda i: -values[i]["frequency"])[:top]
+    age = now - float(published["snapshot_time"])
+    lines = [
+        f"metric {published['metric']}  window {published['window']}  method {published['method']}  "
+        f"reports {published['n_reports']:,}  snapshot {age:.1f} s ago",
+    ]
+    header = f"{'value':<24} {'estimate':>9} {'95% interval':>21}"
+    if truth is not None:
+        header += f" {'truth':>8}"
+    lines.append(header)
+    scale = max((values[i]["frequency"] for i in order), default=0.0) or 1.0
+    for i in order:
+        entry = values[i]
+        freq = entry["frequency"]
+        interval = (f"[{entry['low_95']:8.4f}, {entry['high_95']:8.4f}]" if "low_95" in entry else " " * 21)
+        bar = "#" * max(round(_BAR_WIDTH * max(freq, 0.0) / scale), 0)
+        line = f"{str(entry['value'])[:24]:<24} {freq:9.4f} {interval:>21}"
+        if truth is not None:
+            line += f" {truth[i]:8.4f}"
+        lines.append(f"{line}  {bar}")
+    if published.get("residual") is not None:
+        lines.append(f"unexplained mass (outside the candidates): {published['residual']:.4f}")
+    return "\n".join(lines)
+
+
+def watch(redis_client: Any, prefix: str, metric: str, window: str = "all", interval: float = 1.0,
+          top: int = 20, iterations: int | None = None) -> None:
+    done = 0
+    while iterations is None or done < iterations:
+        published = latest_estimate(redis_client, prefix, metric, window)
+        text = render(published, top=top) if published else f"no estimate of {metric!r} ({window}) published yet"
+        sys.stdout.write("\x1b[2J\x1b[H" + text + "\n")
+        sys.stdout.flush()
+        done += 1
+        if iterations is None or done < iterations:
+            time.sleep(interval)

@@ -1,0 +1,97 @@
+"""Folding messages into sketch increments, and the in-memory twin of the exactly-once store."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from consumers.fold import fold_messages
+from consumers.sketch_store import InMemorySketchStore, PartitionBatch, SketchKey, sum_buckets
+from ldpstream.mechanisms.base import pack_bits
+from ldpstream.registry import Registry
+from ldpstream.report import encode_records, symbol_payloads
+
+REGISTRY = Registry.from_dict({
+    "defaults": {"bucket_seconds": 100},
+    "metrics": {
+        "sym": {"id": 1, "mechanism": "orr", "k": 8, "epsilon": 1.0, "cohorts": 4, "support": 32},
+        "bits": {"id": 2, "mechanism": "krappor", "k": 12, "epsilon": 1.0},
+    },
+})
+
+
+def _sym_rows(symbols, cohorts, event_time=0, fp=None):
+    metric = REGISTRY["sym"]
+    return encode_records(metric.id, fp if fp is not None else metric.fingerprint, cohorts,
+                          symbol_payloads(symbols), event_time=event_time)
+
+
+def test_symbol_reports_fold_into_per_cohort_counts_by_time_bucket():
+    rows = _sym_rows([1, 1, 7, 0], [0, 0, 3, 2], event_time=250)
+    late = _sym_rows([5], [1], event_time=0)  # no event time: the Kafka timestamp (999 s) decides
+    values = [r.tobytes() for r in rows] + [late.tobytes()]
+    folded = fold_messages(values, np.full(len(values), 999), REGISTRY)
+    fp = REGISTRY["sym"].fingerprint
+    assert set(folded.increments) == {SketchKey("sym", fp, 2), SketchKey("sym", fp, 9)}
+    sketch = folded.increments[SketchKey("sym", fp, 2)]
+    assert sketch.shape == (4, 8)
+    assert sketch[0, 1] == 2 and sketch[3, 7] == 1 and sketch[2, 0] == 1 and sketch.sum() == 4
+    assert folded.increments[SketchKey("sym", fp, 9)][1, 5] == 1
+    assert folded.applied == {"sym": 5}
+    assert folded.rejections == []
+
+
+def test_bit_reports_fold_into_report_and_bit_counts():
+    metric = REGISTRY["bits"]
+    bits = np.zeros((3, 12), dtype=np.uint8)
+    bits[0, [0, 11]] = 1
+    bits[1, 11] = 1
+    rows = encode_records(metric.id, metric.fingerprint, [0, 0, 0], pack_bits(bits), event_time=50)
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY)
+    (sketch,) = folded.increments.values()
+    assert sketch[0, 0] == 3 and sketch[0, 1] == 1 and sketch[0, 12] == 2 and sketch.sum() == 6
+
+
+def test_bad_reports_are_refused_with_their_reason_and_never_counted():
+    good = _sym_rows([3], [1], event_time=10)
+    cases = {
+        "malformed": b"\x01\x00garbage",
+        "unknown_metric": encode_records(77, 1, [0], symbol_payloads([0])).tobytes(),
+        "fingerprint_mismatch": _sym_rows([3], [1], fp=REGISTRY["sym"].fingerprint ^ 1).tobytes(),
+        "payload_size": encode_records(1, REGISTRY["sym"].fingerprint, [0], np.zeros((1, 2), np.uint8)).tobytes(),
+        "out_of_range": _sym_rows([8], [0]).tobytes(),  # symbol 8 with k = 8
+    }
+    cohort_out = _sym_rows([0], [4]).tobytes()  # cohort 4 with C = 4
+    bits = REGISTRY["bits"]
+    padding = np.zeros((1, 2), dtype=np.uint8)
+    padding[0, 1] = 0x10  # bit 12 set: beyond k = 12
+    pad_out = encode_records(bits.id, bits.fingerprint, [0], padding).tobytes()
+    values = [good.tobytes(), *cases.values(), cohort_out, pad_out]
+    folded = fold_messages(values, np.zeros(len(values), dtype=np.int64), REGISTRY)
+    reasons = [r.reason for r in folded.rejections]
+    assert reasons == [*cases, "out_of_range", "out_of_range"]
+    assert folded.applied == {"sym": 1}
+    assert sum(int(s.sum()) for s in folded.increments.values()) == 1
+    stats = folded.stats()
+    assert stats["reports_applied"] == 1 and stats["rejected:out_of_range"] == 3
+
+
+def test_a_gateway_message_with_one_bad_record_is_refused_whole():
+    rows = _sym_rows([1, 2, 3], [0, 0, 0])
+    rows[2, 4:8] = 0  # break the last record's fingerprint
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY)
+    assert [r.reason for r in folded.rejections] == ["fingerprint_mismatch"]
+    assert folded.increments == {}
+
+
+def test_in_memory_store_applies_each_offset_range_once():
+    store = InMemorySketchStore()
+    key = SketchKey("sym", 1, 0)
+    one = np.ones((4, 8), dtype=np.int64)
+    assert store.apply(PartitionBatch("t", 0, 0, 10, {key: one})).applied
+    replay = store.apply(PartitionBatch("t", 0, 5, 12, {key: one}))
+    assert not replay.applied and replay.next_offset == 10
+    assert store.apply(PartitionBatch("t", 0, 10, 20, {key: one})).applied
+    assert store.apply(PartitionBatch("t", 1, 0, 3, {key: one})).applied  # other partition: own offsets
+    assert store.next_offsets("t", [0, 1, 2]) == {0: 20, 1: 3, 2: None}
+    total = sum_buckets(store.snapshot("sym", 1, (4, 8)))
+    np.testing.assert_array_equal(total, 3 * one)
