@@ -9,6 +9,7 @@ import signal
 import threading
 
 from ldpstream import settings
+from ldpstream.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     consume.add_argument("--batch-size", type=int, default=20_000, help="messages per consume() call")
     consume.add_argument("--idle-exit", type=float, default=None,
                          help="exit after this many seconds without a message (default: run until stopped)")
+    consume.add_argument("--kafka-config", metavar="KEY=VALUE", action="append", default=[],
+                         help="extra librdkafka consumer setting, e.g. session.timeout.ms=6000 or "
+                         "group.instance.id=consumer-1 (static membership); repeatable")
     consume.add_argument("--metrics-port", type=int, default=9464, help="Prometheus port (0: none; default 9464)")
     consume.add_argument("--metrics-addr", default="127.0.0.1")
     consume.set_defaults(func=_consume)
@@ -54,12 +58,22 @@ def _consume(args: argparse.Namespace) -> int:
     consumer = SketchConsumer(
         registry, RedisSketchStore.from_url(args.redis, args.prefix),
         ConsumerSettings(bootstrap=args.kafka, group_id=args.group, dead_letter_topic=args.dead_letter_topic,
-                         batch_size=args.batch_size))
+                         batch_size=args.batch_size, kafka_config=_key_values(args.kafka_config)))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     consumer.run(stop, idle_exit=args.idle_exit)
     print(f"applied {consumer.reports_applied:,} reports from {consumer.messages_seen:,} messages")
     return 0
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--kafka-config expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _status(args: argparse.Namespace) -> int:

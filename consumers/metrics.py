@@ -3,6 +3,8 @@ registry, reasons from :data:`consumers.fold.REJECTION_REASONS`, partitions from
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -27,3 +29,9 @@ class ConsumerMetrics:
         self.lag = Gauge(
             "ldpstream_consumer_lag_messages", "Messages in the partition after the consumer's position",
             ["topic", "partition"], registry=registry)
+
+
+@functools.cache
+def default_metrics() -> ConsumerMetrics:
+    """The process-wide instance on Prometheus' default registry (metrics may be registered only once)."""
+    return ConsumerMetrics()

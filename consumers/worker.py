@@ -28,7 +28,7 @@ import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from consumers.fold import Rejection, fold_messages
-from consumers.metrics import ConsumerMetrics
+from consumers.metrics import ConsumerMetrics, default_metrics
 from consumers.sketch_store import PartitionBatch, SketchStore
 from ldpstream.errors import ServiceError
 from ldpstream.registry import Registry
@@ -59,7 +59,7 @@ class SketchConsumer:
         self.registry = registry
         self.store = store
         self.settings = settings
-        self.metrics = metrics or ConsumerMetrics()
+        self.metrics = metrics or default_metrics()
         self.topics = settings.topics or registry.topics
         self._consumer = Consumer({
             "bootstrap.servers": settings.bootstrap,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,3 +56,9 @@ class DecoderMetrics:
         if est.residual is not None:
             self.residual.labels(result.metric, result.window).set(est.residual)
         self.decode_seconds.labels(result.metric).observe(result.decode_seconds)
+
+
+@functools.cache
+def default_metrics() -> DecoderMetrics:
+    """The process-wide instance on Prometheus' default registry (metrics may be registered only once)."""
+    return DecoderMetrics()

@@ -24,7 +24,7 @@ import numpy as np
 
 from consumers.sketch_store import MetricSnapshot, RedisSketchStore, sum_buckets
 from decoder.estimators import Estimate, estimate
-from decoder.metrics import DecoderMetrics
+from decoder.metrics import DecoderMetrics, default_metrics
 from ldpstream.registry import MetricConfig, Registry, Window
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class DecoderService:
         self.store = store
         self.producer = producer
         self.estimates_topic = estimates_topic
-        self.metrics = metrics or DecoderMetrics()
+        self.metrics = metrics or default_metrics()
         self.history = history
         self.top_n = top_n
 

@@ -48,6 +48,7 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
     p = parse_distribution(distribution, len(names), rng)
     table = value_table(metric)
     true_counts = np.zeros(len(names), dtype=np.int64)
+    acked_before = publisher.stats.records_acked
     started = time.monotonic()
     messages = 0
     sent = 0
@@ -64,12 +65,12 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
             while (ahead := sent / rate - (time.monotonic() - started)) > 0:
                 publisher.poll(min(ahead, 0.1))
         if progress:
-            _progress(sent, clients, publisher.stats.records_acked, time.monotonic() - started)
-    stats = publisher.flush()
+            _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
+    acked = publisher.flush().records_acked - acked_before
     seconds = time.monotonic() - started
     if progress:
-        _progress(sent, clients, stats.records_acked, seconds, final=True)
-    return LoadResult(true_counts, stats.records_acked, messages, seconds)
+        _progress(sent, clients, acked, seconds, final=True)
+    return LoadResult(true_counts, acked, messages, seconds)
 
 
 def _progress(sent: int, total: int, acked: int, seconds: float, final: bool = False) -> None:

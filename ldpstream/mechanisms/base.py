@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar, Literal
 
 import numpy as np
+import scipy.sparse as sp
 
 ReportKind = Literal["symbol", "bits"]
 
@@ -111,15 +112,15 @@ class BitMechanism(Mechanism):
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)
         reports = np.asarray(reports)
-        out = np.zeros((self.cohorts, self.k + 1), dtype=np.int64)
+        out = np.empty((self.cohorts, self.k + 1), dtype=np.int64)
         out[:, 0] = np.bincount(cohorts, minlength=self.cohorts)
-        # Sorting by cohort and summing contiguous runs keeps this one pass over the reports.
-        order = np.argsort(cohorts, kind="stable")
-        sorted_cohorts = cohorts[order]
-        starts = np.flatnonzero(np.r_[True, sorted_cohorts[1:] != sorted_cohorts[:-1]]) if len(order) else []
-        if len(order):
-            sums = np.add.reduceat(reports[order].astype(np.int64, copy=False), starts, axis=0)
-            out[sorted_cohorts[starts], 1:] = sums
+        if self.cohorts == 1:
+            out[0, 1:] = reports.sum(axis=0, dtype=np.int64)
+        else:
+            # Cohort indicator (C × n, sparse) times reports (n × k): one pass, no sort, no copy per cohort.
+            indicator = sp.csr_matrix((np.ones(cohorts.size, dtype=np.int32), (cohorts, np.arange(cohorts.size))),
+                                      shape=(self.cohorts, cohorts.size))
+            out[:, 1:] = indicator @ reports.astype(np.int32, copy=False)
         return out
 
 

@@ -1,0 +1,40 @@
+"""Shared pieces of the integration tests: registries, producing, waiting for counts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from consumers.sketch_store import RedisSketchStore
+from ldpstream.registry import Registry
+
+
+def write_registry(path: Path, topic: str, metrics: dict[str, dict[str, Any]]) -> Path:
+    """A registry TOML file (for subprocess consumers) with every metric on ``topic``."""
+    lines = ["[defaults]", f'topic = "{topic}"', ""]
+    for name, table in metrics.items():
+        lines.append(f"[metrics.{name}]")
+        for key, value in table.items():
+            lines.append(f"{key} = {value!r}".replace("'", '"'))
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def registry_for(topic: str, metrics: dict[str, dict[str, Any]]) -> Registry:
+    return Registry.from_dict({"defaults": {"topic": topic}, "metrics": metrics})
+
+
+def applied_reports(store: RedisSketchStore, topic: str, partitions: int) -> int:
+    return store.stats(topic, range(partitions)).get("reports_applied", 0)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -1,0 +1,134 @@
+"""Exactly once on real Kafka and Redis: replays refused, rebalances and SIGKILLs count nothing twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from consumers.sketch_store import PartitionBatch, RedisSketchStore, SketchKey
+from consumers.worker import ConsumerSettings, SketchConsumer
+from producers.loadgen import simulate_and_publish
+from producers.publisher import ReportPublisher
+from tests.integration.helpers import applied_reports, registry_for, wait_for, write_registry
+
+pytestmark = pytest.mark.integration
+
+METRIC = {"m": {"id": 9, "mechanism": "krr", "k": 8, "epsilon": 1.0}}
+PARTITIONS = 4
+
+
+def total_counted(store: RedisSketchStore, registry) -> int:
+    metric = registry["m"]
+    snapshot = store.snapshot("m", metric.fingerprint, (1, 8))
+    return int(sum(int(s.sum()) for s in snapshot.buckets.values()))
+
+
+def test_redis_refuses_a_batch_whose_offsets_are_already_applied(redis_url, key_prefix):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    key = SketchKey("m", 1, 0)
+    counts = np.arange(8).reshape(1, 8)
+    assert store.apply(PartitionBatch("t", 0, 0, 100, {key: counts}, {"reports_applied": 28})).applied
+    replay = store.apply(PartitionBatch("t", 0, 50, 150, {key: counts}, {"reports_applied": 28}))
+    assert not replay.applied and replay.next_offset == 100
+    assert store.apply(PartitionBatch("t", 0, 100, 120, {key: counts}, {"reports_applied": 28})).applied
+    assert store.apply(PartitionBatch("t", 0, 125, 130, {key: counts}, {"reports_applied": 28})).applied  # gap
+    snapshot = store.snapshot("m", 1, (1, 8))
+    np.testing.assert_array_equal(snapshot.buckets[0], 3 * counts)
+    assert store.next_offsets("t", [0, 1]) == {0: 130, 1: None}
+    assert store.stats("t", [0])["reports_applied"] == 84
+
+
+def test_two_consumers_with_rebalances_mid_stream_count_exactly_what_was_produced(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix):
+    topic = fresh_topic(partitions=PARTITIONS)
+    registry = registry_for(topic, METRIC)
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    settings = ConsumerSettings(bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", batch_size=500,
+                                kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    # Random partitioning per message, so every partition (hence both consumers) gets reports.
+    publisher = ReportPublisher(kafka_bootstrap, config={"sticky.partitioning.linger.ms": 0})
+    first = simulate_and_publish(registry["m"], publisher, clients=60_000, distribution="uniform", seed=1)
+
+    stop_a, stop_b = threading.Event(), threading.Event()
+    consumer_a = SketchConsumer(registry, store, settings)
+    consumer_b = SketchConsumer(registry, store, settings)
+    thread_a = threading.Thread(target=consumer_a.run, args=(stop_a,), daemon=True)
+    thread_b = threading.Thread(target=consumer_b.run, args=(stop_b,), daemon=True)
+    second: dict[str, int] = {}
+
+    def produce_while_rebalancing() -> None:
+        result = simulate_and_publish(registry["m"], publisher, clients=120_000, distribution="uniform",
+                                      seed=2, rate=12_000, chunk=2_000)
+        second["acked"] = result.records_acked
+
+    producer = threading.Thread(target=produce_while_rebalancing, daemon=True)
+    thread_a.start()
+    wait_for(lambda: applied_reports(store, topic, PARTITIONS) > 5_000, 60, "consumer A to start applying")
+    producer.start()
+    thread_b.start()  # B joins: the group rebalances while A is mid-stream
+    wait_for(lambda: consumer_b.reports_applied > 0, 60, "consumer B to apply reports")
+    assert producer.is_alive(), "the stream ended before the rebalance"
+    stop_a.set()  # A leaves mid-stream: a second rebalance hands its partitions to B
+    thread_a.join(60)
+    assert not thread_a.is_alive()
+    producer.join(60)
+    produced = first.records_acked + second["acked"]
+    assert produced == 180_000
+    wait_for(lambda: applied_reports(store, topic, PARTITIONS) >= produced, 90, "all reports to be applied")
+    time.sleep(2)  # anything counted twice would show up now
+    stop_b.set()
+    thread_b.join(30)
+    assert applied_reports(store, topic, PARTITIONS) == produced
+    assert total_counted(store, registry) == produced
+    assert consumer_a.reports_applied + consumer_b.reports_applied == produced
+    assert consumer_a.reports_applied > 0 and consumer_b.reports_applied > 0
+
+
+def _consumer_process(registry_path, kafka_bootstrap, redis_url, prefix, group) -> subprocess.Popen:
+    env = {**os.environ, "LDPSTREAM_KAFKA": kafka_bootstrap, "LDPSTREAM_REDIS": redis_url}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ldpstream.cli", "consume", "--registry", str(registry_path), "--prefix", prefix,
+         "--group", group, "--batch-size", "300", "--metrics-port", "0",
+         "--kafka-config", "session.timeout.ms=6000", "--kafka-config", "heartbeat.interval.ms=500"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_once(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path):
+    topic = fresh_topic(partitions=PARTITIONS)
+    registry = registry_for(topic, METRIC)
+    registry_path = write_registry(tmp_path / "metrics.toml", topic, METRIC)
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    produced = simulate_and_publish(registry["m"], ReportPublisher(kafka_bootstrap), clients=400_000,
+                                    distribution="geometric", seed=3).records_acked
+    group = f"g-{key_prefix}"
+    rng = np.random.default_rng(4)
+    kills = 0
+    while kills < 3:
+        before = applied_reports(store, topic, PARTITIONS)
+        proc = _consumer_process(registry_path, kafka_bootstrap, redis_url, key_prefix, group)
+        try:
+            wait_for(lambda b=before: applied_reports(store, topic, PARTITIONS) > b, 60, "the consumer to apply",
+                     interval=0.005)
+            time.sleep(float(rng.uniform(0.0, 0.05)))  # somewhere inside the stream of batches
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        kills += 1
+        assert applied_reports(store, topic, PARTITIONS) < produced, "killed too late to test anything"
+    proc = _consumer_process(registry_path, kafka_bootstrap, redis_url, key_prefix, group)
+    try:
+        wait_for(lambda: applied_reports(store, topic, PARTITIONS) >= produced, 120, "all reports to be applied")
+        time.sleep(2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert applied_reports(store, topic, PARTITIONS) == produced
+    assert total_counted(store, registry) == produced
