@@ -17,7 +17,7 @@ Reasons a message is refused (the ``reason`` label of ``ldpstream_reports_reject
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,8 +56,16 @@ class FoldResult:
         return out
 
 
-def fold_messages(values: Sequence[bytes], timestamps: np.ndarray, registry: Registry) -> FoldResult:
-    """Validate and fold message values (with their Kafka timestamps, in seconds) into increments."""
+#: Kafka timestamps in seconds of the messages at the given indices (or all of them, as an array).
+Timestamps = Callable[[np.ndarray], np.ndarray] | np.ndarray
+
+
+def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Registry) -> FoldResult:
+    """Validate and fold message values into increments.
+
+    ``timestamps`` gives the messages' Kafka timestamps in seconds, used for records that carry no event
+    time; a callable is asked only for the messages that need it.
+    """
     decoded = decode_messages(values)
     result = FoldResult()
     refused: dict[int, Rejection] = {
@@ -65,7 +73,7 @@ def fold_messages(values: Sequence[bytes], timestamps: np.ndarray, registry: Reg
     by_id = registry.by_id
     accepted: list[tuple[MetricConfig, RecordBatch, np.ndarray]] = []
     for batch in decoded.batches:
-        for metric_id in np.unique(batch.metric_id):
+        for metric_id in _distinct(batch.metric_id):
             rows = np.flatnonzero(batch.metric_id == metric_id)
             metric = by_id.get(int(metric_id))
             if metric is None:
@@ -117,16 +125,29 @@ def _validate(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, refuse
     return ok
 
 
-def _fold_metric(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, timestamps: np.ndarray,
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` with a fast path for the common case of a single value."""
+    if values.size and values.min() == values.max():
+        return values[:1]
+    return np.unique(values)
+
+
+def _fold_metric(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, timestamps: Timestamps,
                  result: FoldResult) -> None:
-    event_time = batch.event_time[rows]
-    event_time = np.where(event_time > 0, event_time, timestamps[batch.message_index[rows]])
+    event_time = batch.event_time[rows].astype(np.int64)
+    missing = np.flatnonzero(event_time == 0)
+    if missing.size:
+        owners = batch.message_index[rows[missing]]
+        event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
     buckets = event_time // metric.bucket_seconds
     reports = metric.reports_from_payloads(batch.payloads[rows])
     cohorts = batch.cohort[rows]
-    for bucket in np.unique(buckets):
+    for bucket in _distinct(buckets):
         in_bucket = buckets == bucket
-        sketch = metric.mechanism.sketch(cohorts[in_bucket], reports[in_bucket])
+        if in_bucket.all():
+            sketch = metric.mechanism.sketch(cohorts, reports)
+        else:
+            sketch = metric.mechanism.sketch(cohorts[in_bucket], reports[in_bucket])
         key = SketchKey(metric.name, metric.fingerprint, int(bucket))
         current = result.increments.get(key)
         result.increments[key] = sketch if current is None else current + sketch

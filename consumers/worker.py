@@ -121,15 +121,13 @@ class SketchConsumer:
             self._maybe_update_lag()
             return 0
         started = time.perf_counter()
-        by_partition: dict[tuple[str, int], list[Message]] = defaultdict(list)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error: %s", error)
-                continue
-            by_partition[(message.topic(), message.partition())].append(message)
-        for (topic, partition), batch in by_partition.items():
+        failed = [m for m in messages if m.error() is not None]
+        if failed:
+            for message in failed:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", message.error())
+            messages = [m for m in messages if m.error() is None]
+        for (topic, partition), batch in _by_partition(messages, self.topics):
             self._apply_partition_batch(topic, partition, batch)
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.messages_consumed.inc(len(messages))
@@ -139,7 +137,11 @@ class SketchConsumer:
 
     def _apply_partition_batch(self, topic: str, partition: int, messages: list[Message]) -> None:
         values = [m.value() or b"" for m in messages]
-        timestamps = np.fromiter((m.timestamp()[1] for m in messages), dtype=np.int64, count=len(messages)) // 1000
+
+        def timestamps(indices: np.ndarray) -> np.ndarray:
+            """Kafka timestamps (s) of the messages whose records carry no event time; rarely needed."""
+            return np.array([messages[i].timestamp()[1] for i in indices.tolist()], dtype=np.int64) // 1000
+
         folded = fold_messages(values, timestamps, self.registry)
         first, last = messages[0].offset(), messages[-1].offset()
         if folded.rejections:
@@ -197,3 +199,21 @@ class SketchConsumer:
                     self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(high - tp.offset, 0))
         except Exception as exc:  # lag is informational; never let it stop the consumer
             log.debug("lag update failed: %s", exc)
+
+
+def _by_partition(messages: list[Message], topics: tuple[str, ...]) -> list[tuple[tuple[str, int], list[Message]]]:
+    """Messages grouped by (topic, partition), each group in consumption (offset) order."""
+    if not messages:
+        return []
+    keys: list = [m.partition() for m in messages] if len(topics) == 1 else [
+        (m.topic(), m.partition()) for m in messages]
+    first = keys[0]
+    if keys.count(first) == len(keys):
+        groups = {first: messages}
+    else:
+        groups = defaultdict(list)
+        for key, message in zip(keys, messages, strict=True):
+            groups[key].append(message)
+    if len(topics) == 1:
+        return [((topics[0], partition), batch) for partition, batch in groups.items()]
+    return list(groups.items())

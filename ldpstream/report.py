@@ -191,9 +191,9 @@ def decode_messages(values: Sequence[bytes]) -> DecodedMessages:
 def _batch(header: np.ndarray, payloads: np.ndarray, owner: np.ndarray) -> RecordBatch:
     return RecordBatch(
         metric_id=header["metric_id"].astype(np.int64),
-        fingerprint=header["fingerprint"].astype(np.int64),
+        fingerprint=header["fingerprint"],
         cohort=header["cohort"].astype(np.int64),
-        event_time=header["event_time"].astype(np.int64),
+        event_time=header["event_time"],
         payloads=payloads,
         message_index=owner,
     )

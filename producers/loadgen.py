@@ -36,12 +36,13 @@ class LoadResult:
 
 def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, clients: int, distribution: str,
                          seed: int | None = None, per_message: int = 1, chunk: int = 50_000,
-                         rate: float | None = None, event_time: int = 0, progress: bool = False,
+                         rate: float | None = None, event_time: int | None = None, progress: bool = False,
                          should_stop: Callable[[], bool] | None = None) -> LoadResult:
     """Publish one report from each of ``clients`` simulated clients; waits for every acknowledgement.
 
     ``rate`` caps reports per second (None: as fast as Kafka takes them); ``per_message`` packs that many
-    records per Kafka message (a gateway); ``should_stop`` ends the run early (between chunks).
+    records per Kafka message (a gateway); ``event_time`` is the clients' clock (default: now, per chunk);
+    ``should_stop`` ends the run early (between chunks).
     """
     rng = np.random.default_rng(seed)
     names = metric.value_names()
@@ -58,7 +59,8 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
         true_counts += np.bincount(values, minlength=len(names))
         cohorts, reports = privatize_population(metric, values, rng, table)
         rows = encode_records(metric.id, metric.fingerprint, cohorts,
-                              payloads_of(metric.mechanism.report_kind, reports), event_time=event_time)
+                              payloads_of(metric.mechanism.report_kind, reports),
+                              event_time=int(time.time()) if event_time is None else event_time)
         messages += publisher.publish(metric.topic, rows, per_message=per_message)
         sent += n
         if rate:

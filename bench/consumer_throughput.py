@@ -1,0 +1,118 @@
+"""Consumer throughput: our exactly-once consumer against a bare confluent-kafka loop, same messages.
+
+For each layout (one report per message, and gateway batches of ``--per-message`` reports), the script
+publishes ``--reports`` k-RR reports to a fresh topic (printing the producer's rate), then reads the topic
+from the beginning twice, each time with a fresh consumer group:
+
+- bare: ``Consumer.consume(batch)`` in a loop that touches each message's value and nothing else;
+- ours: :class:`consumers.worker.SketchConsumer`: decode, validate, fold, and one atomic Redis call per
+  partition batch (counts + offsets), into a fresh key prefix.
+
+Both are timed from the end of their first non-empty batch to the last report, and the first batch's
+reports are left out of the count, so group-join and fetch warm-up are excluded from both alike. Each
+``consume()`` call asks for at most ``--batch`` messages, and at most 1/50 of the topic's messages, so every
+run spans many batches.
+Run on the local stack (``ldpstream stack up``) or point ``LDPSTREAM_KAFKA``/``LDPSTREAM_REDIS`` elsewhere::
+
+    python bench/consumer_throughput.py --reports 1000000 --per-message 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+
+from confluent_kafka import Consumer
+
+from consumers.metrics import ConsumerMetrics
+from consumers.sketch_store import RedisSketchStore
+from consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream import settings
+from ldpstream.registry import Registry
+from ldpstream.topics import ensure_topics
+from producers.loadgen import simulate_and_publish
+from producers.publisher import ReportPublisher
+
+
+def bare_loop(bootstrap: str, topic: str, messages: int, batch: int) -> tuple[int, float]:
+    """Messages read after the first batch, and the seconds they took."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "enable.partition.eof": False, "queued.max.messages.kbytes": 65536})
+    consumer.subscribe([topic])
+    seen = 0
+    started, first = 0.0, 0
+    nbytes = 0
+    while seen < messages:
+        got = consumer.consume(batch, 1.0)
+        for message in got:
+            nbytes += len(message.value())
+        seen += len(got)
+        if got and not first:
+            started, first = time.perf_counter(), seen
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen - first, elapsed
+
+
+def our_consumer(registry: Registry, bootstrap: str, redis_url: str, reports: int, batch: int) -> tuple[int, float]:
+    """Reports applied after the first batch, and the seconds they took."""
+    from prometheus_client import CollectorRegistry
+
+    store = RedisSketchStore.from_url(redis_url, f"bench:{uuid.uuid4().hex[:8]}")
+    consumer = SketchConsumer(registry, store, ConsumerSettings(
+        bootstrap=bootstrap, group_id=f"bench-ours-{uuid.uuid4().hex[:8]}", batch_size=batch),
+        metrics=ConsumerMetrics(CollectorRegistry()))
+    consumer.start()
+    started, first = 0.0, 0
+    while consumer.reports_applied < reports:
+        if consumer.poll_once() and not first:
+            started, first = time.perf_counter(), consumer.reports_applied
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    keys = list(store.client.scan_iter(f"{store.prefix}:*", count=1000))
+    if keys:
+        store.client.delete(*keys)
+    return consumer.reports_applied - first, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reports", type=int, default=1_000_000)
+    parser.add_argument("--per-message", type=int, default=100, help="reports per message in the batched layout")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=20_000, help="messages per consume() call (both loops)")
+    parser.add_argument("--k", type=int, default=16)
+    args = parser.parse_args()
+    bootstrap, redis_url = settings.kafka_bootstrap(), settings.redis_url()
+
+    print(f"# python bench/consumer_throughput.py --reports {args.reports} --per-message {args.per_message} "
+          f"--partitions {args.partitions} --batch {args.batch} --k {args.k}")
+    print(f"{'layout':<18} {'producer rep/s':>15} {'bare msg/s':>12} {'bare rep/s':>12} {'ours rep/s':>12} "
+          f"{'ours/bare':>10}")
+    for per_message in (1, args.per_message):
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        ensure_topics(bootstrap, [topic], partitions=args.partitions)
+        registry = Registry.from_dict({"defaults": {"topic": topic}, "metrics": {
+            "bench": {"id": 1, "mechanism": "krr", "k": args.k, "epsilon": 1.0}}})
+        produced = simulate_and_publish(registry["bench"], ReportPublisher(bootstrap), clients=args.reports,
+                                        distribution="geometric", seed=1, per_message=per_message,
+                                        chunk=100_000)
+        messages = produced.messages
+        batch = max(1, min(args.batch, messages // 50))
+        bare_messages, bare_seconds = bare_loop(bootstrap, topic, messages, batch)
+        our_reports, our_seconds = our_consumer(registry, bootstrap, redis_url, args.reports, batch)
+        bare_msg_rate = bare_messages / bare_seconds
+        bare_rate = bare_msg_rate * per_message
+        our_rate = our_reports / our_seconds
+        layout = "1 per message" if per_message == 1 else f"{per_message} per message"
+        print(f"{layout:<18} {produced.rate:>15,.0f} {bare_msg_rate:>12,.0f} {bare_rate:>12,.0f} "
+              f"{our_rate:>12,.0f} {our_rate / bare_rate:>9.0%}")
+        from confluent_kafka.admin import AdminClient
+
+        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
+
+
+if __name__ == "__main__":
+    main()
