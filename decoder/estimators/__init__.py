@@ -1,0 +1,74 @@
+"""Decoders for locally private count sketches (pure numpy/scipy).
+
+Equations: ``shared/reference/formulas.md``. Entry point: :func:`estimate`.
+"""
+
+from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor, fista_constrained_ls
+from .direct import (
+    DirectMethod,
+    estimate_krappor,
+    estimate_krr,
+    krappor_expected_l1,
+    krappor_expected_l2sq,
+    krappor_unbiased,
+    krappor_variance,
+    krr_channel,
+    krr_expected_l1,
+    krr_expected_l2sq,
+    krr_unbiased,
+    krr_variance,
+)
+from .dispatch import clear_design_cache, design_matrix, estimate
+from .em import (
+    AffineChannel,
+    EMResult,
+    MatrixChannel,
+    affine_constrained_variances,
+    constrained_variances,
+    em_multinomial,
+    log_likelihood,
+    weighted_gram,
+)
+from .estimate import ConfidenceInterval, Estimate, bonferroni_z, detection_floor
+from .gram import WeightedGram
+from .simplex import project_capped_simplex, project_simplex, truncate_normalize
+
+__all__ = [
+    "AffineChannel",
+    "CandidateMethod",
+    "ConfidenceInterval",
+    "DirectMethod",
+    "EMResult",
+    "Estimate",
+    "MatrixChannel",
+    "WeightedGram",
+    "affine_constrained_variances",
+    "bonferroni_z",
+    "clear_design_cache",
+    "constrained_variances",
+    "decode_bits",
+    "decode_orappor",
+    "decode_orr",
+    "decode_rappor",
+    "design_matrix",
+    "detection_floor",
+    "em_multinomial",
+    "estimate",
+    "estimate_krappor",
+    "estimate_krr",
+    "fista_constrained_ls",
+    "krappor_expected_l1",
+    "krappor_expected_l2sq",
+    "krappor_unbiased",
+    "krappor_variance",
+    "krr_channel",
+    "krr_expected_l1",
+    "krr_expected_l2sq",
+    "krr_unbiased",
+    "krr_variance",
+    "log_likelihood",
+    "project_capped_simplex",
+    "project_simplex",
+    "truncate_normalize",
+    "weighted_gram",
+]

@@ -1,0 +1,249 @@
+"""Closed-alphabet decoders for k-RR and k-RAPPOR (formula sheet, sections "k-RR", "k-RAPPOR",
+"Putting estimates back on the simplex").
+
+Methods:
+
+- ``"unbiased"``: the inversion estimator (may be negative).
+- ``"truncate"``: negatives set to 0, renormalized.
+- ``"project"``: Euclidean projection of the unbiased estimate onto the simplex.
+- ``"mle"``: EM over the exact channel (:func:`decoder.estimators.em.em_multinomial`).
+
+Standard errors are analytic. For the unbiased estimator, ``Var(p̂_i) = c² m_i (1 − m_i) / n`` with
+``m`` the report distribution, evaluated at the empirical ``m̂`` (plug-in); ``c = (e^ε + k − 1)/(e^ε − 1)``
+for k-RR and ``c = 1/(q* − p*) = (e^{ε/2} + 1)/(e^{ε/2} − 1)`` for k-RAPPOR. ``"truncate"`` and
+``"project"`` report the same standard errors (those of the estimator they post-process: conservative
+near the interior, not exact at the boundary); ``"mle"`` reports the observed-information standard errors
+(see :func:`decoder.estimators.em.constrained_variances`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike
+
+from ldpstream.errors import ParameterError
+
+from .em import AffineChannel, constrained_variances, em_multinomial
+from .estimate import Estimate, detection_floor
+from .simplex import project_simplex, truncate_normalize
+
+__all__ = [
+    "DirectMethod",
+    "estimate_krappor",
+    "estimate_krr",
+    "krappor_channel",
+    "krappor_expected_l1",
+    "krappor_expected_l2sq",
+    "krappor_unbiased",
+    "krappor_variance",
+    "krr_channel",
+    "krr_expected_l1",
+    "krr_expected_l2sq",
+    "krr_unbiased",
+    "krr_variance",
+]
+
+DirectMethod = Literal["unbiased", "truncate", "project", "mle"]
+_METHODS = ("unbiased", "truncate", "project", "mle")
+
+
+def _check_eps(epsilon: float) -> float:
+    eps = float(epsilon)
+    if not np.isfinite(eps) or eps <= 0:
+        raise ParameterError(f"epsilon must be a positive finite number, got {epsilon}")
+    return eps
+
+
+# ------------------------------------------------------------------------------------------------ k-RR
+def krr_channel(k: int, epsilon: float) -> np.ndarray:
+    """The k-RR channel ``Q(y|x) = e^ε/(e^ε + k − 1)`` if ``y = x`` else ``1/(e^ε + k − 1)`` (k × k)."""
+    e = np.exp(_check_eps(epsilon))
+    Q = np.full((k, k), 1.0 / (e + k - 1))
+    Q[np.diag_indices(k)] = e / (e + k - 1)
+    return Q
+
+
+def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:
+    """``p̂ = ((e^ε + k − 1) m̂ − 1)/(e^ε − 1)``, ``m̂ = counts / n`` (formula sheet, k-RR). Last axis = symbols."""
+    c = np.asarray(counts, dtype=np.float64)
+    k = c.shape[-1]
+    n = c.sum(axis=-1, keepdims=True)
+    if np.any(n <= 0):
+        raise ParameterError("no reports to decode")
+    e = np.exp(_check_eps(epsilon))
+    return ((e + k - 1) * (c / n) - 1.0) / (e - 1.0)
+
+
+def krr_variance(p: ArrayLike, n: float, epsilon: float) -> np.ndarray:
+    """Per-coordinate variance of the unbiased k-RR estimator:
+    ``((e^ε + k − 1)/(e^ε − 1))² m_i (1 − m_i)/n`` with ``m = ((e^ε − 1) p + 1)/(e^ε + k − 1)``."""
+    p = np.asarray(p, dtype=np.float64)
+    k = p.shape[-1]
+    e = np.exp(_check_eps(epsilon))
+    m = ((e - 1) * p + 1) / (e + k - 1)
+    return ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
+
+
+def krr_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
+    """``E‖p̂ − p‖² = (1 − Σ p_i²)/n + (k − 1)(k + 2(e^ε − 1)) / (n (e^ε − 1)²)`` (unbiased k-RR)."""
+    p = np.asarray(p, dtype=np.float64)
+    k = p.size
+    em1 = np.expm1(_check_eps(epsilon))
+    return float((1 - np.sum(p * p)) / n + (k - 1) * (k + 2 * em1) / (n * em1**2))
+
+
+def krr_expected_l1(p: ArrayLike, n: float, epsilon: float) -> float:
+    """``E‖p̂ − p‖₁ ≈ Σ_i sqrt(2((e^ε − 1)p_i + 1)((e^ε − 1)(1 − p_i) + k − 1) / (π n (e^ε − 1)²))``."""
+    p = np.asarray(p, dtype=np.float64)
+    k = p.size
+    em1 = np.expm1(_check_eps(epsilon))
+    return float(np.sum(np.sqrt(2 * (em1 * p + 1) * (em1 * (1 - p) + k - 1) / (np.pi * n * em1**2))))
+
+
+# -------------------------------------------------------------------------------------------- k-RAPPOR
+def _krappor_rates(epsilon: float) -> tuple[float, float]:
+    a = np.exp(_check_eps(epsilon) / 2)
+    return float(a / (1 + a)), float(1 / (1 + a))
+
+
+def krappor_channel(k: int, epsilon: float) -> tuple[float, float]:
+    """``(q*, p*) = (e^{ε/2}/(1 + e^{ε/2}), 1/(1 + e^{ε/2}))``: each one-hot bit kept w.p. q*, flipped w.p. p*."""
+    del k
+    return _krappor_rates(epsilon)
+
+
+def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.ndarray:
+    """``p̂_j = ((e^{ε/2} + 1) T_j / n − 1)/(e^{ε/2} − 1)`` (formula sheet, k-RAPPOR)."""
+    T = np.asarray(bit_counts, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    if np.any(n_arr <= 0):
+        raise ParameterError("no reports to decode")
+    a = np.exp(_check_eps(epsilon) / 2)
+    return ((a + 1) * T / n_arr - 1) / (a - 1)
+
+
+def krappor_variance(p: ArrayLike, n: float, epsilon: float) -> np.ndarray:
+    """Per-coordinate variance of the unbiased k-RAPPOR estimator: ``m_j (1 − m_j) / (n (q* − p*)²)``
+    with ``m_j = ((e^{ε/2} − 1) p_j + 1)/(e^{ε/2} + 1)``."""
+    p = np.asarray(p, dtype=np.float64)
+    q_star, p_star = _krappor_rates(epsilon)
+    m = p_star + (q_star - p_star) * p
+    return m * (1 - m) / (n * (q_star - p_star) ** 2)
+
+
+def krappor_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
+    """``E‖p̂ − p‖² = (1 − Σ p_i²)/n + k e^{ε/2} / (n (e^{ε/2} − 1)²)`` (unbiased k-RAPPOR)."""
+    p = np.asarray(p, dtype=np.float64)
+    k = p.size
+    a = np.exp(_check_eps(epsilon) / 2)
+    return float((1 - np.sum(p * p)) / n + k * a / (n * (a - 1) ** 2))
+
+
+def krappor_expected_l1(p: ArrayLike, n: float, epsilon: float) -> float:
+    """``E‖p̂ − p‖₁ ≈ Σ_i sqrt(2((e^{ε/2} − 1)p_i + 1)((e^{ε/2} − 1)(1 − p_i) + 1) / (π n (e^{ε/2} − 1)²))``."""
+    p = np.asarray(p, dtype=np.float64)
+    am1 = np.expm1(_check_eps(epsilon) / 2)
+    return float(np.sum(np.sqrt(2 * (am1 * p + 1) * (am1 * (1 - p) + 1) / (np.pi * n * am1**2))))
+
+
+# ------------------------------------------------------------------------------------------- decoders
+def _post_process(p_hat: np.ndarray, method: str) -> np.ndarray:
+    if method == "unbiased":
+        return p_hat
+    if method == "truncate":
+        return truncate_normalize(p_hat)
+    if method == "project":
+        return project_simplex(p_hat)
+    raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
+
+
+def estimate_krr(
+    sketch: ArrayLike,
+    epsilon: float,
+    method: DirectMethod = "project",
+    labels: Sequence[Any] | None = None,
+    *,
+    tol: float = 1e-9,
+    max_iter: int = 20_000,
+) -> Estimate:
+    """Decode a k-RR count sketch (``(k,)`` or ``(C, k)``; cohorts are summed).
+
+    ``"mle"`` maximizes the exact multinomial likelihood ``Σ_y n_y log (pQ)_y`` by EM.
+    """
+    counts = np.asarray(sketch, dtype=np.float64)
+    counts = counts.reshape(-1, counts.shape[-1]).sum(axis=0)
+    k = counts.size
+    n = float(counts.sum())
+    if n <= 0:
+        raise ParameterError("no reports to decode")
+    if method not in _METHODS:
+        raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
+    e = np.exp(_check_eps(epsilon))
+    m_hat = counts / n
+    scale = ((e + k - 1) / (e - 1)) ** 2
+    m0 = 1 / (e + k - 1)
+    floor = detection_floor(np.sqrt(scale * m0 * (1 - m0) / n), k)
+    info: dict[str, Any] = {"epsilon": float(epsilon), "k": k}
+    if method == "mle":
+        ch = AffineChannel(sp.identity(k, format="csr"), [(e - 1) / (e + k - 1)], [1 / (e + k - 1)])
+        res = em_multinomial(counts, ch, tol=tol, max_iter=max_iter)
+        p = res.p
+        m = np.maximum(ch.forward(p), 1e-300)
+        var = constrained_variances(ch.information(counts / m**2))
+        info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood)
+    else:
+        p = _post_process(krr_unbiased(counts, epsilon), method)
+        var = scale * m_hat * (1 - m_hat) / n
+    return Estimate(p, np.sqrt(var), round(n), f"krr/{method}", labels, None, None, floor, info)
+
+
+def estimate_krappor(
+    sketch: ArrayLike,
+    epsilon: float,
+    method: DirectMethod = "project",
+    labels: Sequence[Any] | None = None,
+    *,
+    tol: float = 1e-9,
+    max_iter: int = 20_000,
+) -> Estimate:
+    """Decode a k-RAPPOR bit sketch (``(k + 1,)`` or ``(C, k + 1)``: column 0 reports, column 1 + j bit j).
+
+    ``"mle"`` maximizes the composite likelihood ``Σ_j [T_j log π_j + (n − T_j) log(1 − π_j)]``,
+    ``π_j = p* + (q* − p*) p_j``, treating the k bit sums as independent binomials. It is a composite (not
+    the full) likelihood because the bit sums are not sufficient: the reports are vectors of k dependent
+    bits and the sketch keeps only their margins. Its EM is the multinomial EM over 2k pseudo-outputs
+    ("bit j set", "bit j clear"), and its standard errors come from the naive composite information
+    (they ignore the within-report dependence of the bits, which is of order (q* − p*)² p).
+    """
+    arr = np.asarray(sketch, dtype=np.float64)
+    arr = arr.reshape(-1, arr.shape[-1]).sum(axis=0)
+    n = float(arr[0])
+    T = arr[1:]
+    k = T.size
+    if n <= 0:
+        raise ParameterError("no reports to decode")
+    if method not in _METHODS:
+        raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
+    q_star, p_star = _krappor_rates(epsilon)
+    delta = q_star - p_star
+    floor = detection_floor(np.sqrt(p_star * (1 - p_star) / n) / delta, k)
+    info: dict[str, Any] = {"epsilon": float(epsilon), "k": k}
+    if method == "mle":
+        ch = AffineChannel(
+            sp.identity(k, format="csr"), [delta / k, -delta / k], [p_star / k, (1 - p_star) / k]
+        )
+        pseudo = np.concatenate([T, n - T])
+        res = em_multinomial(pseudo, ch, tol=tol, max_iter=max_iter)
+        p = res.p
+        m = np.maximum(ch.forward(p), 1e-300)
+        var = constrained_variances(ch.information(pseudo / m**2))
+        info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood)
+    else:
+        p = _post_process(krappor_unbiased(T, n, epsilon), method)
+        r = T / n
+        var = r * (1 - r) / (n * delta**2)
+    return Estimate(p, np.sqrt(var), round(n), f"krappor/{method}", labels, None, None, floor, info)

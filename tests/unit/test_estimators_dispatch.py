@@ -1,0 +1,105 @@
+"""dispatch.estimate: closed alphabets, mechanisms that need candidates, and the design-matrix cache."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from decoder.estimators import clear_design_cache, decode_bits, decode_orr, design_matrix, estimate
+from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.krappor import KRappor
+from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.orappor import ORappor
+from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.rappor import Rappor
+
+S, N = 64, 200_000
+P = np.zeros(S)
+P[[3, 17, 40]] = [0.5, 0.3, 0.2]
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [ORR(k=16, epsilon=2.0, cohorts=8, support=S), ORappor(k=32, epsilon=2.0, cohorts=8, hashes=2, support=S)],
+    ids=["orr", "orappor"],
+)
+@pytest.mark.parametrize("method", ["ls", "project", "nnls", "mle"])
+def test_closed_alphabet_decodes_against_own_design(mech, method):
+    rng = np.random.default_rng(10)
+    sketch = mech.simulate_sketch(rng.multinomial(N, P), rng)
+    est = estimate(sketch, mech, method)
+    assert list(est.labels) == list(range(S))
+    assert est.frequencies.shape == (S,)
+    # same as decoding against design_matrix(None) over range(S), without an "other" term
+    X = mech.design_matrix(None)
+    if isinstance(mech, ORR):
+        ref = decode_orr(sketch, X, mech.epsilon, method, other=False)
+    else:
+        ref = decode_bits(sketch, X, mech.q_star, mech.p_star, method, other=False)
+    np.testing.assert_allclose(est.frequencies, ref.frequencies, rtol=1e-12, atol=1e-15)
+    # and it recovers the distribution: each coordinate within z SEs, z two-sided Bonferroni over the
+    # S coordinates of the 8 parametrized cases at family-wise level 1e-3
+    z = stats.norm.isf(1e-3 / (2 * 8 * S))
+    se = np.maximum(est.std_errors, 1e-9)
+    assert np.all(np.abs(est.frequencies - P) <= z * se)
+    assert {i for i, _ in est.top(3)} == {3, 17, 40}
+
+
+def test_closed_alphabet_is_not_decoded_as_krr():
+    """Summing cohorts of a closed O-RR and decoding as k-RR (the old behaviour) is biased; the design is not."""
+    rng = np.random.default_rng(11)
+    mech = ORR(k=16, epsilon=3.0, cohorts=8, support=S)
+    sketch = mech.simulate_sketch(rng.multinomial(N, P), rng)
+    est = estimate(sketch, mech, "ls")
+    assert est.method == "orr/ls"
+    assert abs(est.frequencies[3] - 0.5) <= 5 * est.std_errors[3]
+
+
+def test_mechanisms_that_need_candidates_raise():
+    rappor = Rappor(k=32, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.5)
+    with pytest.raises(ParameterError, match="candidate"):
+        estimate(np.zeros((4, 33)), rappor)
+    with pytest.raises(ParameterError, match="candidate"):
+        estimate(np.zeros((4, 16)), ORR(k=16, epsilon=1.0, cohorts=4))
+    with pytest.raises(ParameterError, match="candidate"):
+        estimate(np.zeros((4, 17)), ORappor(k=16, epsilon=1.0, cohorts=4))
+
+
+def test_krr_and_krappor_keep_direct_decoders():
+    rng = np.random.default_rng(12)
+    krr, krap = KRR(8, 2.0), KRappor(8, 2.0)
+    counts = rng.multinomial(10_000, np.full(8, 1 / 8))
+    assert estimate(krr.simulate_sketch(counts, rng), krr).method == "krr/project"
+    assert estimate(krap.simulate_sketch(counts, rng), krap, "mle").method == "krappor/mle"
+
+
+def test_design_cache_hits_and_is_read_only(monkeypatch):
+    clear_design_cache()
+    calls = []
+    original = ORappor.design_matrix
+
+    def counting(self, candidates_or_table=None):
+        calls.append(candidates_or_table)
+        return original(self, candidates_or_table)
+
+    monkeypatch.setattr(ORappor, "design_matrix", counting)
+    mech = ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2)
+    cands = [f"s{i}" for i in range(20)]
+    rng = np.random.default_rng(13)
+    table = mech.bloom_table(cands)
+    sketch = mech.simulate_sketch(rng.multinomial(50_000, np.full(20, 1 / 20)), rng, table=table)
+    a = estimate(sketch, mech, "project", candidates=cands)
+    b = estimate(sketch, mech, "project", candidates=list(cands))
+    c = estimate(sketch, ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2), "ls", candidates=tuple(cands))
+    assert len(calls) == 1  # equal mechanisms and equal candidate lists share one entry
+    np.testing.assert_array_equal(a.frequencies, b.frequencies)
+    assert c.method == "bits/ls"
+    estimate(sketch[:, :], mech, "project", candidates=cands[::-1])
+    assert len(calls) == 2
+    X = design_matrix(mech, cands)
+    assert not X.data.flags.writeable
+    with pytest.raises(ValueError):
+        X.data[0] = 2.0
+    clear_design_cache()
+    estimate(sketch, mech, "project", candidates=cands)
+    assert len(calls) == 3
+    assert hash(mech) == hash(ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2))
