@@ -6,7 +6,7 @@ plus the messages it refused and why. A message is accepted or refused whole: if
 none of them is counted and the whole message goes to the dead-letter topic, so replaying dead letters can
 never count a report twice.
 
-Reasons a message is refused (the ``reason`` label of ``ldpstream_reports_rejected_total``):
+Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``):
 
 - ``malformed``: the bytes do not follow the report format (see :mod:`ldpstream.report`);
 - ``unknown_metric``: no metric in the registry has the record's id;
@@ -132,6 +132,11 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return np.unique(values)
 
 
+#: Reports unpacked at a time: bounds the fold's working memory (a 128-bit report unpacks to 128 bytes,
+#: then 512 as int32 counts) whatever the size of the Kafka batch.
+FOLD_CHUNK = 32_768
+
+
 def _fold_metric(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, timestamps: Timestamps,
                  result: FoldResult) -> None:
     event_time = batch.event_time[rows].astype(np.int64)
@@ -140,14 +145,13 @@ def _fold_metric(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, tim
         owners = batch.message_index[rows[missing]]
         event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
     buckets = event_time // metric.bucket_seconds
-    reports = metric.reports_from_payloads(batch.payloads[rows])
-    cohorts = batch.cohort[rows]
     for bucket in _distinct(buckets):
-        in_bucket = buckets == bucket
-        if in_bucket.all():
-            sketch = metric.mechanism.sketch(cohorts, reports)
-        else:
-            sketch = metric.mechanism.sketch(cohorts[in_bucket], reports[in_bucket])
+        in_bucket = rows if buckets.min() == buckets.max() else rows[buckets == bucket]
+        sketch = np.zeros((metric.mechanism.cohorts, metric.mechanism.sketch_width), dtype=np.int64)
+        for start in range(0, in_bucket.size, FOLD_CHUNK):
+            chunk = in_bucket[start:start + FOLD_CHUNK]
+            reports = metric.reports_from_payloads(batch.payloads[chunk])
+            sketch += metric.mechanism.sketch(batch.cohort[chunk], reports)
         key = SketchKey(metric.name, metric.fingerprint, int(bucket))
         current = result.increments.get(key)
         result.increments[key] = sketch if current is None else current + sketch

@@ -32,10 +32,13 @@ def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: s
             partitions = partitions_of(bootstrap, topic)
             stored = store.next_offsets(topic, partitions)
             for p in partitions:
-                _low, high = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                low, high = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
                 applied = stored[p]
+                # Nothing applied yet: the consumer will start from the earliest offset still retained,
+                # so the lag is what the partition holds now (not its end offset since creation).
+                start = low if applied is None else applied
                 out["partitions"].append({"topic": topic, "partition": p, "stored_offset": applied,
-                                          "end_offset": high, "lag": high - (applied or 0)})
+                                          "end_offset": high, "lag": max(high - start, 0)})
             for name, value in store.stats(topic, partitions).items():
                 if name.startswith("rejected:"):
                     reason = name.split(":", 1)[1]

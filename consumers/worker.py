@@ -16,6 +16,7 @@ committed offsets are written too, after the fact and only for operators' lag to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -82,7 +83,7 @@ class SketchConsumer:
     # ------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        self._consumer.subscribe(list(self.topics), on_assign=self._on_assign)
+        self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def close(self) -> None:
         self._consumer.close()
@@ -111,6 +112,13 @@ class SketchConsumer:
             tp.offset = OFFSET_BEGINNING if offset is None else offset
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
         consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Nothing to commit (offsets live in Redis); drop the lag series of partitions we no longer own."""
+        for tp in partitions:
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(tp.topic, str(tp.partition))
+        log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
 
     # ---------------------------------------------------------------------------------------- a batch
 
