@@ -3,7 +3,7 @@
 Each subcommand lives in the module that owns its concept and exposes
 ``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the parsed
 ``argparse.Namespace`` and returning an exit code). Modules are imported only when listed here, so
-``ldpstream --help`` stays fast and a missing optional dependency breaks only its own subcommand.
+``ldpstream --help`` stays fast: heavy imports happen inside each command's ``func``.
 """
 
 from __future__ import annotations
@@ -37,13 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ldpstream {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and name.startswith(exc.name):
-                continue  # that part of the CLI is not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

@@ -1,0 +1,242 @@
+"""``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.rappor_files`).
+
+Sub-commands, in pipeline order::
+
+    ldpstream rappor encode          --params params.csv --values values.csv [--secret-file F] [--out reports.csv]
+    ldpstream rappor sum-bits        --params params.csv --reports reports.csv [--out counts.csv]
+    ldpstream rappor hash-candidates --params params.csv [--candidates FILE|-] [--out map.csv]
+    ldpstream rappor decode          --params params.csv --counts counts.csv --map map.csv [--out results.csv]
+
+``encode`` (Google's ``rappor_sim.py``): each row ``client,cohort,value`` becomes one report of that client
+through :class:`ldpstream.mechanisms.rappor.RapporClient`: Bloom filter (Google's MD5 construction), the
+client's permanent randomized response (deterministic HMAC-SHA256 of the client's secret, memoized per
+value: Google's construction), and the instantaneous randomized response drawn from the operating system's
+CSPRNG. Each client's secret is ``HMAC-SHA256(master, "ldpstream/rappor-client/v1" ‖ client id)``; the
+master secret is the content of ``--secret-file`` (keep it private and reuse it, so a client's PRR is
+permanent across runs: encoding the same value again with a new secret would give the server a second
+PRR and erode ε_∞). Without ``--secret-file`` a random master secret is drawn for this run only.
+``--insecure-seed`` replaces the CSPRNG of the IRR by a seeded generator, for tests only.
+The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash per row.
+
+``decode`` (Google's ``decode_dist.R``): regresses the cohort bit counts on the candidates of the map with
+the candidate decoder of :mod:`decoder.estimators.candidates` (``--method``, default ``nnls``: weighted
+least squares under ``p >= 0``, ``Σp <= 1``, like Google's constrained fit) and writes ``results.csv``:
+``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
+with N the total number of reports, ``prop_std_error``, and the 95% Wald interval
+``proportion ± Φ⁻¹(0.975)·prop_std_error`` clipped to [0, 1] (as Google's ``prop_low_95``/``prop_high_95``).
+Rows are sorted by estimate, largest first; ``--significant`` keeps only the candidates whose estimate is
+significantly positive with a Bonferroni correction over the candidates (formula sheet, "RAPPOR"
+detection threshold), like Google's output of detected strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldpstream.errors import ParameterError
+from ldpstream.rappor_files import (
+    RapporParams,
+    Reports,
+    read_candidates,
+    read_counts,
+    read_map,
+    read_params,
+    read_reports,
+    read_values,
+    sum_bits,
+    write_counts,
+    write_map,
+    write_reports,
+    write_results,
+)
+
+CLIENT_SECRET_PREFIX = b"ldpstream/rappor-client/v1"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rappor`` and its sub-subcommands."""
+    parser = subparsers.add_parser(
+        "rappor",
+        help="Google RAPPOR file tools: encode, sum-bits, hash-candidates, decode",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="rappor_command", metavar="STEP")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--params", required=True, help="params.csv (header k,h,m,p,q,f)")
+        return p
+
+    enc = add("encode", "client,cohort,value rows → reports.csv (client,cohort,bloom,prr,irr)")
+    enc.add_argument("--values", required=True, help="values CSV with header client,cohort,value ('-' = stdin)")
+    enc.add_argument("--secret-file", help="master secret (raw bytes); per-client secrets are derived from it")
+    enc.add_argument("--insecure-seed", type=int, help="seeded IRR instead of the CSPRNG: for tests only")
+    enc.add_argument("--out", default="-", help="reports.csv path ('-' = stdout)")
+    enc.set_defaults(func=run_encode)
+
+    sb = add("sum-bits", "reports.csv → counts.csv (per cohort: reports, then reports with bit j set)")
+    sb.add_argument("--reports", required=True, help="reports.csv ('-' = stdin)")
+    sb.add_argument("--out", default="-", help="counts.csv path ('-' = stdout)")
+    sb.set_defaults(func=run_sum_bits)
+
+    hc = add("hash-candidates", "candidate strings (one per line) → map.csv")
+    hc.add_argument("--candidates", default="-", help="candidates file ('-' = stdin)")
+    hc.add_argument("--out", default="-", help="map.csv path ('-' = stdout)")
+    hc.set_defaults(func=run_hash_candidates)
+
+    dec = add("decode", "counts.csv + map.csv → results.csv (estimates, standard errors, 95%% intervals)")
+    dec.add_argument("--counts", required=True)
+    dec.add_argument("--map", required=True)
+    dec.add_argument("--method", default="nnls", choices=("ls", "nnls", "project", "mle"))
+    dec.add_argument("--no-other", action="store_true", help="no 'other' term for strings outside the map")
+    dec.add_argument("--significant", action="store_true", help="only Bonferroni-significant candidates")
+    dec.add_argument("--out", default="-", help="results.csv path ('-' = stdout)")
+    dec.set_defaults(func=run_decode)
+
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def mechanism_from_params(params: RapporParams) -> Any:
+    """The :class:`~ldpstream.mechanisms.rappor.Rappor` of a ``params.csv``."""
+    from ldpstream.mechanisms.rappor import Rappor
+
+    return Rappor(k=params.k, hashes=params.h, cohorts=params.m, p=params.p, q=params.q, f=params.f)
+
+
+def client_secret(master: bytes, client: str) -> bytes:
+    """``HMAC-SHA256(master, "ldpstream/rappor-client/v1" ‖ utf8(client))``: one secret per client id."""
+    return hmac.new(master, CLIENT_SECRET_PREFIX + client.encode("utf-8"), hashlib.sha256).digest()
+
+
+def _master_secret(path: str | None) -> bytes:
+    if path is None:
+        return os.urandom(32)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ParameterError(f"cannot read secret file {path!r}: {exc}") from None
+    if len(data) < 16:
+        raise ParameterError(f"secret file {path!r} holds {len(data)} bytes; use at least 16 random bytes")
+    return data
+
+
+def encode_values(
+    params: RapporParams,
+    clients: list[str],
+    cohorts: np.ndarray,
+    values: list[str],
+    master: bytes,
+    rng: Any = None,
+) -> Reports:
+    """Encode one report per row (module docstring): Bloom, PRR per client and value, vectorized IRR.
+
+    ``rng`` defaults to the CSPRNG (:data:`ldpstream.mechanisms.randomness.SECURE`).
+    """
+    from ldpstream.mechanisms.base import unpack_bits
+    from ldpstream.mechanisms.randomness import SECURE
+    from ldpstream.mechanisms.rappor import RapporClient
+
+    mech = mechanism_from_params(params)
+    n, k = len(values), params.k
+    if np.any(cohorts >= params.m) or np.any(cohorts < 0):
+        raise ParameterError(f"cohorts must lie in 0..{params.m - 1}")
+    nbytes = -(-k // 8)
+    bloom_bytes = bytearray()
+    prr_bytes = bytearray()
+    agents: dict[tuple[str, int], Any] = {}
+    for client, cohort, value in zip(clients, cohorts.tolist(), values, strict=True):
+        agent = agents.get((client, cohort))
+        if agent is None:
+            agent = RapporClient(mech, client_secret(master, client), cohort)
+            agents[(client, cohort)] = agent
+        bloom = agent.bloom(value)
+        bloom_bytes += bloom.to_bytes(nbytes, "little")
+        prr_bytes += agent.prr(bloom).to_bytes(nbytes, "little")
+    bloom_bits = unpack_bits(np.frombuffer(bytes(bloom_bytes), dtype=np.uint8).reshape(n, nbytes), k)
+    prr_bits = unpack_bits(np.frombuffer(bytes(prr_bytes), dtype=np.uint8).reshape(n, nbytes), k)
+    irr = mech.irr_batch(prr_bits.astype(bool), SECURE if rng is None else rng)
+    return Reports(list(clients), np.asarray(cohorts, dtype=np.int64), irr.astype(np.uint8), bloom_bits, prr_bits)
+
+
+def run_encode(args: argparse.Namespace) -> int:
+    params = read_params(args.params)
+    vals = read_values(args.values, cohorts=params.m)
+    rng = None if args.insecure_seed is None else np.random.default_rng(args.insecure_seed)
+    if rng is not None:
+        print("ldpstream rappor encode: warning: --insecure-seed makes the IRR predictable", file=sys.stderr)
+    reports = encode_values(params, vals.clients, vals.cohorts, vals.values, _master_secret(args.secret_file), rng)
+    write_reports(args.out, reports)
+    return 0
+
+
+def run_sum_bits(args: argparse.Namespace) -> int:
+    params = read_params(args.params)
+    reports = read_reports(args.reports, params.k, cohorts=params.m)
+    write_counts(args.out, sum_bits(reports.cohorts, reports.irr, params.m))
+    return 0
+
+
+def run_hash_candidates(args: argparse.Namespace) -> int:
+    from ldpstream.mechanisms import hashing
+
+    params = read_params(args.params)
+    candidates = read_candidates(args.candidates)
+    if not candidates:
+        raise ParameterError("no candidate strings")
+    table = hashing.bloom_table(candidates, params.m, params.h, params.k)
+    write_map(args.out, candidates, table, params.k)
+    return 0
+
+
+def decode_counts(
+    params: RapporParams, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
+    other: bool = True,
+) -> Any:
+    """Run the candidate decoder on a counts sketch; returns the :class:`Estimate`."""
+    from decoder.estimators.candidates import decode_rappor
+
+    if counts.shape != (params.m, params.k + 1):
+        raise ParameterError(f"counts have shape {counts.shape}, params say ({params.m}, {params.k + 1})")
+    return decode_rappor(counts, design, params.q_star, params.p_star, method, other=other, labels=strings)  # type: ignore[arg-type]
+
+
+def results_table(est: Any, significant_only: bool = False) -> dict[str, list[Any]]:
+    """Google's ``results.csv`` columns from an Estimate (module docstring), sorted by estimate."""
+    n = float(est.n_reports)
+    freq = np.asarray(est.frequencies)
+    se = np.asarray(est.std_errors) if est.std_errors is not None else np.full(freq.shape, np.nan)
+    low, high = (np.clip(freq - 1.959963984540054 * se, 0, 1), np.clip(freq + 1.959963984540054 * se, 0, 1))
+    if est.std_errors is not None:
+        low, high = est.ci(0.95, clip=True)
+    keep = np.ones(freq.shape, dtype=bool)
+    if significant_only:
+        keep = est.significant(0.05, "bonferroni")
+    order = [i for i in np.argsort(-freq, kind="stable") if keep[i]]
+    labels = list(est.labels) if est.labels is not None else [str(i) for i in range(freq.size)]
+    return {
+        "string": [labels[i] for i in order],
+        "estimate": [freq[i] * n for i in order],
+        "std_error": [se[i] * n for i in order],
+        "proportion": [freq[i] for i in order],
+        "prop_std_error": [se[i] for i in order],
+        "prop_low_95": [low[i] for i in order],
+        "prop_high_95": [high[i] for i in order],
+    }
+
+
+def run_decode(args: argparse.Namespace) -> int:
+    params = read_params(args.params)
+    counts = read_counts(args.counts, params)
+    cmap = read_map(args.map, params)
+    est = decode_counts(params, counts, cmap.strings, cmap.matrix, args.method, other=not args.no_other)
+    write_results(args.out, results_table(est, args.significant))
+    return 0
