@@ -40,6 +40,8 @@ class Rejection:
 class FoldResult:
     increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
     applied: dict[str, int] = field(default_factory=dict)
+    #: Records decoded from the messages, accepted or not (malformed messages contribute none).
+    records_decoded: int = 0
     rejections: list[Rejection] = field(default_factory=list)
 
     @property
@@ -67,7 +69,7 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
     time; a callable is asked only for the messages that need it.
     """
     decoded = decode_messages(values)
-    result = FoldResult()
+    result = FoldResult(records_decoded=decoded.record_count)
     refused: dict[int, Rejection] = {
         m.message_index: Rejection(m.message_index, "malformed", m.reason) for m in decoded.malformed}
     by_id = registry.by_id

@@ -12,6 +12,9 @@ class ConsumerMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.messages_consumed = Counter(
             "ldpstream_messages_consumed_total", "Kafka messages read by the consumer", registry=registry)
+        self.reports_consumed = Counter(
+            "ldpstream_reports_consumed_total", "Report records decoded from Kafka messages, valid or not",
+            registry=registry)
         self.reports_applied = Counter(
             "ldpstream_reports_applied_total", "Reports folded into the count sketches in Redis", ["metric"],
             registry=registry)

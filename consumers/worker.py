@@ -151,6 +151,7 @@ class SketchConsumer:
             return np.array([messages[i].timestamp()[1] for i in indices.tolist()], dtype=np.int64) // 1000
 
         folded = fold_messages(values, timestamps, self.registry)
+        self.metrics.reports_consumed.inc(folded.records_decoded)
         first, last = messages[0].offset(), messages[-1].offset()
         if folded.rejections:
             self._dead_letter(topic, partition, messages, folded.rejections)
