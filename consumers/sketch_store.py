@@ -183,17 +183,10 @@ class RedisSketchStore:
         return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot:
-        keys = sorted(k.decode() if isinstance(k, bytes) else k
-                      for k in self._redis.smembers(index_key(self.prefix, metric, fingerprint)))
+        keys, raws = self._read_indexed(index_key(self.prefix, metric, fingerprint))
         size = shape[0] * shape[1]
         buckets: dict[int, np.ndarray] = {}
-        if not keys:
-            return MetricSnapshot(buckets)
-        # One MULTI/EXEC: every sketch of the metric as of the same instant.
-        pipe = self._redis.pipeline(transaction=True)
-        for key in keys:
-            pipe.get(key)
-        for key, raw in zip(keys, pipe.execute(), strict=True):
+        for key, raw in zip(keys, raws, strict=True):
             if raw is None:
                 continue
             cells = np.frombuffer(raw, dtype=">i8")[:size]
@@ -202,6 +195,27 @@ class RedisSketchStore:
             bucket = _bucket_of(key)
             buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
         return MetricSnapshot(buckets)
+
+    def _read_indexed(self, index: str) -> tuple[list[str], list[bytes | None]]:
+        """Every key listed in ``index`` and its value, as of one instant.
+
+        The index is WATCHed while it is read and the values are read in one MULTI/EXEC: a consumer batch
+        that adds a new sketch key in between (it SADDs the index before applying) aborts the EXEC, and the
+        read starts over, so a batch is never seen half applied.
+        """
+        import redis
+
+        with self._redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(index)
+                    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
+                    pipe.multi()
+                    for key in keys:
+                        pipe.get(key)
+                    return keys, pipe.execute() if keys else []
+                except redis.WatchError:
+                    continue
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
         total: dict[str, int] = {}

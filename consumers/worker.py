@@ -148,7 +148,8 @@ class SketchConsumer:
 
         def timestamps(indices: np.ndarray) -> np.ndarray:
             """Kafka timestamps (s) of the messages whose records carry no event time; rarely needed."""
-            return np.array([messages[i].timestamp()[1] for i in indices.tolist()], dtype=np.int64) // 1000
+            stamps = np.array([messages[i].timestamp()[1] for i in indices.tolist()], dtype=np.int64) // 1000
+            return np.where(stamps > 0, stamps, int(time.time()))  # -1: the broker gave no timestamp
 
         folded = fold_messages(values, timestamps, self.registry)
         self.metrics.reports_consumed.inc(folded.records_decoded)

@@ -32,6 +32,9 @@ class DecoderMetrics:
                                         buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.decode_failures = Counter("ldpstream_decode_failures_total", "Decodes that raised", ["metric"],
                                        registry=registry)
+        self.estimates_unpublished = Counter(
+            "ldpstream_estimates_unpublished_total", "Estimates the Kafka topic of estimates did not acknowledge",
+            registry=registry)
         self.last_run = Gauge("ldpstream_decoder_last_run_timestamp_seconds",
                               "Unix time of the decoder's last completed pass", registry=registry)
         self._shown: dict[tuple[str, str], set[str]] = {}
@@ -47,15 +50,26 @@ class DecoderMetrics:
             if ci is not None:
                 self.low.labels(*labels).set(float(ci.low[i]))
                 self.high.labels(*labels).set(float(ci.high[i]))
-        for gone in self._shown.get((result.metric, result.window), set()) - shown:
-            for gauge in (self.frequency, self.low, self.high):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(result.metric, result.window, gone)
+        previous = self._shown.get((result.metric, result.window), set())
+        self._remove_values(result.metric, result.window, previous - shown)
         self._shown[(result.metric, result.window)] = shown
         self.reports.labels(result.metric, result.window).set(est.n_reports)
         if est.residual is not None:
             self.residual.labels(result.metric, result.window).set(est.residual)
         self.decode_seconds.labels(result.metric).observe(result.decode_seconds)
+
+    def clear(self, metric: str, window: str) -> None:
+        """Remove every series of a window that no longer has an estimate."""
+        self._remove_values(metric, window, self._shown.pop((metric, window), set()))
+        for gauge in (self.reports, self.residual):
+            with contextlib.suppress(KeyError):
+                gauge.remove(metric, window)
+
+    def _remove_values(self, metric: str, window: str, values: set[str]) -> None:
+        for value in values:
+            for gauge in (self.frequency, self.low, self.high):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(metric, window, value)
 
 
 @functools.cache

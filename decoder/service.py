@@ -93,41 +93,61 @@ class DecoderService:
         self.top_n = top_n
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
+        """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
+        return self._decode_windows(metric, now)[0]
+
+    def _decode_windows(self, metric: MetricConfig, now: float | None) -> tuple[list[PublishedEstimate], list[str]]:
         now = time.time() if now is None else now
         mechanism = metric.mechanism
         shape = (mechanism.cohorts, mechanism.sketch_width)
         snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape)
         out = []
+        empty = []
         for window in metric.windows:
             buckets = window_buckets(snapshot, window, metric.bucket_seconds, now)
             sketch = sum_buckets(snapshot, buckets, shape)
             if mechanism.reports_per_cohort(sketch).sum() == 0:
-                continue  # nothing to estimate yet in this window
+                empty.append(window.name)  # nothing to estimate in this window (yet, or any more)
+                continue
             started = time.perf_counter()
             result = decode_sketch(metric, sketch)
             seconds = time.perf_counter() - started
             out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
                                          metric.value_names()))
-        return out
+        return out, empty
 
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
         """Decode and publish every metric once."""
         published: list[PublishedEstimate] = []
+        failed: list[str] = []
         for metric in self.registry.metrics.values():
             try:
-                results = self.decode_metric(metric, now)
+                results, empty = self._decode_windows(metric, now)
             except Exception:
                 self.metrics.decode_failures.labels(metric.name).inc()
                 log.exception("decoding metric %s failed", metric.name)
+                failed.append(metric.name)
                 continue
             for result in results:
                 self.publish(result)
+            for window in empty:
+                self.retract(metric.name, window)
             published.extend(results)
-        self._redis.set(f"{self.store.prefix}:decoder:last_run", json.dumps({"time": time.time()}))
-        self.metrics.last_run.set_to_current_time()
         if self.producer is not None:
-            self.producer.flush(10)
+            unsent = self.producer.flush(10)
+            if unsent:
+                self.metrics.estimates_unpublished.inc(unsent)
+                log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
+        if len(failed) < len(self.registry.metrics):
+            self._redis.set(f"{self.store.prefix}:decoder:last_run",
+                            json.dumps({"time": time.time(), "failed": failed}))
+            self.metrics.last_run.set_to_current_time()
         return published
+
+    def retract(self, metric: str, window: str) -> None:
+        """A window that holds no report publishes nothing: drop its last estimate and gauges."""
+        self._redis.delete(f"{self.store.prefix}:estimate:{metric}:{window}")
+        self.metrics.clear(metric, window)
 
     @property
     def _redis(self) -> Any:
@@ -142,7 +162,12 @@ class DecoderService:
         pipe.ltrim(f"{self.store.prefix}:history:{where}", 0, self.history - 1)
         pipe.execute()
         if self.producer is not None:
-            self.producer.produce(self.estimates_topic, body.encode(), key=where.encode())
+            while True:
+                try:
+                    self.producer.produce(self.estimates_topic, body.encode(), key=where.encode())
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
             self.producer.poll(0)
         self.metrics.observe(result, self.top_n)
 

@@ -48,7 +48,9 @@ def watch(redis_client: Any, prefix: str, metric: str, window: str = "all", inte
     while iterations is None or done < iterations:
         published = latest_estimate(redis_client, prefix, metric, window)
         text = render(published, top=top) if published else f"no estimate of {metric!r} ({window}) published yet"
-        sys.stdout.write("\x1b[2J\x1b[H" + text + "\n")
+        # Clear the screen only on a terminal: piped or captured output gets plain text.
+        clear = "\x1b[2J\x1b[H" if sys.stdout.isatty() else ""
+        sys.stdout.write(clear + text + "\n")
         sys.stdout.flush()
         done += 1
         if iterations is None or done < iterations:

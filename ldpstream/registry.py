@@ -1,6 +1,6 @@
 """The metric registry: one TOML file that producers, consumers and the decoder all read.
 
-Example (``deploy/metrics.example.toml`` is a complete one)::
+Example (``deploy/metrics.toml`` is a complete one)::
 
     [defaults]
     topic = "ldp-reports"        # Kafka topic of reports

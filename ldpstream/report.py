@@ -116,6 +116,9 @@ def encode_records(
         raise ReportFormatError("cohort must be in 0..65535")
     if not 0 <= metric_id <= 0xFFFF:
         raise ReportFormatError("metric id must be in 0..65535")
+    event_time = np.asarray(event_time)
+    if event_time.shape not in ((n,), ()) or np.any(event_time < 0) or np.any(event_time > 0xFFFFFFFF):
+        raise ReportFormatError("event time must be seconds since the epoch in 0..2**32-1, scalar or one per payload")
     header = np.zeros(n, dtype=HEADER_DTYPE)
     header["version"] = VERSION
     header["metric_id"] = metric_id
@@ -131,7 +134,10 @@ def encode_records(
 
 def symbol_payloads(symbols: np.ndarray) -> np.ndarray:
     """Symbols → ``(n, 4)`` uint8, each a u32 big-endian."""
-    return np.asarray(symbols, dtype=">u4").reshape(-1, 1).view(np.uint8)
+    symbols = np.asarray(symbols)
+    if symbols.size and (symbols.min() < 0 or symbols.max() > 0xFFFFFFFF):
+        raise ReportFormatError("symbols must be in 0..2**32-1")
+    return symbols.astype(">u4").reshape(-1, 1).view(np.uint8)
 
 
 def symbols_from_payloads(payloads: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.errors import ReportFormatError
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.registry import Registry
 from ldpstream.report import encode_records, symbol_payloads
@@ -43,6 +44,9 @@ class LdpClient:
         cohort, report = self.privatizer.privatize(metric, value)
         payload = payloads_of(metric.mechanism.report_kind, np.asarray(report)[None, ...])
         when = int(event_time if event_time is not None else time.time())
+        if not 0 <= when <= 0xFFFFFFFF:
+            # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).
+            raise ReportFormatError(f"event_time {event_time!r} is outside the report format's 0..2**32-1 s")
         rows = encode_records(metric.id, metric.fingerprint, [cohort], payload, event_time=when)
         self.publisher.publish(metric.topic, rows)
 

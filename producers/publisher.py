@@ -50,14 +50,19 @@ class ReportPublisher:
             **(config or {}),
         })
         self._delivery_timeout = delivery_timeout
+        #: How many of ``stats.errors`` a :meth:`flush` already raised about: each failure is reported
+        #: once, so a client that lived through an outage can flush again once the broker is back.
+        self._errors_reported = 0
 
     def publish(self, topic: str, rows: np.ndarray, per_message: int = 1, key: bytes | None = None) -> int:
         """Queue ``rows`` (``(n, record_size)`` uint8) for ``topic``; returns the number of messages."""
         if per_message < 1:
             raise ValueError("per_message must be at least 1")
         rows = np.ascontiguousarray(rows, dtype=np.uint8)
+        if rows.ndim != 2 or rows.shape[1] == 0:
+            raise ValueError(f"rows must be a 2-D (n, record_size) uint8 array, got shape {rows.shape}")
         data = rows.tobytes()
-        record_size = rows.shape[1] if rows.ndim == 2 else 0
+        record_size = rows.shape[1]
         step = record_size * per_message
         produce = self._producer.produce
         messages = 0
@@ -90,13 +95,27 @@ class ReportPublisher:
         self._producer.poll(timeout)
 
     def flush(self, timeout: float | None = None) -> DeliveryStats:
-        """Wait until every queued message is acknowledged or failed; raise if any failed or remain."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self._delivery_timeout + 5)
+        """Wait until every queued message is acknowledged or failed; raise if any failed or remain.
+
+        Raises :class:`ServiceError` naming the bootstrap servers when a message failed delivery since the
+        previous flush (e.g. ``delivery_timeout`` passed with the broker unreachable), or when messages are
+        still unacknowledged at ``timeout`` (default: ``delivery_timeout`` + 5 s). Each failure is reported
+        by one flush only; ``stats.errors`` keeps them all.
+        """
+        started = time.monotonic()
+        deadline = started + (timeout if timeout is not None else self._delivery_timeout + 5)
         remaining = len(self._producer)
         while remaining and time.monotonic() < deadline:
             remaining = self._producer.flush(min(1.0, max(deadline - time.monotonic(), 0.0)))
-        if self.stats.errors or remaining:
-            raise ServiceError(
-                f"Kafka at {self.bootstrap} did not acknowledge {remaining} queued message(s); "
-                f"{len(self.stats.errors)} delivery error(s), first: {self.stats.errors[:1]}")
+        errors = self.stats.errors[self._errors_reported:]
+        self._errors_reported = len(self.stats.errors)
+        if errors or remaining:
+            problems = []
+            if errors:
+                problems.append(f"{len(errors)} message(s) failed delivery (first: {errors[0]})")
+            if remaining:
+                problems.append(f"{remaining} message(s) still unacknowledged after "
+                                f"{time.monotonic() - started:.1f} s")
+            raise ServiceError(f"Kafka at {self.bootstrap}: " + "; ".join(problems)
+                               + " (is the broker reachable, and does the topic exist?)")
         return self.stats

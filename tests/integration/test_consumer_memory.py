@@ -55,6 +55,7 @@ def test_peak_memory_is_flat_when_ten_times_more_reports_are_folded(
     finally:
         proc.terminate()
         proc.wait(30)
+    print(f"consumer peak RSS after 0.3 M and 3 M reports: {peaks[0]:.1f} MiB, {peaks[1]:.1f} MiB")
     assert applied_reports(store, topic, 4) == produced == 3_000_000
     # Ten times the reports may not grow the peak resident set by more than 10% (or 16 MiB, allocator slack).
     assert peaks[1] - peaks[0] <= max(0.10 * peaks[0], 16.0), peaks

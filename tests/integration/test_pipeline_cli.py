@@ -1,0 +1,62 @@
+"""CLI smoke test on real Kafka and Redis: ``produce``, ``consume --idle-exit``, ``decode --once``,
+``watch --iterations 1`` and ``status`` through :func:`ldpstream.cli.main`, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ldpstream.cli import main
+from tests.integration.helpers import write_registry
+
+pytestmark = pytest.mark.integration
+
+LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
+METRICS = {"app_language": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 2.0, "labels": LABELS,
+                            "windows": ["all", "1h"]}}
+CLIENTS = 20_000
+
+
+def test_produce_consume_decode_watch_and_status_through_the_cli(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path, capsys):
+    topic = fresh_topic(partitions=2)
+    dead_letter_topic = fresh_topic(partitions=1, stem="dlq")
+    registry = str(write_registry(tmp_path / "metrics.toml", topic, METRICS))
+    kafka = ["--kafka", kafka_bootstrap]
+    redis = ["--redis", redis_url, "--prefix", key_prefix]
+
+    def run(*argv: str) -> str:
+        capsys.readouterr()
+        code = main(list(argv))
+        out = capsys.readouterr().out
+        assert code == 0, (argv, out)
+        return out
+
+    produced = json.loads(run("produce", "app_language", *kafka, "--registry", registry, "--clients", str(CLIENTS),
+                              "--seed", "3", "--per-message", "20", "--json"))
+    assert produced["reports_acked"] == CLIENTS and produced["messages"] == CLIENTS // 20
+    assert sum(produced["true_counts"]) == CLIENTS
+
+    out = run("consume", *kafka, *redis, "--registry", registry, "--group", f"g-{key_prefix}",
+              "--dead-letter-topic", dead_letter_topic, "--idle-exit", "3", "--metrics-port", "0")
+    assert f"applied {CLIENTS:,} reports from {CLIENTS // 20:,} messages" in out
+
+    run("decode", *kafka, *redis, "--registry", registry, "--once", "--no-kafka", "--metrics-port", "0")
+
+    screen = run("watch", "app_language", "--redis", redis_url, "--prefix", key_prefix, "--iterations", "1")
+    assert "metric app_language  window all" in screen and f"reports {CLIENTS:,}" in screen
+    assert all(label in screen for label in LABELS) and "95% interval" in screen
+    missing = run("watch", "nothing_here", "--redis", redis_url, "--prefix", key_prefix, "--iterations", "1")
+    assert "no estimate of 'nothing_here' (all) published yet" in missing
+
+    status = json.loads(run("status", "--json", *kafka, *redis, "--registry", registry))
+    assert status["metrics"]["app_language"]["reports"] == CLIENTS
+    assert all(p["lag"] == 0 for p in status["partitions"])
+    assert status["dead_letters"] == {} and status["last_decode"] is not None
+
+
+def test_cli_reports_a_missing_registry_as_an_error_not_a_traceback(tmp_path, capsys, kafka_bootstrap):
+    code = main(["produce", "app_language", "--kafka", kafka_bootstrap, "--registry", str(tmp_path / "none.toml")])
+    assert code == 1
+    assert "does not exist" in capsys.readouterr().err

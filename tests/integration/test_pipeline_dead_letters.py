@@ -1,0 +1,148 @@
+"""Dead letters end to end on real Kafka and Redis: a consumer fed a mix of valid and bad messages counts
+exactly the valid ones, sends exactly the bad messages (whole) to the dead-letter topic with ``reason``,
+``detail`` and ``source`` headers, counts them in Prometheus, and keeps running."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, Producer
+from prometheus_client import CollectorRegistry
+
+from consumers.metrics import ConsumerMetrics
+from consumers.sketch_store import RedisSketchStore
+from consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.mechanisms.base import pack_bits
+from ldpstream.report import encode_records, symbol_payloads
+from tests.integration.helpers import registry_for
+
+pytestmark = pytest.mark.integration
+
+METRICS = {
+    "lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 1.0},
+    "flags": {"id": 2, "mechanism": "krappor", "k": 12, "epsilon": 1.0},  # k % 8 != 0: padding bits exist
+}
+EVENT_TIME = 1_700_000_000
+
+
+def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    """Publish (key, value) pairs and wait until Kafka acknowledged every one."""
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for key, value in messages:
+        producer.produce(topic, value, key=key,
+                         on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
+    assert producer.flush(15) == 0 and not errors, errors
+
+
+def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
+    """Read a topic from the beginning until ``expected`` messages arrived, then one more second."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + timeout
+    extra_until = None
+    try:
+        while time.monotonic() < deadline and (extra_until is None or time.monotonic() < extra_until):
+            for message in consumer.consume(100, 0.2):
+                if message.error() is None:
+                    got.append(message)
+            if len(got) >= expected and extra_until is None:
+                extra_until = time.monotonic() + 1.0  # anything beyond the expected would show up now
+    finally:
+        consumer.close()
+    return got
+
+
+def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_are_counted(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix):
+    topic = fresh_topic(partitions=2)
+    dead_letter_topic = fresh_topic(partitions=1, stem="dlq")
+    registry = registry_for(topic, METRICS)
+    lang, flags = registry["lang"], registry["flags"]
+
+    rng = np.random.default_rng(7)
+    valid_symbols = rng.integers(0, 8, 300)
+    valid_rows = encode_records(lang.id, lang.fingerprint, 0, symbol_payloads(valid_symbols), event_time=EVENT_TIME)
+    valid_bits = rng.integers(0, 2, (50, 12))
+    bit_rows = encode_records(flags.id, flags.fingerprint, 0, pack_bits(valid_bits), event_time=EVENT_TIME)
+
+    good: list[tuple[bytes, bytes]] = [(b"ok-one-%d" % i, row.tobytes()) for i, row in enumerate(valid_rows[:200])]
+    good += [(b"ok-gateway-%d" % i, valid_rows[200 + 20 * i:220 + 20 * i].tobytes()) for i in range(5)]
+    good += [(b"ok-bits-%d" % i, row.tobytes()) for i, row in enumerate(bit_rows)]
+
+    def krr(symbol: int, *, metric_id: int = lang.id, fp: int = lang.fingerprint) -> bytes:
+        return encode_records(metric_id, fp, 0, symbol_payloads([symbol]), event_time=EVENT_TIME).tobytes()
+
+    padded = pack_bits(np.ones((1, 12), dtype=np.uint8))
+    padded[0, 1] |= 0x80  # bit 15: beyond k = 12
+    bad_payload = encode_records(lang.id, lang.fingerprint, 0, np.zeros((1, 16), dtype=np.uint8)).tobytes()
+    # A gateway message with one bad record among valid ones is refused whole: none of its records counts.
+    poisoned_gateway = valid_rows[:3].tobytes() + krr(8)
+    bad = {
+        b"garbage": (b"definitely not an ldpstream report", "malformed"),
+        b"short": (b"\x01\x00", "malformed"),
+        b"version-2": (b"\x02" + krr(1)[1:], "malformed"),
+        b"truncated": (krr(1)[:-1], "malformed"),
+        b"unknown-metric": (krr(1, metric_id=999), "unknown_metric"),
+        b"wrong-fingerprint": (krr(1, fp=lang.fingerprint ^ 0xFFFF), "fingerprint_mismatch"),
+        b"symbol-out-of-range": (krr(8), "out_of_range"),
+        b"padding-bit": (encode_records(flags.id, flags.fingerprint, 0, padded).tobytes(), "out_of_range"),
+        b"payload-size": (bad_payload, "payload_size"),
+        b"poisoned-gateway": (poisoned_gateway, "out_of_range"),
+    }
+    messages = good + [(key, value) for key, (value, _reason) in bad.items()]
+    order = rng.permutation(len(messages))
+    _produce(kafka_bootstrap, topic, [messages[i] for i in order])
+
+    prometheus = CollectorRegistry()
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    consumer = SketchConsumer(registry, store, ConsumerSettings(
+        bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic, batch_size=64),
+        metrics=ConsumerMetrics(registry=prometheus))
+    consumer.run(idle_exit=4.0)  # returns normally: the consumer never crashed on bad input
+
+    # Counts: exactly the valid reports, symbol by symbol and bit by bit.
+    assert consumer.messages_seen == len(messages)
+    assert consumer.reports_applied == 300 + 50
+    lang_snapshot = store.snapshot("lang", lang.fingerprint, (1, 8))
+    assert list(lang_snapshot.buckets) == [EVENT_TIME // lang.bucket_seconds]
+    np.testing.assert_array_equal(sum(lang_snapshot.buckets.values())[0], np.bincount(valid_symbols, minlength=8))
+    flags_sketch = sum(store.snapshot("flags", flags.fingerprint, (1, 13)).buckets.values())[0]
+    assert flags_sketch[0] == 50
+    np.testing.assert_array_equal(flags_sketch[1:], valid_bits.sum(axis=0))
+    stats = store.stats(topic, range(2))
+    assert stats["reports_applied"] == 350 and stats["applied:lang"] == 300 and stats["applied:flags"] == 50
+    expected_reasons = Counter(reason for _value, reason in bad.values())
+    assert {k.split(":", 1)[1]: v for k, v in stats.items() if k.startswith("rejected:")} == expected_reasons
+
+    # The dead-letter topic: exactly the bad messages, byte for byte, each with its reason and source.
+    dead = _read_all(kafka_bootstrap, dead_letter_topic, expected=len(bad))
+    assert sorted(m.key() for m in dead) == sorted(bad)
+    offsets_of = {}
+    for message in _read_all(kafka_bootstrap, topic, expected=len(messages)):
+        offsets_of[message.key()] = f"{topic}/{message.partition()}/{message.offset()}"
+    for message in dead:
+        value, reason = bad[message.key()]
+        headers = {name: raw.decode() for name, raw in message.headers()}
+        assert set(headers) == {"reason", "detail", "source"}
+        assert message.value() == value
+        assert headers["reason"] == reason, (message.key(), headers)
+        assert headers["detail"]
+        assert headers["source"] == offsets_of[message.key()]
+    details = {m.key(): dict(m.headers())["detail"].decode() for m in dead}
+    assert "version 2" in details[b"version-2"]
+    assert "999" in details[b"unknown-metric"]
+    assert f"{lang.fingerprint:08x}" in details[b"wrong-fingerprint"]
+
+    # Prometheus: one increment per refused message, by reason; applied reports by metric.
+    for reason, count in expected_reasons.items():
+        assert prometheus.get_sample_value("ldpstream_messages_rejected_total", {"reason": reason}) == count
+    assert prometheus.get_sample_value("ldpstream_reports_applied_total", {"metric": "lang"}) == 300
+    assert prometheus.get_sample_value("ldpstream_reports_applied_total", {"metric": "flags"}) == 50
+    assert prometheus.get_sample_value("ldpstream_messages_consumed_total") == len(messages)

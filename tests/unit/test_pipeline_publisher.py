@@ -1,0 +1,43 @@
+"""The publisher's and client SDK's error reporting, without a broker (nothing here reaches Kafka)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError
+
+from ldpstream.errors import ReportFormatError, ServiceError
+from ldpstream.registry import Registry
+from producers.client import LdpClient
+from producers.publisher import ReportPublisher
+
+NOWHERE = "127.0.0.1:1"
+QUIET = {"log_level": 0}
+
+
+def test_a_delivery_failure_is_raised_by_one_flush_only_and_names_the_bootstrap():
+    publisher = ReportPublisher(NOWHERE, delivery_timeout=1.0, config=QUIET)
+    publisher._callback(3)(KafkaError(KafkaError._MSG_TIMED_OUT), None)  # what librdkafka reports
+    with pytest.raises(ServiceError, match=r"Kafka at 127\.0\.0\.1:1: 1 message\(s\) failed delivery"):
+        publisher.flush(0.1)
+    # The outage is over as far as this publisher knows: a later flush with nothing failing succeeds.
+    stats = publisher.flush(0.1)
+    assert len(stats.errors) == 1 and stats.records_acked == 0
+    publisher._callback(2)(None, None)
+    assert publisher.flush(0.1).records_acked == 2
+
+
+def test_publish_refuses_rows_that_are_not_a_2d_array_of_records():
+    publisher = ReportPublisher(NOWHERE, config=QUIET)
+    with pytest.raises(ValueError, match="2-D"):
+        publisher.publish("t", np.zeros(20, dtype=np.uint8))
+    with pytest.raises(ValueError, match="per_message"):
+        publisher.publish("t", np.zeros((1, 20), dtype=np.uint8), per_message=0)
+
+
+def test_client_refuses_an_event_time_outside_the_u32_field_instead_of_wrapping_it():
+    registry = Registry.from_dict({"metrics": {"m": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
+    client = LdpClient(registry, NOWHERE, producer_config=QUIET)
+    for bad in (-1, 2**32):
+        with pytest.raises(ReportFormatError, match="event_time"):
+            client.report("m", 1, event_time=bad)
