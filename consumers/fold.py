@@ -73,22 +73,26 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
     refused: dict[int, Rejection] = {
         m.message_index: Rejection(m.message_index, "malformed", m.reason) for m in decoded.malformed}
     by_id = registry.by_id
-    accepted: list[tuple[MetricConfig, RecordBatch, np.ndarray]] = []
+    accepted: list[tuple[MetricConfig, RecordBatch]] = []
     for batch in decoded.batches:
-        for metric_id in _distinct(batch.metric_id):
-            rows = np.flatnonzero(batch.metric_id == metric_id)
+        metric_ids = _distinct(batch.metric_id)
+        for metric_id in metric_ids:
+            # The common case, one metric per batch, keeps the batch's arrays as they are (no copies).
+            records = batch if metric_ids.size == 1 else batch.take(batch.metric_id == metric_id)
             metric = by_id.get(int(metric_id))
             if metric is None:
-                _refuse(refused, batch.message_index[rows], "unknown_metric", f"no metric with id {metric_id}")
+                _refuse(refused, records.message_index, "unknown_metric", f"no metric with id {metric_id}")
                 continue
-            ok = _validate(metric, batch, rows, refused)
-            accepted.append((metric, batch, rows[ok]))
+            ok = _validate(metric, records, refused)
+            accepted.append((metric, records if ok.all() else records.take(ok)))
     bad_messages = np.fromiter(refused, dtype=np.int64, count=len(refused))
-    for metric, batch, rows in accepted:
-        rows = rows[~np.isin(batch.message_index[rows], bad_messages)]
-        if rows.size == 0:
-            continue
-        _fold_metric(metric, batch, rows, timestamps, result)
+    for metric, records in accepted:
+        if bad_messages.size:
+            # A message with any bad record is refused whole, including its records of other metrics.
+            keep = ~np.isin(records.message_index, bad_messages)
+            records = records if keep.all() else records.take(keep)
+        if len(records):
+            _fold_metric(metric, records, timestamps, result)
     result.rejections = sorted(refused.values(), key=lambda r: r.message_index)
     return result
 
@@ -98,31 +102,30 @@ def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, de
         refused.setdefault(i, Rejection(i, reason, detail))
 
 
-def _validate(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, refused: dict[int, Rejection]) -> np.ndarray:
-    """Mask over ``rows`` of records that are valid for ``metric``; refuses the messages of the others."""
+def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> np.ndarray:
+    """Mask of the records that are valid for ``metric``; refuses the messages of the others."""
     mechanism = metric.mechanism
-    ok = np.ones(rows.size, dtype=bool)
+    ok = np.ones(len(records), dtype=bool)
     checks: list[tuple[np.ndarray, str, str]] = []
-    fingerprint_bad = batch.fingerprint[rows] != metric.fingerprint
+    fingerprint_bad = records.fingerprint != metric.fingerprint
     checks.append((fingerprint_bad, "fingerprint_mismatch",
                    f"metric {metric.name!r} expects fingerprint {metric.fingerprint:08x}"))
-    if batch.payloads.shape[1] != metric.payload_size:
-        checks.append((np.ones(rows.size, dtype=bool), "payload_size",
+    if records.payloads.shape[1] != metric.payload_size:
+        checks.append((np.ones(len(records), dtype=bool), "payload_size",
                        f"metric {metric.name!r} has {metric.payload_size}-byte payloads, "
-                       f"got {batch.payloads.shape[1]}"))
+                       f"got {records.payloads.shape[1]}"))
     else:
-        payloads = batch.payloads[rows]
-        out_of_range = batch.cohort[rows] >= mechanism.cohorts
+        out_of_range = records.cohort >= mechanism.cohorts
         if mechanism.report_kind == "symbol":
-            out_of_range |= metric.reports_from_payloads(payloads) >= mechanism.k
+            out_of_range |= metric.reports_from_payloads(records.payloads) >= mechanism.k
         elif mechanism.k % 8:
-            out_of_range |= (payloads[:, -1] >> (mechanism.k % 8)) != 0
+            out_of_range |= (records.payloads[:, -1] >> (mechanism.k % 8)) != 0
         checks.append((out_of_range, "out_of_range",
                        f"cohort, symbol or bit beyond metric {metric.name!r}'s mechanism"))
     for bad, reason, detail in checks:
         bad &= ok
         if bad.any():
-            _refuse(refused, batch.message_index[rows[bad]], reason, detail)
+            _refuse(refused, records.message_index[bad], reason, detail)
             ok &= ~bad
     return ok
 
@@ -139,22 +142,22 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 FOLD_CHUNK = 32_768
 
 
-def _fold_metric(metric: MetricConfig, batch: RecordBatch, rows: np.ndarray, timestamps: Timestamps,
-                 result: FoldResult) -> None:
-    event_time = batch.event_time[rows].astype(np.int64)
+def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timestamps, result: FoldResult) -> None:
+    event_time = records.event_time.astype(np.int64)
     missing = np.flatnonzero(event_time == 0)
     if missing.size:
-        owners = batch.message_index[rows[missing]]
+        owners = records.message_index[missing]
         event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
     buckets = event_time // metric.bucket_seconds
-    for bucket in _distinct(buckets):
-        in_bucket = rows if buckets.min() == buckets.max() else rows[buckets == bucket]
+    distinct = _distinct(buckets)
+    for bucket in distinct:
+        part = records if distinct.size == 1 else records.take(buckets == bucket)
         sketch = np.zeros((metric.mechanism.cohorts, metric.mechanism.sketch_width), dtype=np.int64)
-        for start in range(0, in_bucket.size, FOLD_CHUNK):
-            chunk = in_bucket[start:start + FOLD_CHUNK]
-            reports = metric.reports_from_payloads(batch.payloads[chunk])
-            sketch += metric.mechanism.sketch(batch.cohort[chunk], reports)
+        for start in range(0, len(part), FOLD_CHUNK):
+            stop = start + FOLD_CHUNK
+            reports = metric.reports_from_payloads(part.payloads[start:stop])
+            sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
         key = SketchKey(metric.name, metric.fingerprint, int(bucket))
         current = result.increments.get(key)
         result.increments[key] = sketch if current is None else current + sketch
-    result.applied[metric.name] = result.applied.get(metric.name, 0) + int(rows.size)
+    result.applied[metric.name] = result.applied.get(metric.name, 0) + len(records)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -100,10 +101,66 @@ def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) ->
     return np.where(keep, symbols, (symbols + shift) % k).astype(np.int64, copy=False)
 
 
+#: Bits per chunk of :func:`perturb_bits`: bounds memory for large batches.
+_PERTURB_CHUNK = 1 << 24
+
+
+def base256_digits(probability: float) -> list[int]:
+    """The exact base-256 expansion of a float in [0, 1] (it terminates: a float is a dyadic rational).
+
+    1.0 expands to the single digit 256, which every byte is below: the draw is then always True.
+    """
+    remainder = Fraction(probability)
+    digits = []
+    while remainder > 0:
+        remainder *= 256
+        digit = int(remainder)
+        digits.append(digit)
+        remainder -= digit
+    return digits
+
+
+def bernoulli(probability: float, count: int, rng: Randomness) -> np.ndarray:
+    """``count`` independent draws that are True with probability exactly ``probability``.
+
+    Compares u = 0.b₁b₂b₃… (base 256, one uniform random byte per digit) with p's exact base-256 digits
+    d₁d₂…: the draw is True iff u < p. A byte settles the comparison unless it ties its digit, so one byte
+    per draw suffices but for a 1/256 fraction that draws a second, and so on; when p's expansion ends
+    while u still ties, u ≥ p. P(u < p) = p exactly, and it costs about one random byte per draw (8 times
+    less randomness than a float64 uniform).
+    """
+    digits = base256_digits(probability)
+    if not digits:
+        return np.zeros(count, dtype=bool)
+    first = np.frombuffer(rng.bytes(count), dtype=np.uint8)
+    out = first < digits[0]
+    pending = np.flatnonzero(first == digits[0])
+    for digit in digits[1:]:
+        if pending.size == 0:
+            break
+        drawn = np.frombuffer(rng.bytes(pending.size), dtype=np.uint8)
+        out[pending[drawn < digit]] = True
+        pending = pending[drawn == digit]
+    return out
+
+
 def perturb_bits(true_bits: np.ndarray, q_star: float, p_star: float, rng: Randomness) -> np.ndarray:
-    """Independent per-bit randomized response: P(1 | true 1) = q*, P(1 | true 0) = p*."""
-    u = np.asarray(rng.random(true_bits.shape)).reshape(true_bits.shape)
-    return np.where(true_bits, u < q_star, u < p_star)
+    """Independent per-bit randomized response: P(1 | true 1) = q*, P(1 | true 0) = p*.
+
+    Every bit is first drawn as Bernoulli(p*); the true ones are then redrawn as Bernoulli(q*) (exact
+    draws, :func:`bernoulli`), chunk by chunk.
+    """
+    true_bits = np.asarray(true_bits, dtype=bool)
+    out = np.empty(true_bits.shape, dtype=bool)
+    width = max(1, int(np.prod(true_bits.shape[1:])))
+    rows = max(1, _PERTURB_CHUNK // width)
+    for start in range(0, true_bits.shape[0], rows):
+        truth = true_bits[start:start + rows]
+        chunk = out[start:start + rows]
+        chunk[...] = bernoulli(p_star, truth.size, rng).reshape(truth.shape)
+        ones = np.flatnonzero(truth)
+        chunk.reshape(-1)[ones] = bernoulli(q_star, ones.size, rng)
+    return out
 
 
 def krr_channel(k: int, epsilon: float) -> np.ndarray:

@@ -7,8 +7,8 @@ Every mechanism encodes through one vectorized code path that draws from a ``Ran
 - A seeded :class:`numpy.random.Generator` (``np.random.default_rng(seed)``) is for simulation, load
   generation and tests only: it is fast and reproducible, and predictable.
 
-Both expose the same two methods, ``random(size)`` (uniform floats in [0, 1)) and
-``integers(low, high, size)``, so mechanism code never needs to know which one it has.
+Both expose the same three methods, ``random(size)`` (uniform floats in [0, 1)),
+``integers(low, high, size)`` and ``bytes(length)``, so mechanism code never needs to know which one it has.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ class Randomness(Protocol):
         self, low: int, high: int | None = None, size: int | tuple[int, ...] | None = None
     ) -> np.ndarray: ...
 
+    def bytes(self, length: int) -> bytes: ...
+
 
 class SecureRandomness:
-    """Uniform variates from ``os.urandom``, vectorized with numpy.
+    """Uniform variates from ``os.urandom``, vectorized with numpy (and raw bytes).
 
     Floats use the top 53 bits of a 64-bit draw (exactly representable, uniform on the 2^-53 grid);
     integers use rejection sampling, so they carry no modulo bias.
@@ -64,6 +66,10 @@ class SecureRandomness:
             out = np.concatenate([out, words[:need]])
         values = (out % np.uint64(span)).astype(np.int64) + int(low)
         return values.reshape(() if size is None else size)
+
+
+    def bytes(self, length: int) -> bytes:
+        return os.urandom(length)
 
 
 SECURE = SecureRandomness()
