@@ -12,11 +12,15 @@ Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejec
 - ``unknown_metric``: no metric in the registry has the record's id;
 - ``fingerprint_mismatch``: the record was made under other parameters than the registry's;
 - ``payload_size``: the payload length does not fit the metric's mechanism;
-- ``out_of_range``: cohort ≥ C, symbol ≥ k, or padding bits set beyond bit k−1.
+- ``out_of_range``: cohort ≥ C, symbol ≥ k, or padding bits set beyond bit k−1;
+- ``event_time_out_of_range``: an event time older than :data:`MAX_EVENT_AGE` or further ahead than
+  :data:`MAX_CLOCK_SKEW` of the consumer's clock (each distinct bucket costs a Redis key: a client may not
+  scatter reports over arbitrary times).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +30,12 @@ from consumers.sketch_store import SketchKey
 from ldpstream.registry import MetricConfig, Registry
 from ldpstream.report import RecordBatch, decode_messages
 
-REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range")
+REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range",
+                     "event_time_out_of_range")
+#: Oldest event time accepted, in seconds before the consumer's clock.
+MAX_EVENT_AGE = 400 * 86400
+#: Furthest event time accepted ahead of the consumer's clock (client clocks drift).
+MAX_CLOCK_SKEW = 86400
 
 
 @dataclass(frozen=True)
@@ -62,12 +71,15 @@ class FoldResult:
 Timestamps = Callable[[np.ndarray], np.ndarray] | np.ndarray
 
 
-def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Registry) -> FoldResult:
+def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Registry,
+                  now: float | None = None) -> FoldResult:
     """Validate and fold message values into increments.
 
     ``timestamps`` gives the messages' Kafka timestamps in seconds, used for records that carry no event
-    time; a callable is asked only for the messages that need it.
+    time; a callable is asked only for the messages that need it. ``now`` (default: the clock) bounds the
+    event times accepted.
     """
+    now = time.time() if now is None else now
     decoded = decode_messages(values)
     result = FoldResult(records_decoded=decoded.record_count)
     refused: dict[int, Rejection] = {
@@ -83,7 +95,7 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
             if metric is None:
                 _refuse(refused, records.message_index, "unknown_metric", f"no metric with id {metric_id}")
                 continue
-            ok = _validate(metric, records, refused)
+            ok = _validate(metric, records, refused, now)
             accepted.append((metric, records if ok.all() else records.take(ok)))
     bad_messages = np.fromiter(refused, dtype=np.int64, count=len(refused))
     for metric, records in accepted:
@@ -102,11 +114,15 @@ def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, de
         refused.setdefault(i, Rejection(i, reason, detail))
 
 
-def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> np.ndarray:
+def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection], now: float) -> np.ndarray:
     """Mask of the records that are valid for ``metric``; refuses the messages of the others."""
     mechanism = metric.mechanism
     ok = np.ones(len(records), dtype=bool)
     checks: list[tuple[np.ndarray, str, str]] = []
+    given = records.event_time.astype(np.int64)
+    checks.append(((given != 0) & ((given < now - MAX_EVENT_AGE) | (given > now + MAX_CLOCK_SKEW)),
+                   "event_time_out_of_range",
+                   f"event time more than {MAX_EVENT_AGE // 86400} days old or {MAX_CLOCK_SKEW} s ahead"))
     fingerprint_bad = records.fingerprint != metric.fingerprint
     checks.append((fingerprint_bad, "fingerprint_mismatch",
                    f"metric {metric.name!r} expects fingerprint {metric.fingerprint:08x}"))
@@ -149,15 +165,21 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timesta
         owners = records.message_index[missing]
         event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
     buckets = event_time // metric.bucket_seconds
-    distinct = _distinct(buckets)
-    for bucket in distinct:
-        part = records if distinct.size == 1 else records.take(buckets == bucket)
+    if buckets.min() == buckets.max():
+        parts = [(int(buckets[0]), records)]
+    else:  # one sort, then each bucket is a contiguous run of the sorted records
+        order = np.argsort(buckets, kind="stable")
+        ordered, sorted_buckets = records.take(order), buckets[order]
+        starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        parts = [(int(sorted_buckets[a]), ordered.take(slice(a, b))) for a, b in zip(starts, ends, strict=True)]
+    for bucket, part in parts:
         sketch = np.zeros((metric.mechanism.cohorts, metric.mechanism.sketch_width), dtype=np.int64)
         for start in range(0, len(part), FOLD_CHUNK):
             stop = start + FOLD_CHUNK
             reports = metric.reports_from_payloads(part.payloads[start:stop])
             sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
-        key = SketchKey(metric.name, metric.fingerprint, int(bucket))
+        key = SketchKey(metric.name, metric.fingerprint, bucket)
         current = result.increments.get(key)
         result.increments[key] = sketch if current is None else current + sketch
     result.applied[metric.name] = result.applied.get(metric.name, 0) + len(records)

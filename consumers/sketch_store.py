@@ -12,11 +12,14 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     cohort-major; missing trailing cells read as 0
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
 
-A consumer applies one Kafka partition batch with one Lua script call (:data:`APPLY_SCRIPT`): if the batch's
-first offset is below the stored next offset, the batch (or part of it) was applied already and the call is
-refused whole; otherwise every counter increment, the stats and the new next offset are written together.
-Redis runs a script atomically, so counts and offsets can never disagree; that is the exactly-once
-guarantee (see the README). The decoder sums a metric's sketches over partitions.
+A consumer applies one Kafka partition batch with one Lua script call (:data:`APPLY_SCRIPT`), a
+compare-and-set: the batch carries the next offset the consumer believes Redis holds for the partition (read
+at assignment, then the one its own last batch stored). If Redis holds anything else, someone else applied
+batches since (a rebalance, a fenced consumer, a replay) or Redis rolled back (a restart that lost its last
+writes), and the call is refused whole, returning what Redis holds, from where the consumer re-reads.
+Otherwise every counter increment, the stats and the new next offset are written together. Redis runs a
+script atomically, so counts and offsets never disagree; that is the exactly-once guarantee (see the
+README). The decoder sums a metric's sketches over partitions.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from typing import Protocol
 import numpy as np
 
 #: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
-#: ARGV[1] first offset of the batch, ARGV[2] next offset after it, ARGV[3] number of stats pairs S,
-#: then S (field, increment) pairs, then for each sketch key: cell count M and M (cell, increment) pairs.
+#: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
+#: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
+#: cell count M and M (cell, increment) pairs. Returns {1, new next offset} or {0, stored next offset or ''}.
 APPLY_SCRIPT = """
-local stored = redis.call('GET', KEYS[1])
-if stored and tonumber(ARGV[1]) < tonumber(stored) then
+local stored = redis.call('GET', KEYS[1]) or ''
+if stored ~= ARGV[1] then
   return {0, stored}
 end
 local a = 4
@@ -75,11 +79,13 @@ class SketchKey:
 
 @dataclass
 class PartitionBatch:
-    """Everything one Kafka partition batch changes: sketch increments, stats, and its offset range."""
+    """Everything one Kafka partition batch changes: sketch increments, stats, and its offsets."""
 
     topic: str
     partition: int
-    first_offset: int
+    #: The partition's next offset the consumer expects the store to hold (None: nothing stored yet).
+    expected_offset: int | None
+    #: The next offset after the batch's last message.
     next_offset: int
     increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
@@ -88,9 +94,9 @@ class PartitionBatch:
 @dataclass(frozen=True)
 class ApplyResult:
     applied: bool
-    #: The partition's next offset after the call: ``batch.next_offset`` when applied; the stored one
-    #: (where the consumer must seek) when refused.
-    next_offset: int
+    #: The partition's next offset after the call: ``batch.next_offset`` when applied; what the store holds
+    #: (where the consumer must seek; None: nothing, start from the beginning) when refused.
+    next_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,8 @@ class RedisSketchStore:
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         tag = _tag(self.prefix, batch.topic, batch.partition)
         keys = [f"{tag}:offset", f"{tag}:stats"]
-        args: list[int | str] = [batch.first_offset, batch.next_offset, len(batch.stats)]
+        expected = "" if batch.expected_offset is None else str(batch.expected_offset)
+        args: list[int | str] = [expected, batch.next_offset, len(batch.stats)]
         for name, value in batch.stats.items():
             args += [name, int(value)]
         new_index: dict[str, list[str]] = {}
@@ -175,7 +182,7 @@ class RedisSketchStore:
                 pipe.sadd(index, *members)
             pipe.execute()
         applied, next_offset = self._apply(keys=keys, args=args)
-        return ApplyResult(bool(applied), int(next_offset))
+        return ApplyResult(bool(applied), int(next_offset) if next_offset not in (b"", "") else None)
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         partitions = list(partitions)
@@ -241,7 +248,7 @@ class InMemorySketchStore:
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         where = (batch.topic, batch.partition)
         stored = self._offsets.get(where)
-        if stored is not None and batch.first_offset < stored:
+        if stored != batch.expected_offset:
             return ApplyResult(False, stored)
         stats = self._stats.setdefault(where, {})
         for name, value in batch.stats.items():

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from consumers.fold import Rejection, fold_messages
 from consumers.metrics import ConsumerMetrics, default_metrics
@@ -76,7 +84,13 @@ class SketchConsumer:
         self._dead_letters = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True,
                                        "acks": "all", "linger.ms": 5})
         self._dead_letter_errors: list[str] = []
+        #: Per owned partition, the next offset this consumer expects the store to hold (compare-and-set).
+        self._expected: dict[tuple[str, int], int | None] = {}
         self._last_lag = 0.0
+        config = {**settings.kafka_config}
+        #: Cooperative assignors and the KIP-848 protocol hand out partitions incrementally.
+        self._incremental = ("cooperative" in str(config.get("partition.assignment.strategy", ""))
+                             or str(config.get("group.protocol", "classic")) == "consumer")
         self.reports_applied = 0
         self.messages_seen = 0
 
@@ -103,22 +117,46 @@ class SketchConsumer:
             self.close()
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Start every newly assigned partition at the offset stored in Redis (the beginning if none)."""
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
         stored = {topic: self.store.next_offsets(topic, ps) for topic, ps in by_topic.items()}
         for tp in partitions:
             offset = stored[tp.topic][tp.partition]
+            if offset is not None:
+                self._check_stored_offset(consumer, tp, offset)
+            self._expected[(tp.topic, tp.partition)] = offset
             tp.offset = OFFSET_BEGINNING if offset is None else offset
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
-        consumer.assign(partitions)
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+
+    def _check_stored_offset(self, consumer: Consumer, tp: TopicPartition, offset: int) -> None:
+        """An offset past the partition's end means the topic was recreated or truncated: resuming there
+        would silently skip every report up to it, so refuse; one below the start means retention deleted
+        reports that were never counted: say so."""
+        low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+        if offset > high:
+            raise ServiceError(
+                f"Redis holds next offset {offset} for {tp.topic}[{tp.partition}], past the partition's end "
+                f"({high}): the topic was recreated or truncated. Delete the partition's keys under the prefix "
+                "(or use a new prefix) to count it again from the start.")
+        if offset < low:
+            log.error("%s[%d]: offsets %d..%d were deleted by retention before being counted",
+                      tp.topic, tp.partition, offset, low - 1)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Nothing to commit (offsets live in Redis); drop the lag series of partitions we no longer own."""
+        """Nothing to commit (offsets live in Redis); forget the partitions and their lag series."""
         for tp in partitions:
+            self._expected.pop((tp.topic, tp.partition), None)
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(tp.topic, str(tp.partition))
         log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
+        if self._incremental:
+            consumer.incremental_unassign(partitions)
 
     # ---------------------------------------------------------------------------------------- a batch
 
@@ -147,30 +185,46 @@ class SketchConsumer:
         values = [m.value() or b"" for m in messages]
 
         def timestamps(indices: np.ndarray) -> np.ndarray:
-            """Kafka timestamps (s) of the messages whose records carry no event time; rarely needed."""
-            stamps = np.array([messages[i].timestamp()[1] for i in indices.tolist()], dtype=np.int64) // 1000
-            return np.where(stamps > 0, stamps, int(time.time()))  # -1: the broker gave no timestamp
+            """Kafka timestamps (s) of the messages whose records carry no event time (once per message)."""
+            owners, inverse = np.unique(indices, return_inverse=True)
+            stamps = np.array([messages[i].timestamp()[1] for i in owners.tolist()], dtype=np.int64) // 1000
+            stamps = np.where(stamps > 0, stamps, int(time.time()))  # -1: the broker gave no timestamp
+            return stamps[inverse]
 
         folded = fold_messages(values, timestamps, self.registry)
         self.metrics.reports_consumed.inc(folded.records_decoded)
         first, last = messages[0].offset(), messages[-1].offset()
         if folded.rejections:
             self._dead_letter(topic, partition, messages, folded.rejections)
-        batch = PartitionBatch(topic=topic, partition=partition, first_offset=first, next_offset=last + 1,
-                               increments=folded.increments, stats=folded.stats())
+        where = (topic, partition)
+        if where not in self._expected:
+            return  # revoked while this batch was in flight: its new owner reads it again
+        batch = PartitionBatch(topic=topic, partition=partition, expected_offset=self._expected[where],
+                               next_offset=last + 1, increments=folded.increments, stats=folded.stats())
         result = self.store.apply(batch)
         if not result.applied:
-            self.metrics.batches_refused.inc()
-            log.info("partition %s-%d: offsets %d..%d already applied; seeking to %d",
-                     topic, partition, first, last, result.next_offset)
-            self._consumer.seek(TopicPartition(topic, partition, result.next_offset))
+            self._resume_from_store(topic, partition, first, last, result.next_offset)
             return
+        self._expected[where] = last + 1
         for metric, count in folded.applied.items():
             self.metrics.reports_applied.labels(metric).inc(count)
         for rejection in folded.rejections:
             self.metrics.messages_rejected.labels(rejection.reason).inc()
         self.reports_applied += folded.reports_applied
         self._consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=True)
+
+    def _resume_from_store(self, topic: str, partition: int, first: int, last: int, stored: int | None) -> None:
+        """Redis holds another next offset than we expected (another consumer applied batches, or Redis
+        rolled back): continue from what Redis holds, forwards or backwards."""
+        self.metrics.batches_refused.inc()
+        log.info("partition %s-%d: batch %d..%d refused, Redis holds next offset %s; resuming there",
+                 topic, partition, first, last, stored)
+        self._expected[(topic, partition)] = stored
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING if stored is None else stored))
+        except KafkaException as exc:  # the partition was taken from us meanwhile: its new owner carries on
+            log.info("partition %s-%d: cannot seek (%s); no longer ours", topic, partition, exc)
+            self._expected.pop((topic, partition), None)
 
     def _dead_letter(self, topic: str, partition: int, messages: list[Message],
                      rejections: list[Rejection]) -> None:

@@ -56,6 +56,9 @@ class PublishedEstimate:
     buckets: int
     estimate: Estimate
     names: tuple[str, ...]
+    #: Event times the summed buckets cover, [from, to) in seconds: whole buckets, so a window of the last
+    #: hour over hourly buckets may reach back up to two hours.
+    covers: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         est = self.estimate
@@ -72,6 +75,7 @@ class PublishedEstimate:
             "snapshot_time": self.snapshot_time,
             "decode_seconds": self.decode_seconds,
             "buckets": self.buckets,
+            "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
             "method": est.method,
             "n_reports": int(est.n_reports),
             "residual": est.residual,
@@ -112,8 +116,9 @@ class DecoderService:
             started = time.perf_counter()
             result = decode_sketch(metric, sketch)
             seconds = time.perf_counter() - started
+            covers = (min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
             out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
-                                         metric.value_names()))
+                                         metric.value_names(), covers))
         return out, empty
 
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
@@ -128,10 +133,16 @@ class DecoderService:
                 log.exception("decoding metric %s failed", metric.name)
                 failed.append(metric.name)
                 continue
-            for result in results:
-                self.publish(result)
-            for window in empty:
-                self.retract(metric.name, window)
+            try:
+                for result in results:
+                    self.publish(result)
+                for window in empty:
+                    self.retract(metric.name, window)
+            except Exception:  # Redis or Kafka failed mid-publish: try again next pass, keep serving
+                self.metrics.decode_failures.labels(metric.name).inc()
+                log.exception("publishing metric %s failed", metric.name)
+                failed.append(metric.name)
+                continue
             published.extend(results)
         if self.producer is not None:
             unsent = self.producer.flush(10)
@@ -145,9 +156,15 @@ class DecoderService:
         return published
 
     def retract(self, metric: str, window: str) -> None:
-        """A window that holds no report publishes nothing: drop its last estimate and gauges."""
-        self._redis.delete(f"{self.store.prefix}:estimate:{metric}:{window}")
+        """A window that holds no report (any more) has no estimate: drop the last one from Redis and its
+        gauges, and tell the estimates topic with a ``{"retracted": true}`` record (history stays)."""
+        key = f"{self.store.prefix}:estimate:{metric}:{window}"
+        if not self._redis.delete(key):
+            return  # nothing was published for it: nothing to retract
         self.metrics.clear(metric, window)
+        if self.producer is not None:
+            body = json.dumps({"metric": metric, "window": window, "retracted": True, "time": time.time()})
+            self._produce(f"{metric}:{window}", body)
 
     @property
     def _redis(self) -> Any:
@@ -162,14 +179,17 @@ class DecoderService:
         pipe.ltrim(f"{self.store.prefix}:history:{where}", 0, self.history - 1)
         pipe.execute()
         if self.producer is not None:
-            while True:
-                try:
-                    self.producer.produce(self.estimates_topic, body.encode(), key=where.encode())
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
-            self.producer.poll(0)
+            self._produce(where, body)
         self.metrics.observe(result, self.top_n)
+
+    def _produce(self, key: str, body: str) -> None:
+        while True:
+            try:
+                self.producer.produce(self.estimates_topic, body.encode(), key=key.encode())
+                break
+            except BufferError:
+                self.producer.poll(0.1)
+        self.producer.poll(0)
 
     def run(self, interval: float, stop: threading.Event | None = None, iterations: int | None = None) -> None:
         done = 0

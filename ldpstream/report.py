@@ -69,8 +69,8 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.metric_id)
 
-    def take(self, index: np.ndarray) -> RecordBatch:
-        """The records at ``index`` (integer indices or a boolean mask), as a new batch."""
+    def take(self, index: np.ndarray | slice) -> RecordBatch:
+        """The records at ``index`` (integer indices, a boolean mask, or a slice: then views), as a batch."""
         return RecordBatch(self.metric_id[index], self.fingerprint[index], self.cohort[index],
                            self.event_time[index], self.payloads[index], self.message_index[index])
 

@@ -1,6 +1,7 @@
 """The client SDK: what an application embeds to report values under local differential privacy.
 
->>> client = LdpClient(Registry.load("metrics.toml"), bootstrap="127.0.0.1:39092")   # doctest: +SKIP
+>>> client = LdpClient(Registry.load("metrics.toml"), bootstrap="127.0.0.1:39092",    # doctest: +SKIP
+...                    secret_file="~/.local/share/myapp/ldp-secret")
 >>> client.report("fruit", "banana")                                                   # doctest: +SKIP
 >>> client.flush()                                                                     # doctest: +SKIP
 
@@ -10,13 +11,16 @@ and only the noisy report leaves it, published with an idempotent producer (``ac
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ldpstream.errors import ReportFormatError
+from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.registry import Registry
 from ldpstream.report import encode_records, symbol_payloads
@@ -29,12 +33,33 @@ def payloads_of(kind: str, reports: np.ndarray) -> np.ndarray:
     return symbol_payloads(reports) if kind == "symbol" else pack_bits(reports)
 
 
+def load_or_create_secret(path: Path) -> bytes:
+    """The device secret kept in ``path`` (32 random bytes from the OS, written once, mode 0600)."""
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(secret)
+    if len(secret) < 16:
+        raise ParameterError(f"device secret {path} holds {len(secret)} bytes; at least 16 are needed")
+    return secret
+
+
 class LdpClient:
     """A device's reporter: holds the registry, its secret (RAPPOR PRR memo, cohort) and a producer."""
 
     def __init__(self, registry: Registry, bootstrap: str, *, secret: bytes | None = None,
-                 delivery_timeout: float = 30.0, producer_config: Mapping[str, Any] | None = None) -> None:
+                 secret_file: str | Path | None = None, delivery_timeout: float = 30.0,
+                 producer_config: Mapping[str, Any] | None = None) -> None:
+        """``secret`` (or ``secret_file``, created with 32 random bytes on first use and read afterwards)
+        must persist for the life of the device when a metric uses RAPPOR: a new secret means a new
+        permanent randomized response, and averaging those undoes RAPPOR's long-run guarantee (ε_∞)."""
         self.registry = registry
+        if secret is None and secret_file is not None:
+            secret = load_or_create_secret(Path(secret_file).expanduser())
         self.privatizer = ClientPrivatizer(secret)
         self.publisher = ReportPublisher(bootstrap, delivery_timeout=delivery_timeout, config=producer_config)
 

@@ -54,6 +54,8 @@ class ClientPrivatizer:
     """
 
     def __init__(self, secret: bytes | None = None) -> None:
+        #: Whether the secret was given (so it can persist across restarts) or drawn for this process only.
+        self.persistent = secret is not None
         self.secret = secret if secret is not None else secrets.token_bytes(32)
         self._rappor: dict[str, RapporClient] = {}
 
@@ -68,6 +70,10 @@ class ClientPrivatizer:
             cohort, report = mechanism.encode(value)
             return cohort, np.asarray(report)
         if isinstance(mechanism, Rappor):
+            if not self.persistent:
+                raise ParameterError(
+                    f"metric {metric.name!r} uses RAPPOR, whose permanent randomized response must survive "
+                    "restarts: give the client a persistent secret (LdpClient(..., secret_file=PATH))")
             client = self._rappor.get(metric.name)
             if client is None:
                 client = RapporClient(mechanism, self._metric_secret(metric), self._cohort(metric))

@@ -183,7 +183,6 @@ def estimate_krr(
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
     e = np.exp(_check_eps(epsilon))
-    m_hat = counts / n
     scale = ((e + k - 1) / (e - 1)) ** 2
     m0 = 1 / (e + k - 1)
     floor = detection_floor(np.sqrt(scale * m0 * (1 - m0) / n), k)
@@ -193,11 +192,17 @@ def estimate_krr(
         res = em_multinomial(counts, ch, tol=tol, max_iter=max_iter)
         p = res.p
         m = np.maximum(ch.forward(p), 1e-300)
-        var = constrained_variances(ch.information(counts / m**2))
+        # Expected (Fisher) information n Σ_y (∂m_y)²/m_y: unlike the observed one it stays positive for
+        # outputs seen zero times, so a small sample cannot publish a zero-width interval.
+        var = constrained_variances(ch.information(n / m))
         info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood)
     else:
-        p = _post_process(krr_unbiased(counts, epsilon), method)
-        var = scale * m_hat * (1 - m_hat) / n
+        unbiased = krr_unbiased(counts, epsilon)
+        p = _post_process(unbiased, method)
+        # Var p̂_i = scale · m_i(1 − m_i)/n at the fitted report distribution m = ((e^ε − 1)p + 1)/(e^ε + k − 1)
+        # of the projected estimate: m_i ≥ 1/(e^ε + k − 1) > 0, where the empirical m̂_i can be 0 or 1.
+        m_fit = ((e - 1) * project_simplex(unbiased) + 1) / (e + k - 1)
+        var = scale * m_fit * (1 - m_fit) / n
     return Estimate(p, np.sqrt(var), round(n), f"krr/{method}", labels, None, None, floor, info)
 
 
@@ -240,10 +245,13 @@ def estimate_krappor(
         res = em_multinomial(pseudo, ch, tol=tol, max_iter=max_iter)
         p = res.p
         m = np.maximum(ch.forward(p), 1e-300)
-        var = constrained_variances(ch.information(pseudo / m**2))
+        var = constrained_variances(ch.information(pseudo.sum() / m))  # expected information (see k-RR)
         info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood)
     else:
-        p = _post_process(krappor_unbiased(T, n, epsilon), method)
-        r = T / n
+        unbiased = krappor_unbiased(T, n, epsilon)
+        p = _post_process(unbiased, method)
+        # Var p̂_j = π_j(1 − π_j)/(n (q* − p*)²) at the fitted bit rate π = p* + (q* − p*) p of the projected
+        # estimate, which lies in [p*, q*], where the empirical T_j/n can be 0 or 1.
+        r = p_star + delta * project_simplex(unbiased)
         var = r * (1 - r) / (n * delta**2)
     return Estimate(p, np.sqrt(var), round(n), f"krappor/{method}", labels, None, None, floor, info)

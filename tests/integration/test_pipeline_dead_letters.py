@@ -26,7 +26,7 @@ METRICS = {
     "lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 1.0},
     "flags": {"id": 2, "mechanism": "krappor", "k": 12, "epsilon": 1.0},  # k % 8 != 0: padding bits exist
 }
-EVENT_TIME = 1_700_000_000
+EVENT_TIME = int(time.time()) - 60
 
 
 def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru", "ja", "de", "fr", "ko", "it", "tr", "vi", "pl"]
 BUCKET = 600
-NOW = 1_800_000_000                      # a multiple of BUCKET
+NOW = int(time.time()) // BUCKET * BUCKET  # a multiple of BUCKET (event times must be near the clock)
 OLD_TIME = NOW - 3 * 3600 + 100          # three hours before NOW
 RECENT_TIME = NOW - 120                  # two minutes before NOW
 NOW_THEN = OLD_TIME + 300                # a decode shortly after the old reports: its 1h sees only them
@@ -172,12 +172,14 @@ def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sli
     assert abs(last_run["time"] - time.time()) < 60
 
     # Kafka: one message per metric and window and pass, keyed <metric>:<window>, the JSON published to Redis.
-    messages = _read_all(kafka_bootstrap, estimates_topic, expected=4 + 4 * 3)
-    assert Counter(m.key().decode() for m in messages) == {"lang:all": 5, "lang:1h": 5, "flags:all": 5, "flags:1h": 1}
+    # flags:1h: its estimate back then, and one retraction record when its window emptied.
+    messages = _read_all(kafka_bootstrap, estimates_topic, expected=4 + 4 * 3 + 1)
+    assert Counter(m.key().decode() for m in messages) == {"lang:all": 5, "lang:1h": 5, "flags:all": 5, "flags:1h": 2}
     last = {m.key().decode(): json.loads(m.value()) for m in messages}  # one partition: in order
     for where, body in last.items():
         if where != "flags:1h":
             assert body == latest_estimate(client, key_prefix, *where.split(":"))
+    assert last["flags:1h"]["retracted"] is True
 
 
 def test_a_window_that_has_emptied_leaves_no_stale_estimate_or_gauges(redis_url, key_prefix):
@@ -189,7 +191,7 @@ def test_a_window_that_has_emptied_leaves_no_stale_estimate_or_gauges(redis_url,
     counts = np.zeros((1, 16), dtype=np.int64)
     counts[0, :3] = [500, 300, 200]
     key = SketchKey("lang", lang.fingerprint, OLD_TIME // BUCKET)
-    assert store.apply(PartitionBatch("unused", 0, 0, 1, {key: counts}, {"reports_applied": 1000})).applied
+    assert store.apply(PartitionBatch("unused", 0, None, 1, {key: counts}, {"reports_applied": 1000})).applied
     prometheus = CollectorRegistry()
     service = DecoderService(registry, store, metrics=DecoderMetrics(registry=prometheus), top_n=TOP_N)
     service.run_once(now=NOW_THEN)

@@ -30,7 +30,7 @@ METRICS = {
     "lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 2.0, "bucket_seconds": BUCKET},
     "idle": {"id": 2, "mechanism": "krappor", "k": 16, "epsilon": 1.0},
 }
-T0 = 1_700_002_800  # bucket 472223
+T0 = (int(time.time()) // BUCKET - 2) * BUCKET + 2_800  # two buckets ago (event times must be near the clock)
 
 
 def _status(capsys, bootstrap: str, redis_url: str, prefix: str, registry_path) -> dict:

@@ -29,7 +29,7 @@ def test_symbol_reports_fold_into_per_cohort_counts_by_time_bucket():
     rows = _sym_rows([1, 1, 7, 0], [0, 0, 3, 2], event_time=250)
     late = _sym_rows([5], [1], event_time=0)  # no event time: the Kafka timestamp (999 s) decides
     values = [r.tobytes() for r in rows] + [late.tobytes()]
-    folded = fold_messages(values, np.full(len(values), 999), REGISTRY)
+    folded = fold_messages(values, np.full(len(values), 999), REGISTRY, now=1000)
     fp = REGISTRY["sym"].fingerprint
     assert set(folded.increments) == {SketchKey("sym", fp, 2), SketchKey("sym", fp, 9)}
     sketch = folded.increments[SketchKey("sym", fp, 2)]
@@ -46,7 +46,7 @@ def test_bit_reports_fold_into_report_and_bit_counts():
     bits[0, [0, 11]] = 1
     bits[1, 11] = 1
     rows = encode_records(metric.id, metric.fingerprint, [0, 0, 0], pack_bits(bits), event_time=50)
-    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY)
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY, now=1000)
     (sketch,) = folded.increments.values()
     assert sketch[0, 0] == 3 and sketch[0, 1] == 1 and sketch[0, 12] == 2 and sketch.sum() == 6
 
@@ -66,7 +66,7 @@ def test_bad_reports_are_refused_with_their_reason_and_never_counted():
     padding[0, 1] = 0x10  # bit 12 set: beyond k = 12
     pad_out = encode_records(bits.id, bits.fingerprint, [0], padding).tobytes()
     values = [good.tobytes(), *cases.values(), cohort_out, pad_out]
-    folded = fold_messages(values, np.zeros(len(values), dtype=np.int64), REGISTRY)
+    folded = fold_messages(values, np.zeros(len(values), dtype=np.int64), REGISTRY, now=1000)
     reasons = [r.reason for r in folded.rejections]
     assert reasons == [*cases, "out_of_range", "out_of_range"]
     assert folded.applied == {"sym": 1}
@@ -78,20 +78,33 @@ def test_bad_reports_are_refused_with_their_reason_and_never_counted():
 def test_a_gateway_message_with_one_bad_record_is_refused_whole():
     rows = _sym_rows([1, 2, 3], [0, 0, 0])
     rows[2, 4:8] = 0  # break the last record's fingerprint
-    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY)
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY, now=1000)
     assert [r.reason for r in folded.rejections] == ["fingerprint_mismatch"]
     assert folded.increments == {}
 
 
-def test_in_memory_store_applies_each_offset_range_once():
+def test_in_memory_store_applies_a_batch_only_where_the_consumer_expects_the_partition():
     store = InMemorySketchStore()
     key = SketchKey("sym", 1, 0)
     one = np.ones((4, 8), dtype=np.int64)
-    assert store.apply(PartitionBatch("t", 0, 0, 10, {key: one})).applied
-    replay = store.apply(PartitionBatch("t", 0, 5, 12, {key: one}))
+    assert store.apply(PartitionBatch("t", 0, None, 10, {key: one})).applied
+    replay = store.apply(PartitionBatch("t", 0, None, 12, {key: one}))
     assert not replay.applied and replay.next_offset == 10
     assert store.apply(PartitionBatch("t", 0, 10, 20, {key: one})).applied
-    assert store.apply(PartitionBatch("t", 1, 0, 3, {key: one})).applied  # other partition: own offsets
+    assert store.apply(PartitionBatch("t", 1, None, 3, {key: one})).applied  # other partition: own offsets
     assert store.next_offsets("t", [0, 1, 2]) == {0: 20, 1: 3, 2: None}
     total = sum_buckets(store.snapshot("sym", 1, (4, 8)))
     np.testing.assert_array_equal(total, 3 * one)
+
+
+def test_event_times_far_from_the_clock_are_refused_and_buckets_fold_in_one_pass():
+    now = 1_800_000_000
+    times = [now - 10, now - 3600, now + 60, now - 500 * 86400, now + 2 * 86400]
+    values = [_sym_rows([i % 8], [0], event_time=t).tobytes() for i, t in enumerate(times)]
+    folded = fold_messages(values, np.zeros(len(values), dtype=np.int64), REGISTRY, now=now)
+    assert [(r.message_index, r.reason) for r in folded.rejections] == [
+        (3, "event_time_out_of_range"), (4, "event_time_out_of_range")]
+    fp = REGISTRY["sym"].fingerprint
+    buckets = sorted(k.bucket for k in folded.increments)
+    assert buckets == sorted({t // 100 for t in times[:3]})
+    assert all(int(folded.increments[SketchKey("sym", fp, b)].sum()) == 1 for b in buckets)

@@ -41,3 +41,21 @@ def test_client_refuses_an_event_time_outside_the_u32_field_instead_of_wrapping_
     for bad in (-1, 2**32):
         with pytest.raises(ReportFormatError, match="event_time"):
             client.report("m", 1, event_time=bad)
+
+
+def test_rappor_needs_a_persistent_device_secret_and_the_secret_file_is_created_once(tmp_path):
+    from ldpstream.errors import ParameterError
+    from ldpstream.registry import Registry
+    from producers.client import load_or_create_secret
+    from producers.privatize import ClientPrivatizer
+
+    registry = Registry.from_dict({"metrics": {"r": {"id": 1, "mechanism": "rappor", "k": 16, "hashes": 2,
+                                                     "cohorts": 4, "p": 0.25, "q": 0.75, "f": 0.5}}})
+    with pytest.raises(ParameterError, match="persistent secret"):
+        ClientPrivatizer().privatize(registry["r"], "a")
+    path = tmp_path / "device" / "secret"
+    first = load_or_create_secret(path)
+    assert len(first) == 32 and load_or_create_secret(path) == first
+    assert (path.stat().st_mode & 0o777) == 0o600
+    cohort, bits = ClientPrivatizer(first).privatize(registry["r"], "a")
+    assert 0 <= cohort < 4 and bits.shape == (16,)
