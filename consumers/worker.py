@@ -255,11 +255,11 @@ class SketchConsumer:
             return
         self._last_lag = now
         try:
-            assignment = self._consumer.assignment()
-            positions = self._consumer.position(assignment)
+            positions = self._consumer.position(self._consumer.assignment())
             for tp in positions:
-                _low, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
-                if tp.offset >= 0:
+                # The high watermark that arrived with the last fetch: a local read, no broker round trip.
+                _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high >= 0:
                     self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(high - tp.offset, 0))
         except Exception as exc:  # lag is informational; never let it stop the consumer
             log.debug("lag update failed: %s", exc)
