@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from consumers.sketch_store import SketchKey
+from consumers.sketch_store import ALL_TIME, SketchKey
 from ldpstream.registry import MetricConfig, Registry
 from ldpstream.report import RecordBatch, decode_messages
 
@@ -48,6 +48,8 @@ class Rejection:
 @dataclass
 class FoldResult:
     increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
+    #: When bucket sketches expire, for metrics with a retention.
+    expire_at: dict[SketchKey, int] = field(default_factory=dict)
     applied: dict[str, int] = field(default_factory=dict)
     #: Records decoded from the messages, accepted or not (malformed messages contribute none).
     records_decoded: int = 0
@@ -173,13 +175,24 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timesta
         starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]])
         ends = np.r_[starts[1:], len(order)]
         parts = [(int(sorted_buckets[a]), ordered.take(slice(a, b))) for a, b in zip(starts, ends, strict=True)]
+    shape = (metric.mechanism.cohorts, metric.mechanism.sketch_width)
+    all_time = np.zeros(shape, dtype=np.int64)
     for bucket, part in parts:
-        sketch = np.zeros((metric.mechanism.cohorts, metric.mechanism.sketch_width), dtype=np.int64)
+        sketch = np.zeros(shape, dtype=np.int64)
         for start in range(0, len(part), FOLD_CHUNK):
             stop = start + FOLD_CHUNK
             reports = metric.reports_from_payloads(part.payloads[start:stop])
             sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
         key = SketchKey(metric.name, metric.fingerprint, bucket)
-        current = result.increments.get(key)
-        result.increments[key] = sketch if current is None else current + sketch
+        _add(result, key, sketch)
+        all_time += sketch
+        if metric.retention_seconds is not None:
+            result.expire_at[key] = (bucket + 1) * metric.bucket_seconds + metric.retention_seconds
+    # The all-time rollup, updated in the same atomic call: the "all" window never depends on old buckets.
+    _add(result, SketchKey(metric.name, metric.fingerprint, ALL_TIME), all_time)
     result.applied[metric.name] = result.applied.get(metric.name, 0) + len(records)
+
+
+def _add(result: FoldResult, key: SketchKey, sketch: np.ndarray) -> None:
+    current = result.increments.get(key)
+    result.increments[key] = sketch if current is None else current + sketch

@@ -9,7 +9,11 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     with config fingerprint fp (8 hex digits) in time
                                                     bucket <bucket> (= event time // bucket_seconds), as
                                                     C·W signed 64-bit big-endian counters (BITFIELD i64),
-                                                    cohort-major; missing trailing cells read as 0
+                                                    cohort-major; missing trailing cells read as 0. With a
+                                                    metric ``retention``, it expires that long after the
+                                                    bucket's end.
+    P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
+                                                    updated in the same call; never expires)
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
 
 A consumer applies one Kafka partition batch with one Lua script call (:data:`APPLY_SCRIPT`), a
@@ -33,7 +37,8 @@ import numpy as np
 #: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
-#: cell count M and M (cell, increment) pairs. Returns {1, new next offset} or {0, stored next offset or ''}.
+#: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment) pairs.
+#: Returns {1, new next offset} or {0, stored next offset or ''}.
 APPLY_SCRIPT = """
 local stored = redis.call('GET', KEYS[1]) or ''
 if stored ~= ARGV[1] then
@@ -47,7 +52,8 @@ for s = 1, nstats do
 end
 for i = 3, #KEYS do
   local cells = tonumber(ARGV[a])
-  a = a + 1
+  local expire_at = tonumber(ARGV[a + 1])
+  a = a + 2
   local done = 0
   while done < cells do
     local chunk = math.min(cells - done, 1000)
@@ -62,15 +68,22 @@ for i = 3, #KEYS do
     redis.call('BITFIELD', KEYS[i], unpack(args))
     done = done + chunk
   end
+  if expire_at > 0 then
+    redis.call('EXPIREAT', KEYS[i], expire_at)
+  end
 end
 redis.call('SET', KEYS[1], ARGV[2])
 return {1, ARGV[2]}
 """
 
 
+#: The bucket number of the all-time rollup sketch (real buckets are ≥ 0).
+ALL_TIME = -1
+
+
 @dataclass(frozen=True)
 class SketchKey:
-    """Which sketch an increment goes to."""
+    """Which sketch an increment goes to (``bucket`` = :data:`ALL_TIME` for the all-time rollup)."""
 
     metric: str
     fingerprint: int
@@ -89,6 +102,8 @@ class PartitionBatch:
     next_offset: int
     increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    #: Unix time at which a sketch key expires (keys absent here never do).
+    expire_at: dict[SketchKey, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,9 +116,15 @@ class ApplyResult:
 
 @dataclass(frozen=True)
 class MetricSnapshot:
-    """All sketches of one metric and fingerprint, read at one instant: bucket → summed (C, W) counts."""
+    """All sketches of one metric and fingerprint, read at one instant: bucket → summed (C, W) counts, and
+    the all-time rollup (None where no consumer has written one)."""
 
     buckets: dict[int, np.ndarray]
+    total: np.ndarray | None = None
+
+    def all_time(self, shape: tuple[int, int]) -> np.ndarray:
+        """Every report ever: the rollup, or the sum of the buckets where there is none."""
+        return self.total if self.total is not None else sum_buckets(self, None, shape)
 
 
 class SketchStore(Protocol):
@@ -111,7 +132,8 @@ class SketchStore(Protocol):
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]: ...
 
-    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot: ...
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
+                 expired_before: int | None = None) -> MetricSnapshot: ...
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]: ...
 
@@ -121,7 +143,8 @@ def _tag(prefix: str, topic: str, partition: int) -> str:
 
 
 def sketch_key(prefix: str, topic: str, partition: int, key: SketchKey) -> str:
-    return f"{_tag(prefix, topic, partition)}:sk:{key.metric}:{key.fingerprint:08x}:{key.bucket}"
+    bucket = "all" if key.bucket == ALL_TIME else str(key.bucket)
+    return f"{_tag(prefix, topic, partition)}:sk:{key.metric}:{key.fingerprint:08x}:{bucket}"
 
 
 def index_key(prefix: str, metric: str, fingerprint: int) -> str:
@@ -129,7 +152,8 @@ def index_key(prefix: str, metric: str, fingerprint: int) -> str:
 
 
 def _bucket_of(key: str) -> int:
-    return int(key.rsplit(":", 1)[1])
+    suffix = key.rsplit(":", 1)[1]
+    return ALL_TIME if suffix == "all" else int(suffix)
 
 
 class RedisSketchStore:
@@ -173,7 +197,7 @@ class RedisSketchStore:
             pairs = np.empty(2 * cells.size, dtype=np.int64)
             pairs[0::2] = cells
             pairs[1::2] = flat[cells]
-            args.append(int(cells.size))
+            args += [int(cells.size), int(batch.expire_at.get(key, 0))]
             args.extend(pairs.tolist())
         if new_index:
             # The index is idempotent and written first: a sketch key is always findable once it exists.
@@ -189,10 +213,18 @@ class RedisSketchStore:
         values = self._redis.mget([f"{_tag(self.prefix, topic, p)}:offset" for p in partitions]) if partitions else []
         return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
 
-    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot:
-        keys, raws = self._read_indexed(index_key(self.prefix, metric, fingerprint))
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
+                 expired_before: int | None = None) -> MetricSnapshot:
+        """``expired_before``: buckets below it have expired; their index entries are removed."""
+        index = index_key(self.prefix, metric, fingerprint)
+        keys, raws = self._read_indexed(index)
+        if expired_before is not None:
+            gone = [k for k in keys if 0 <= _bucket_of(k) < expired_before]
+            if gone:
+                self._redis.srem(index, *gone)
         size = shape[0] * shape[1]
         buckets: dict[int, np.ndarray] = {}
+        total: np.ndarray | None = None
         for key, raw in zip(keys, raws, strict=True):
             if raw is None:
                 continue
@@ -200,8 +232,11 @@ class RedisSketchStore:
             counts = np.zeros(size, dtype=np.int64)
             counts[: cells.size] = cells
             bucket = _bucket_of(key)
-            buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
-        return MetricSnapshot(buckets)
+            if bucket == ALL_TIME:
+                total = counts.reshape(shape) if total is None else total + counts.reshape(shape)
+            elif expired_before is None or bucket >= expired_before:
+                buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
+        return MetricSnapshot(buckets, total)
 
     def _read_indexed(self, index: str) -> tuple[list[str], list[bytes | None]]:
         """Every key listed in ``index`` and its value, as of one instant.
@@ -263,9 +298,13 @@ class InMemorySketchStore:
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         return {p: self._offsets.get((topic, p)) for p in partitions}
 
-    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int]) -> MetricSnapshot:
-        buckets = self._sketches.get((metric, fingerprint), {})
-        return MetricSnapshot({b: c.reshape(shape).copy() for b, c in buckets.items()})
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
+                 expired_before: int | None = None) -> MetricSnapshot:
+        stored = self._sketches.get((metric, fingerprint), {})
+        buckets = {b: c.reshape(shape).copy() for b, c in stored.items()
+                   if b != ALL_TIME and (expired_before is None or b >= expired_before)}
+        total = stored.get(ALL_TIME)
+        return MetricSnapshot(buckets, None if total is None else total.reshape(shape).copy())
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
         total: dict[str, int] = {}

@@ -23,7 +23,8 @@ def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: s
         mechanism = metric.mechanism
         snapshot = store.snapshot(metric.name, metric.fingerprint, (mechanism.cohorts, mechanism.sketch_width))
         per_bucket = {str(b): int(mechanism.reports_per_cohort(s).sum()) for b, s in sorted(snapshot.buckets.items())}
-        out["metrics"][metric.name] = {"reports": sum(per_bucket.values()), "per_bucket": per_bucket,
+        total = int(mechanism.reports_per_cohort(snapshot.all_time((mechanism.cohorts, mechanism.sketch_width))).sum())
+        out["metrics"][metric.name] = {"reports": total, "per_bucket": per_bucket,
                                        "bucket_seconds": metric.bucket_seconds,
                                        "fingerprint": f"{metric.fingerprint:08x}"}
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "_ldpstream_status", "enable.auto.commit": False})

@@ -104,19 +104,23 @@ class DecoderService:
         now = time.time() if now is None else now
         mechanism = metric.mechanism
         shape = (mechanism.cohorts, mechanism.sketch_width)
-        snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape)
+        expired_before = None
+        if metric.retention_seconds is not None:  # buckets whose sketches have expired (or are about to)
+            expired_before = int((now - metric.retention_seconds) // metric.bucket_seconds)
+        snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape, expired_before)
         out = []
         empty = []
         for window in metric.windows:
             buckets = window_buckets(snapshot, window, metric.bucket_seconds, now)
-            sketch = sum_buckets(snapshot, buckets, shape)
+            sketch = snapshot.all_time(shape) if window.seconds is None else sum_buckets(snapshot, buckets, shape)
             if mechanism.reports_per_cohort(sketch).sum() == 0:
                 empty.append(window.name)  # nothing to estimate in this window (yet, or any more)
                 continue
             started = time.perf_counter()
             result = decode_sketch(metric, sketch)
             seconds = time.perf_counter() - started
-            covers = (min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
+            covers = ((min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
+                      if buckets else None)
             out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
                                          metric.value_names(), covers))
         return out, empty

@@ -6,6 +6,8 @@ Example (``deploy/metrics.toml`` is a complete one)::
     topic = "ldp-reports"        # Kafka topic of reports
     bucket_seconds = 3600        # width of a time bucket of the count sketches
     windows = ["all", "1h", "1d"]
+    retention = "30d"            # bucket sketches expire this long after their bucket ends (default: never);
+                                 # the all-time rollup is kept regardless
 
     [metrics.fruit]
     id = 1                       # u16, unique, carried by every report
@@ -54,7 +56,8 @@ from ldpstream.report import SYMBOL_PAYLOAD_SIZE, symbols_from_payloads
 DEFAULT_TOPIC = "ldp-reports"
 DEFAULT_BUCKET_SECONDS = 3600
 DEFAULT_WINDOWS = ("all",)
-_SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidates", "estimator", "description"}
+_SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidates", "estimator", "description",
+                 "retention"}
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -90,6 +93,8 @@ class MetricConfig:
     labels: tuple[str, ...] | None = None
     candidates: tuple[str, ...] | None = None
     description: str = ""
+    #: Seconds a bucket sketch is kept after its bucket ends (None: forever).
+    retention_seconds: int | None = None
     fingerprint: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +102,9 @@ class MetricConfig:
             raise ConfigError(f"metric {self.name!r}: id must be in 0..65535")
         if self.bucket_seconds <= 0:
             raise ConfigError(f"metric {self.name!r}: bucket_seconds must be positive")
+        longest = max((w.seconds for w in self.windows if w.seconds is not None), default=0)
+        if self.retention_seconds is not None and self.retention_seconds < longest:
+            raise ConfigError(f"metric {self.name!r}: retention is shorter than its longest window")
         object.__setattr__(self, "fingerprint", fingerprint(self.id, self.mechanism.parameters()))
 
     @property
@@ -210,4 +218,12 @@ def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | Non
         labels=tuple(labels) if labels is not None else None,
         candidates=tuple(candidates) if candidates is not None else None,
         description=str(table.get("description", "")),
+        retention_seconds=None if table.get("retention") is None else _duration(name, str(table["retention"])),
     )
+
+
+def _duration(metric: str, text: str) -> int:
+    seconds = Window.parse(text).seconds
+    if seconds is None:
+        raise ConfigError(f"metric {metric!r}: retention must be a duration like '30d', not {text!r}")
+    return seconds

@@ -144,3 +144,22 @@ def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_on
         proc.wait(30)
     assert applied_reports(store, topic, PARTITIONS) == produced
     assert total_counted(store, registry) == produced
+
+
+def test_bucket_sketches_expire_in_redis_and_the_all_time_rollup_stays(redis_url, key_prefix):
+    from consumers.sketch_store import ALL_TIME
+
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    now = int(time.time())
+    old, recent, rollup = SketchKey("m", 1, 5), SketchKey("m", 1, 7), SketchKey("m", 1, ALL_TIME)
+    ones = np.ones((1, 8), dtype=np.int64)
+    batch = PartitionBatch("t", 0, None, 10, {old: ones, recent: 2 * ones, rollup: 3 * ones},
+                           expire_at={old: now - 1, recent: now + 3600})
+    assert store.apply(batch).applied
+    assert not store.client.exists(f"{key_prefix}:{{t:0}}:sk:m:00000001:5")  # expired on arrival
+    assert 0 < store.client.ttl(f"{key_prefix}:{{t:0}}:sk:m:00000001:7") <= 3600
+    assert store.client.ttl(f"{key_prefix}:{{t:0}}:sk:m:00000001:all") == -1  # never expires
+    snapshot = store.snapshot("m", 1, (1, 8), expired_before=6)
+    assert list(snapshot.buckets) == [7]
+    np.testing.assert_array_equal(snapshot.all_time((1, 8)), 3 * ones)
+    assert not store.client.sismember(f"{key_prefix}:index:m:00000001", f"{key_prefix}:{{t:0}}:sk:m:00000001:5")

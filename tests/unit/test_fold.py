@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from consumers.fold import fold_messages
-from consumers.sketch_store import InMemorySketchStore, PartitionBatch, SketchKey, sum_buckets
+from consumers.sketch_store import ALL_TIME, InMemorySketchStore, PartitionBatch, SketchKey, sum_buckets
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.registry import Registry
 from ldpstream.report import encode_records, symbol_payloads
@@ -31,7 +31,9 @@ def test_symbol_reports_fold_into_per_cohort_counts_by_time_bucket():
     values = [r.tobytes() for r in rows] + [late.tobytes()]
     folded = fold_messages(values, np.full(len(values), 999), REGISTRY, now=1000)
     fp = REGISTRY["sym"].fingerprint
-    assert set(folded.increments) == {SketchKey("sym", fp, 2), SketchKey("sym", fp, 9)}
+    assert set(folded.increments) == {SketchKey("sym", fp, 2), SketchKey("sym", fp, 9), SketchKey("sym", fp, ALL_TIME)}
+    by_bucket = {k.bucket: v for k, v in folded.increments.items()}
+    np.testing.assert_array_equal(by_bucket[ALL_TIME], by_bucket[2] + by_bucket[9])
     sketch = folded.increments[SketchKey("sym", fp, 2)]
     assert sketch.shape == (4, 8)
     assert sketch[0, 1] == 2 and sketch[3, 7] == 1 and sketch[2, 0] == 1 and sketch.sum() == 4
@@ -47,7 +49,8 @@ def test_bit_reports_fold_into_report_and_bit_counts():
     bits[1, 11] = 1
     rows = encode_records(metric.id, metric.fingerprint, [0, 0, 0], pack_bits(bits), event_time=50)
     folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), REGISTRY, now=1000)
-    (sketch,) = folded.increments.values()
+    sketch = folded.increments[SketchKey("bits", metric.fingerprint, 0)]
+    np.testing.assert_array_equal(folded.increments[SketchKey("bits", metric.fingerprint, ALL_TIME)], sketch)
     assert sketch[0, 0] == 3 and sketch[0, 1] == 1 and sketch[0, 12] == 2 and sketch.sum() == 6
 
 
@@ -70,7 +73,7 @@ def test_bad_reports_are_refused_with_their_reason_and_never_counted():
     reasons = [r.reason for r in folded.rejections]
     assert reasons == [*cases, "out_of_range", "out_of_range"]
     assert folded.applied == {"sym": 1}
-    assert sum(int(s.sum()) for s in folded.increments.values()) == 1
+    assert sum(int(s.sum()) for k, s in folded.increments.items() if k.bucket != ALL_TIME) == 1
     stats = folded.stats()
     assert stats["reports_applied"] == 1 and stats["rejected:out_of_range"] == 3
 
@@ -105,6 +108,24 @@ def test_event_times_far_from_the_clock_are_refused_and_buckets_fold_in_one_pass
     assert [(r.message_index, r.reason) for r in folded.rejections] == [
         (3, "event_time_out_of_range"), (4, "event_time_out_of_range")]
     fp = REGISTRY["sym"].fingerprint
-    buckets = sorted(k.bucket for k in folded.increments)
+    buckets = sorted(k.bucket for k in folded.increments if k.bucket != ALL_TIME)
     assert buckets == sorted({t // 100 for t in times[:3]})
     assert all(int(folded.increments[SketchKey("sym", fp, b)].sum()) == 1 for b in buckets)
+    assert int(folded.increments[SketchKey("sym", fp, ALL_TIME)].sum()) == 3
+
+
+def test_bucket_sketches_of_a_metric_with_retention_expire_after_it_and_the_rollup_never():
+    table = {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0, "bucket_seconds": 100, "retention": "1h",
+             "windows": ["all", "1h"]}
+    registry = Registry.from_dict({"metrics": {"m": table}})
+    metric = registry["m"]
+    rows = encode_records(metric.id, metric.fingerprint, [0, 0], symbol_payloads([1, 2]), event_time=[1050, 1250])
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), registry, now=2000)
+    fp = metric.fingerprint
+    assert folded.expire_at == {SketchKey("m", fp, 10): 1100 + 3600, SketchKey("m", fp, 12): 1300 + 3600}
+    store = InMemorySketchStore()
+    assert store.apply(PartitionBatch("t", 0, None, 1, folded.increments, expire_at=folded.expire_at)).applied
+    snapshot = store.snapshot("m", fp, (1, 4), expired_before=11)  # bucket 10 has expired
+    assert list(snapshot.buckets) == [12]
+    np.testing.assert_array_equal(snapshot.all_time((1, 4)), [[0, 1, 1, 0]])
+

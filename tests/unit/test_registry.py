@@ -61,3 +61,13 @@ def test_windows_parse_durations():
     assert Window.parse("all").seconds is None
     assert Window.parse("15m").seconds == 900
     assert Window.parse("7d").seconds == 7 * 86400
+
+
+def test_retention_is_a_duration_no_shorter_than_the_longest_window():
+    base = {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0, "windows": ["all", "1d"]}
+    assert Registry.from_dict({"metrics": {"m": {**base, "retention": "7d"}}})["m"].retention_seconds == 7 * 86400
+    assert Registry.from_dict({"metrics": {"m": base}})["m"].retention_seconds is None
+    with pytest.raises(ConfigError, match="shorter than its longest window"):
+        Registry.from_dict({"metrics": {"m": {**base, "retention": "1h"}}})
+    with pytest.raises(ConfigError, match="must be a duration"):
+        Registry.from_dict({"metrics": {"m": {**base, "retention": "all"}}})
