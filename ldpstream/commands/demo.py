@@ -108,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(1.0)
             if not threads[2].is_alive() and "result" not in produced:
                 break  # the producer failed; its error was printed by the thread
+            if not threads[0].is_alive() or not threads[1].is_alive():
+                print("the consumer or decoder stopped (its error is above): ending the demo", file=sys.stderr)
+                break
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping", flush=True)
