@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError, ReportFormatError
+from ldpstream.mechanisms.rappor import Rappor
 
 PathOrFile = str | Path | IO[str]
 
@@ -187,15 +188,19 @@ class RapporParams:
                 raise ParameterError(f"params: {name} must be in [0, 1], got {v}")
             object.__setattr__(self, name, v)
 
+    def mechanism(self) -> Rappor:
+        """The :class:`~ldpstream.mechanisms.rappor.Rappor` these parameters define."""
+        return Rappor(k=self.k, hashes=self.h, cohorts=self.m, p=self.p, q=self.q, f=self.f)
+
     @property
     def q_star(self) -> float:
-        """q* = (1 − f/2) q + (f/2) p = P(S_i = 1 | B_i = 1) (formula sheet)."""
-        return (1 - self.f / 2) * self.q + (self.f / 2) * self.p
+        """P(S_i = 1 | B_i = 1), from the mechanism (formula sheet, "RAPPOR")."""
+        return self.mechanism().q_star
 
     @property
     def p_star(self) -> float:
-        """p* = (1 − f/2) p + (f/2) q = P(S_i = 1 | B_i = 0) (formula sheet)."""
-        return (1 - self.f / 2) * self.p + (self.f / 2) * self.q
+        """P(S_i = 1 | B_i = 0), from the mechanism (formula sheet, "RAPPOR")."""
+        return self.mechanism().p_star
 
     def as_row(self) -> list[str]:
         return [str(self.k), str(self.h), str(self.m), _format_number(self.p), _format_number(self.q),

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms import KRR
 
 from .em import AffineChannel, constrained_variances, em_multinomial
 from .estimate import Estimate, detection_floor
@@ -60,11 +61,9 @@ def _check_eps(epsilon: float) -> float:
 
 # ------------------------------------------------------------------------------------------------ k-RR
 def krr_channel(k: int, epsilon: float) -> np.ndarray:
-    """The k-RR channel ``Q(y|x) = e^ε/(e^ε + k − 1)`` if ``y = x`` else ``1/(e^ε + k − 1)`` (k × k)."""
-    e = np.exp(_check_eps(epsilon))
-    Q = np.full((k, k), 1.0 / (e + k - 1))
-    Q[np.diag_indices(k)] = e / (e + k - 1)
-    return Q
+    """The k-RR channel ``Q(y|x) = e^ε/(e^ε + k − 1)`` if ``y = x`` else ``1/(e^ε + k − 1)`` (k × k): the
+    mechanism's own (:meth:`ldpstream.mechanisms.KRR.channel`)."""
+    return KRR(k, _check_eps(epsilon)).channel()
 
 
 def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:

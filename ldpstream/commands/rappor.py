@@ -105,13 +105,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
-def mechanism_from_params(params: RapporParams) -> Any:
-    """The :class:`~ldpstream.mechanisms.rappor.Rappor` of a ``params.csv``."""
-    from ldpstream.mechanisms.rappor import Rappor
-
-    return Rappor(k=params.k, hashes=params.h, cohorts=params.m, p=params.p, q=params.q, f=params.f)
-
-
 def client_secret(master: bytes, client: str) -> bytes:
     """``HMAC-SHA256(master, "ldpstream/rappor-client/v1" ‖ utf8(client))``: one secret per client id."""
     return hmac.new(master, CLIENT_SECRET_PREFIX + client.encode("utf-8"), hashlib.sha256).digest()
@@ -145,7 +138,7 @@ def encode_values(
     from ldpstream.mechanisms.randomness import SECURE
     from ldpstream.mechanisms.rappor import RapporClient
 
-    mech = mechanism_from_params(params)
+    mech = params.mechanism()
     n, k = len(values), params.k
     if np.any(cohorts >= params.m) or np.any(cohorts < 0):
         raise ParameterError(f"cohorts must lie in 0..{params.m - 1}")
