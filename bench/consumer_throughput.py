@@ -5,7 +5,7 @@ publishes ``--reports`` k-RR reports to a fresh topic (printing the producer's r
 from the beginning twice, each time with a fresh consumer group:
 
 - bare: ``Consumer.consume(batch)`` in a loop that touches each message's value and nothing else;
-- ours: :class:`consumers.worker.SketchConsumer`: decode, validate, fold, and one atomic Redis call per
+- ours: :class:`ldpstream.consumers.worker.SketchConsumer`: decode, validate, fold, and one atomic Redis call per
   partition batch (counts + offsets), into a fresh key prefix.
 
 Both are timed from the end of their first non-empty batch to the last report, and the first batch's
@@ -25,14 +25,14 @@ import uuid
 
 from confluent_kafka import Consumer
 
-from consumers.metrics import ConsumerMetrics
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from ldpstream import settings
+from ldpstream.config import KafkaConfig, ServiceConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.kafka import ensure_topics
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.topics import ensure_topics
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
 
 
 def bare_loop(bootstrap: str, topic: str, messages: int, batch: int) -> tuple[int, float]:
@@ -62,7 +62,7 @@ def our_consumer(registry: Registry, bootstrap: str, redis_url: str, reports: in
 
     store = RedisSketchStore.from_url(redis_url, f"bench:{uuid.uuid4().hex[:8]}")
     consumer = SketchConsumer(registry, store, ConsumerSettings(
-        bootstrap=bootstrap, group_id=f"bench-ours-{uuid.uuid4().hex[:8]}", batch_size=batch),
+        KafkaConfig(bootstrap), group_id=f"bench-ours-{uuid.uuid4().hex[:8]}", batch_size=batch),
         metrics=ConsumerMetrics(CollectorRegistry()))
     consumer.start()
     started, first = 0.0, 0
@@ -85,7 +85,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="messages per consume() call (both loops)")
     parser.add_argument("--k", type=int, default=16)
     args = parser.parse_args()
-    bootstrap, redis_url = settings.kafka_bootstrap(), settings.redis_url()
+    config = ServiceConfig.load()
+    bootstrap, redis_url = config.kafka.bootstrap, config.redis.url
 
     print(f"# python bench/consumer_throughput.py --reports {args.reports} --per-message {args.per_message} "
           f"--partitions {args.partitions} --batch {args.batch} --k {args.k}")

@@ -2,7 +2,7 @@
 
 n = 10^6 reports, S = 256 symbols, geometric distribution p_i ∝ θ(1 − θ)^i, θ = 1/(1 + S/5)
 (formula sheet, "Reference results to beat"). For every ε and each of the five configurations below the
-parameters (k, C, h) are chosen by ``ldpstream tune`` (:func:`ldpstream.tuning.tune`, decoder ``project``:
+parameters (k, C, h) are chosen by ``ldpstream tune`` (:func:`ldpstream.simulation.tuning.tune`, decoder ``project``:
 the analytic model of the projected estimate, checked by ``--tune-trials`` simulations; ``--rel-tol 0``: the
 smallest predicted error, whatever the sketch size, as the paper minimized the median ℓ1), then ``--trials``
 populations are simulated (exact aggregate simulation) and decoded by the paper's decoder (least squares +
@@ -44,8 +44,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts  # noqa: E402
-from ldpstream.losses import l1  # noqa: E402
-from ldpstream.tuning import build_setup, tune  # noqa: E402
+from ldpstream.simulation.losses import l1  # noqa: E402
+from ldpstream.simulation.tuning import build_setup, tune  # noqa: E402
 
 EPS_DEFAULT = (0.5, 1.0, 2.0, 4.0, 8.0)
 EPS_FULL = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)

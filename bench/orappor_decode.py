@@ -2,7 +2,7 @@
 
 Builds the open-alphabet O-RAPPOR of ldpstream (Google MD5 Bloom bits, h hashes), its sparse
 (C·k × S) design matrix, one simulated sketch of n reports from a Zipf(1.1) population over the
-candidates, then times each candidate decoder of :mod:`decoder.estimators.candidates` and records its
+candidates, then times each candidate decoder of :mod:`ldpstream.estimators.candidates` and records its
 peak traced memory (``tracemalloc``, numpy allocations included) and the process's peak RSS.
 Also prints the ℓ1 error against the sample's empirical distribution, the ground truth.
 
@@ -25,11 +25,11 @@ import tracemalloc
 
 import numpy as np
 
-from decoder.estimators.candidates import decode_orappor, decode_orr
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts
-from ldpstream.losses import l1
+from ldpstream.estimators.candidates import decode_orappor, decode_orr
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
+from ldpstream.simulation.losses import l1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 ldpstream: ``KRR.encode_batch`` / ``KRappor.encode_batch`` with a seeded numpy Generator (in chunks of
 ``--chunk`` values, to bound the memory of the (chunk, k) bit matrix), ``sketch`` (bincount / bit sums)
-and the unbiased decoders of :mod:`decoder.estimators.direct` (``estimate_krr``, ``estimate_krappor``).
+and the unbiased decoders of :mod:`ldpstream.estimators.direct` (``estimate_krr``, ``estimate_krappor``).
 
 pure-ldp (installed package, read from its source): ``DEClient``/``DEServer`` (direct encoding = k-RR:
 keep w.p. e^ε/(e^ε + d − 1)) and ``UEClient``/``UEServer`` with ``use_oue=False`` (symmetric unary
@@ -32,11 +32,11 @@ import time
 
 import numpy as np
 
-from decoder.estimators.direct import estimate_krappor, estimate_krr
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_values
-from ldpstream.losses import l1
+from ldpstream.estimators.direct import estimate_krappor, estimate_krr
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
+from ldpstream.simulation.losses import l1
 
 
 def ours(kind: str, values: np.ndarray, k: int, eps: float, seed: int, chunk: int) -> tuple[np.ndarray, float, dict]:

@@ -8,7 +8,7 @@ never count a report twice.
 
 Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``):
 
-- ``malformed``: the bytes do not follow the report format (see :mod:`ldpstream.report`);
+- ``malformed``: the bytes do not follow the report format (see :mod:`ldpstream.wire`);
 - ``unknown_metric``: no metric in the registry has the record's id;
 - ``fingerprint_mismatch``: the record was made under other parameters than the registry's;
 - ``payload_size``: the payload length does not fit the metric's mechanism;
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from consumers.sketch_store import ALL_TIME, SketchKey
 from ldpstream.registry import MetricConfig, Registry
-from ldpstream.report import RecordBatch, decode_messages
+from ldpstream.store import ALL_TIME, SketchKey
+from ldpstream.wire import RecordBatch, decode_messages
 
 REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range",
                      "event_time_out_of_range")

@@ -1,5 +1,5 @@
 """The consumer's Prometheus metrics (prefix ``ldpstream_``; labels stay bounded: metric names come from the
-registry, reasons from :data:`consumers.fold.REJECTION_REASONS`, partitions from the topic)."""
+registry, reasons from :data:`ldpstream.consumers.fold.REJECTION_REASONS`, partitions from the topic)."""
 
 from __future__ import annotations
 

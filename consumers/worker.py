@@ -4,7 +4,7 @@ One loop iteration (:meth:`SketchConsumer.poll_once`):
 
 1. ``consume`` up to ``batch_size`` messages;
 2. group them by partition and, per partition, fold them into sketch increments (vectorized,
-   :mod:`consumers.fold`);
+   :mod:`ldpstream.consumers.fold`);
 3. publish refused messages to the dead-letter topic and wait for Kafka to acknowledge them (at least once:
    a crash here may dead-letter a message twice, never lose it);
 4. apply the increments, stats and next offset of the partition in one atomic Redis call; if Redis refuses
@@ -21,9 +21,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from confluent_kafka import (
@@ -36,11 +34,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from consumers.fold import Rejection, fold_messages
-from consumers.metrics import ConsumerMetrics, default_metrics
-from consumers.sketch_store import PartitionBatch, SketchStore
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.fold import Rejection, fold_messages
+from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
 from ldpstream.errors import ServiceError
+from ldpstream.kafka import produce
 from ldpstream.registry import Registry
+from ldpstream.store import PartitionBatch, SketchStore
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,13 @@ DEFAULT_DEAD_LETTER_TOPIC = "ldp-dead-letters"
 
 @dataclass(frozen=True)
 class ConsumerSettings:
-    bootstrap: str
+    kafka: KafkaConfig
     group_id: str = DEFAULT_GROUP
     topics: tuple[str, ...] = ()
     dead_letter_topic: str = DEFAULT_DEAD_LETTER_TOPIC
     batch_size: int = 20_000
     poll_timeout: float = 0.5
     lag_interval: float = 5.0
-    kafka_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SketchConsumer:
@@ -70,24 +69,21 @@ class SketchConsumer:
         self.settings = settings
         self.metrics = metrics or default_metrics()
         self.topics = settings.topics or registry.topics
-        self._consumer = Consumer({
-            "bootstrap.servers": settings.bootstrap,
-            "group.id": settings.group_id,
+        self._consumer = Consumer(settings.kafka.consumer(
+            settings.group_id, **{
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "fetch.min.bytes": 1,
-            "queued.max.messages.kbytes": 65536,
-            **settings.kafka_config,
-        })
-        self._dead_letters = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True,
-                                       "acks": "all", "linger.ms": 5})
+            "queued.max.messages.kbytes": 65536}))
+        self._dead_letters = Producer(settings.kafka.producer(**{"enable.idempotence": True, "acks": "all",
+                                                                 "linger.ms": 5}))
         self._dead_letter_errors: list[str] = []
         #: Per owned partition, the next offset this consumer expects the store to hold (compare-and-set).
         self._expected: dict[tuple[str, int], int | None] = {}
         self._last_lag = 0.0
-        config = {**settings.kafka_config}
+        config = {**settings.kafka.settings, **settings.kafka.consumer_settings}
         #: Cooperative assignors and the KIP-848 protocol hand out partitions incrementally.
         self._incremental = ("cooperative" in str(config.get("partition.assignment.strategy", ""))
                              or str(config.get("group.protocol", "classic")) == "consumer")
@@ -233,13 +229,8 @@ class SketchConsumer:
             source = messages[rejection.message_index]
             headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
                        ("source", f"{topic}/{partition}/{source.offset()}".encode())]
-            while True:
-                try:
-                    self._dead_letters.produce(self.settings.dead_letter_topic, source.value(),
-                                               key=source.key(), headers=headers, on_delivery=self._on_dlq)
-                    break
-                except BufferError:
-                    self._dead_letters.poll(0.1)
+            produce(self._dead_letters, self.settings.dead_letter_topic, source.value(), key=source.key(),
+                    headers=headers, on_delivery=self._on_dlq, wait=0.1)
         remaining = self._dead_letters.flush(30)
         if remaining or self._dead_letter_errors:
             errors, self._dead_letter_errors = self._dead_letter_errors, []

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-if TYPE_CHECKING:
-    from decoder.service import PublishedEstimate
+from ldpstream.decoder.published import PublishedEstimate
 
 
 class DecoderMetrics:

@@ -3,12 +3,12 @@
 Every ``interval`` seconds, for each metric of the registry:
 
 1. read all of the metric's sketches as one consistent snapshot (one MULTI/EXEC, see
-   :meth:`consumers.sketch_store.RedisSketchStore.snapshot`);
+   :meth:`ldpstream.store.RedisSketchStore.snapshot`);
 2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
-   buckets it covers and decode them with the metric's estimator (:func:`decoder.estimators.estimate`);
+   buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`);
 3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
    ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
-   Prometheus gauges for the top values only (see :mod:`decoder.metrics`).
+   Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).
 """
 
 from __future__ import annotations
@@ -17,75 +17,21 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from consumers.sketch_store import MetricSnapshot, RedisSketchStore, sum_buckets
-from decoder.estimators import Estimate, estimate
-from decoder.metrics import DecoderMetrics, default_metrics
-from ldpstream.registry import MetricConfig, Registry, Window
+from ldpstream.decoder.metrics import DecoderMetrics, default_metrics
+from ldpstream.decoder.published import PublishedEstimate, decode_sketch, window_buckets
+from ldpstream.kafka import produce
+from ldpstream.registry import MetricConfig, Registry
+from ldpstream.store.contract import StatusStore, sum_buckets
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ESTIMATES_TOPIC = "ldp-estimates"
 
 
-def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int, now: float) -> list[int]:
-    """Buckets that overlap the window ``(now − window.seconds, now]`` (every bucket for ``all``)."""
-    if window.seconds is None:
-        return sorted(snapshot.buckets)
-    start = now - window.seconds
-    return sorted(b for b in snapshot.buckets if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
-
-
-def decode_sketch(metric: MetricConfig, sketch: np.ndarray) -> Estimate:
-    """Decode one summed ``(C, W)`` sketch with the metric's estimator."""
-    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
-
-
-@dataclass(frozen=True)
-class PublishedEstimate:
-    """One metric's estimate over one window, as published."""
-
-    metric: str
-    window: str
-    snapshot_time: float
-    decode_seconds: float
-    buckets: int
-    estimate: Estimate
-    names: tuple[str, ...]
-    #: Event times the summed buckets cover, [from, to) in seconds: whole buckets, so a window of the last
-    #: hour over hourly buckets may reach back up to two hours.
-    covers: tuple[int, int] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        est = self.estimate
-        values: list[dict[str, Any]] = []
-        ci = est.ci(0.95) if est.std_errors is not None else None
-        for i, name in enumerate(self.names):
-            entry: dict[str, Any] = {"value": name, "frequency": float(est.frequencies[i])}
-            if ci is not None and est.std_errors is not None:
-                entry.update(std_error=float(est.std_errors[i]), low_95=float(ci.low[i]), high_95=float(ci.high[i]))
-            values.append(entry)
-        return {
-            "metric": self.metric,
-            "window": self.window,
-            "snapshot_time": self.snapshot_time,
-            "decode_seconds": self.decode_seconds,
-            "buckets": self.buckets,
-            "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
-            "method": est.method,
-            "n_reports": int(est.n_reports),
-            "residual": est.residual,
-            "detection_floor": est.detection_floor,
-            "values": values,
-        }
-
-
 class DecoderService:
-    def __init__(self, registry: Registry, store: RedisSketchStore, *, producer: Any = None,
+    def __init__(self, registry: Registry, store: StatusStore, *, producer: Any = None,
                  estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
                  history: int = 100, top_n: int = 10) -> None:
         self.registry = registry
@@ -154,45 +100,29 @@ class DecoderService:
                 self.metrics.estimates_unpublished.inc(unsent)
                 log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
         if len(failed) < len(self.registry.metrics):
-            self._redis.set(f"{self.store.prefix}:decoder:last_run",
-                            json.dumps({"time": time.time(), "failed": failed}))
+            self.store.record_decode(failed)
             self.metrics.last_run.set_to_current_time()
         return published
 
     def retract(self, metric: str, window: str) -> None:
         """A window that holds no report (any more) has no estimate: drop the last one from Redis and its
         gauges, and tell the estimates topic with a ``{"retracted": true}`` record (history stays)."""
-        key = f"{self.store.prefix}:estimate:{metric}:{window}"
-        if not self._redis.delete(key):
+        if not self.store.retract_estimate(metric, window):
             return  # nothing was published for it: nothing to retract
         self.metrics.clear(metric, window)
         if self.producer is not None:
             body = json.dumps({"metric": metric, "window": window, "retracted": True, "time": time.time()})
             self._produce(f"{metric}:{window}", body)
 
-    @property
-    def _redis(self) -> Any:
-        return self.store.client
-
     def publish(self, result: PublishedEstimate) -> None:
         body = json.dumps(result.to_json())
-        where = f"{result.metric}:{result.window}"
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(f"{self.store.prefix}:estimate:{where}", body)
-        pipe.lpush(f"{self.store.prefix}:history:{where}", body)
-        pipe.ltrim(f"{self.store.prefix}:history:{where}", 0, self.history - 1)
-        pipe.execute()
+        self.store.publish_estimate(result.metric, result.window, body, self.history)
         if self.producer is not None:
-            self._produce(where, body)
+            self._produce(f"{result.metric}:{result.window}", body)
         self.metrics.observe(result, self.top_n)
 
     def _produce(self, key: str, body: str) -> None:
-        while True:
-            try:
-                self.producer.produce(self.estimates_topic, body.encode(), key=key.encode())
-                break
-            except BufferError:
-                self.producer.poll(0.1)
+        produce(self.producer, self.estimates_topic, body.encode(), key=key.encode(), wait=0.1)
         self.producer.poll(0)
 
     def run(self, interval: float, stop: threading.Event | None = None, iterations: int | None = None) -> None:
@@ -206,8 +136,3 @@ class DecoderService:
                 return
             stop.wait(max(interval - (time.monotonic() - started), 0.0))
 
-
-def latest_estimate(redis_client: Any, prefix: str, metric: str, window: str = "all") -> dict[str, Any] | None:
-    """The last published estimate of a metric and window, as published JSON (None if none yet)."""
-    raw = redis_client.get(f"{prefix}:estimate:{metric}:{window}")
-    return None if raw is None else json.loads(raw)

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from decoder.service import latest_estimate
+from ldpstream.store.contract import EstimateStore
 
 _BAR_WIDTH = 30
 
@@ -42,11 +42,11 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | None = None, t
     return "\n".join(lines)
 
 
-def watch(redis_client: Any, prefix: str, metric: str, window: str = "all", interval: float = 1.0,
+def watch(store: EstimateStore, metric: str, window: str = "all", interval: float = 1.0,
           top: int = 20, iterations: int | None = None) -> None:
     done = 0
     while iterations is None or done < iterations:
-        published = latest_estimate(redis_client, prefix, metric, window)
+        published = store.latest_estimate(metric, window)
         text = render(published, top=top) if published else f"no estimate of {metric!r} ({window}) published yet"
         # Clear the screen only on a terminal: piped or captured output gets plain text.
         clear = "\x1b[2J\x1b[H" if sys.stdout.isatty() else ""

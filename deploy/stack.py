@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ldpstream.config import LOCAL_CONTROLLER_PORT, LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, local_stack_ports
 from ldpstream.errors import ServiceError
 
 KAFKA_VERSION = "4.1.1"
@@ -39,20 +40,21 @@ class StackConfig:
 
     state_dir: Path
     cache_dir: Path
-    kafka_port: int = 39092
-    controller_port: int = 39093
-    redis_port: int = 36379
+    kafka_port: int = LOCAL_KAFKA_PORT
+    controller_port: int = LOCAL_CONTROLLER_PORT
+    redis_port: int = LOCAL_REDIS_PORT
     kafka_heap: str = "768m"
 
     @classmethod
     def from_env(cls) -> StackConfig:
         env = os.environ
+        kafka_port, controller_port, redis_port = local_stack_ports(env)
         return cls(
             state_dir=Path(env.get("LDPSTREAM_STACK_DIR", Path.home() / ".local/state/ldpstream/stack")),
             cache_dir=Path(env.get("LDPSTREAM_CACHE_DIR", Path.home() / ".cache/ldpstream")),
-            kafka_port=int(env.get("LDPSTREAM_STACK_KAFKA_PORT", 39092)),
-            controller_port=int(env.get("LDPSTREAM_STACK_CONTROLLER_PORT", 39093)),
-            redis_port=int(env.get("LDPSTREAM_STACK_REDIS_PORT", 36379)),
+            kafka_port=kafka_port,
+            controller_port=controller_port,
+            redis_port=redis_port,
         )
 
     @property
@@ -152,12 +154,18 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+#: The services this process started: they outlive the call that started them (they are daemons, stopped by
+#: ``down``), so their handles are kept for the life of the process instead of being dropped while running.
+_DAEMONS: list[subprocess.Popen[bytes]] = []
+
+
 def _spawn(argv: list[str], log: Path, pid_file: Path, cwd: Path) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, start_new_session=True)
     pid_file.write_text(str(proc.pid))
+    _DAEMONS.append(proc)
     return proc
 
 

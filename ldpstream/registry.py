@@ -51,7 +51,7 @@ import numpy as np
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import Mechanism, make_mechanism
 from ldpstream.mechanisms.base import unpack_bits
-from ldpstream.report import SYMBOL_PAYLOAD_SIZE, symbols_from_payloads
+from ldpstream.wire import SYMBOL_PAYLOAD_SIZE, symbols_from_payloads
 
 DEFAULT_TOPIC = "ldp-reports"
 DEFAULT_BUCKET_SECONDS = 3600

@@ -5,7 +5,7 @@
 >>> client.report("fruit", "banana")                                                   # doctest: +SKIP
 >>> client.flush()                                                                     # doctest: +SKIP
 
-Each value is privatized on the device with secure randomness (:class:`producers.privatize.ClientPrivatizer`)
+Each value is privatized on the device with secure randomness (:class:`ldpstream.device.ClientPrivatizer`)
 and only the noisy report leaves it, published with an idempotent producer (``acks=all``).
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.mechanisms.base import pack_bits
+from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.report import encode_records, symbol_payloads
-from producers.privatize import ClientPrivatizer
-from producers.publisher import DeliveryStats, ReportPublisher
+from ldpstream.wire import encode_records, symbol_payloads
 
 
 def payloads_of(kind: str, reports: np.ndarray) -> np.ndarray:

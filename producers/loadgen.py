@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ldpstream.device import privatize_population, value_table
 from ldpstream.distributions import parse_distribution
+from ldpstream.producers.client import payloads_of
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import MetricConfig
-from ldpstream.report import encode_records
-from producers.client import payloads_of
-from producers.privatize import privatize_population, value_table
-from producers.publisher import ReportPublisher
+from ldpstream.wire import encode_records
 
 
 @dataclass(frozen=True)

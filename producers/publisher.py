@@ -1,6 +1,6 @@
 """Publishing encoded records to Kafka: an idempotent producer (``acks=all``) with delivery accounting.
 
-Records are rows of :func:`ldpstream.report.encode_records`. ``per_message=1`` sends each record as its own
+Records are rows of :func:`ldpstream.wire.encode_records`. ``per_message=1`` sends each record as its own
 message (a device); ``per_message=B`` packs B records per message (a gateway batching its clients).
 """
 
@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, Message, Producer
 
+from ldpstream.config import KafkaConfig
 from ldpstream.errors import ServiceError
+from ldpstream.kafka import produce
 
 
 @dataclass
@@ -34,12 +36,15 @@ class ReportPublisher:
     bootstrap servers, instead of hanging.
     """
 
-    def __init__(self, bootstrap: str, *, delivery_timeout: float = 30.0,
+    def __init__(self, kafka: KafkaConfig | str, *, delivery_timeout: float = 30.0,
                  config: Mapping[str, Any] | None = None) -> None:
-        self.bootstrap = bootstrap
+        """``kafka``: the service's Kafka configuration (or bootstrap servers); ``config``: librdkafka
+        settings of this producer, over the configuration's."""
+        kafka = KafkaConfig.of(kafka)
+        self.bootstrap = kafka.bootstrap
         self.stats = DeliveryStats()
         self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **kafka.producer(),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -47,6 +52,7 @@ class ReportPublisher:
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "delivery.timeout.ms": int(delivery_timeout * 1000),
+            **kafka.settings,
             **(config or {}),
         })
         self._delivery_timeout = delivery_timeout
@@ -64,17 +70,11 @@ class ReportPublisher:
         data = rows.tobytes()
         record_size = rows.shape[1]
         step = record_size * per_message
-        produce = self._producer.produce
         messages = 0
         for start in range(0, len(data), step):
             value = data[start:start + step]
             callback = self._callback(len(value) // record_size)
-            while True:
-                try:
-                    produce(topic, value, key=key, on_delivery=callback)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            produce(self._producer, topic, value, key=key, on_delivery=callback)
             messages += 1
             if messages % 10_000 == 0:
                 self._producer.poll(0)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from consumers.sketch_store import RedisSketchStore
 from ldpstream.registry import Registry
+from ldpstream.store import RedisSketchStore
 
 
 def write_registry(path: Path, topic: str, metrics: dict[str, dict[str, Any]]) -> Path:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumers.metrics import ConsumerMetrics
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import registry_for
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,7 @@ def test_lag_is_reported_per_partition_and_reaches_zero(kafka_bootstrap, redis_u
                          clients=20_000, distribution="uniform", seed=1)
     prometheus = CollectorRegistry()
     consumer = SketchConsumer(registry, RedisSketchStore.from_url(redis_url, key_prefix),
-                              ConsumerSettings(bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", batch_size=500,
+                              ConsumerSettings(KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", batch_size=500,
                                                lag_interval=0.0),
                               metrics=ConsumerMetrics(prometheus))
     consumer.start()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.sketch_store import RedisSketchStore
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import applied_reports, registry_for, wait_for, write_registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,8 +45,8 @@ def test_peak_memory_is_flat_as_millions_more_reports_are_folded(
     proc = subprocess.Popen(
         [sys.executable, "-m", "ldpstream.cli", "consume", "--registry", str(path), "--prefix", key_prefix,
          "--group", f"g-{key_prefix}", "--batch-size", "2000", "--metrics-port", "0",
-         "--kafka-config", "queued.max.messages.kbytes=4096", "--kafka-config", "fetch.max.bytes=4194304",
-         "--kafka-config", "max.partition.fetch.bytes=1048576"],
+         "--consumer-config", "queued.max.messages.kbytes=4096", "--consumer-config", "fetch.max.bytes=4194304",
+         "--consumer-config", "max.partition.fetch.bytes=1048576"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: applied_reports(store, topic, 4) >= produced, 180, "the first reports to be applied")

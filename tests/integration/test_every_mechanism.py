@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from decoder.service import DecoderService, latest_estimate
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.decoder.service import DecoderService
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import registry_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,7 +45,8 @@ def test_mechanism_end_to_end(name, kafka_bootstrap, redis_url, fresh_topic, key
     assert produced.records_acked == CLIENTS
 
     store = RedisSketchStore.from_url(redis_url, key_prefix)
-    consumer = SketchConsumer(registry, store, ConsumerSettings(bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}"))
+    consumer = SketchConsumer(registry, store,
+                              ConsumerSettings(KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}"))
     consumer.run(idle_exit=4.0)
     assert consumer.reports_applied == CLIENTS
     shape = (metric.mechanism.cohorts, metric.mechanism.sketch_width)
@@ -53,7 +55,7 @@ def test_mechanism_end_to_end(name, kafka_bootstrap, redis_url, fresh_topic, key
     assert counted == CLIENTS
 
     DecoderService(registry, store).run_once()
-    published = latest_estimate(store.client, key_prefix, name)
+    published = store.latest_estimate(name)
     assert published["n_reports"] == CLIENTS
     estimate = np.array([v["frequency"] for v in published["values"]])
     std_error = np.array([v["std_error"] for v in published["values"]])

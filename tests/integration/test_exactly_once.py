@@ -12,10 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from consumers.sketch_store import PartitionBatch, RedisSketchStore, SketchKey
-from consumers.worker import ConsumerSettings, SketchConsumer
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
+from ldpstream.store import PartitionBatch, RedisSketchStore, SketchKey
 from tests.integration.helpers import applied_reports, registry_for, wait_for, write_registry
 
 pytestmark = pytest.mark.integration
@@ -62,8 +63,9 @@ def test_two_consumers_with_rebalances_mid_stream_count_exactly_what_was_produce
     topic = fresh_topic(partitions=PARTITIONS)
     registry = registry_for(topic, METRIC)
     store = RedisSketchStore.from_url(redis_url, key_prefix)
-    settings = ConsumerSettings(bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", batch_size=500,
-                                kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    kafka = KafkaConfig(kafka_bootstrap, consumer_settings={"session.timeout.ms": "6000",
+                                                            "heartbeat.interval.ms": "500"})
+    settings = ConsumerSettings(kafka, group_id=f"g-{key_prefix}", batch_size=500)
     # Random partitioning per message, so every partition (hence both consumers) gets reports.
     publisher = ReportPublisher(kafka_bootstrap, config={"sticky.partitioning.linger.ms": 0})
     first = simulate_and_publish(registry["m"], publisher, clients=60_000, distribution="uniform", seed=1)
@@ -108,7 +110,7 @@ def _consumer_process(registry_path, kafka_bootstrap, redis_url, prefix, group) 
     return subprocess.Popen(
         [sys.executable, "-m", "ldpstream.cli", "consume", "--registry", str(registry_path), "--prefix", prefix,
          "--group", group, "--batch-size", "300", "--metrics-port", "0",
-         "--kafka-config", "session.timeout.ms=6000", "--kafka-config", "heartbeat.interval.ms=500"],
+         "--consumer-config", "session.timeout.ms=6000", "--consumer-config", "heartbeat.interval.ms=500"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -147,7 +149,7 @@ def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_on
 
 
 def test_bucket_sketches_expire_in_redis_and_the_all_time_rollup_stays(redis_url, key_prefix):
-    from consumers.sketch_store import ALL_TIME
+    from ldpstream.store import ALL_TIME
 
     store = RedisSketchStore.from_url(redis_url, key_prefix)
     now = int(time.time())

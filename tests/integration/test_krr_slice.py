@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from decoder.estimators.direct import krr_variance
-from decoder.service import DecoderService, latest_estimate
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.decoder.service import DecoderService
+from ldpstream.estimators.direct import krr_variance
+from ldpstream.producers.loadgen import simulate_and_publish
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
-from producers.loadgen import simulate_and_publish
-from producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +39,14 @@ def test_krr_slice_counts_every_report_and_estimates_within_the_analytic_bound(
     assert produced.records_acked == CLIENTS
 
     store = RedisSketchStore.from_url(redis_url, key_prefix)
-    consumer = SketchConsumer(registry, store, ConsumerSettings(bootstrap=kafka_bootstrap,
+    consumer = SketchConsumer(registry, store, ConsumerSettings(KafkaConfig(kafka_bootstrap),
                                                                 group_id=f"g-{key_prefix}"))
     consumer.run(idle_exit=5.0)
     assert consumer.reports_applied == CLIENTS
 
     published = DecoderService(registry, store).run_once()
     assert len(published) == 1
-    result = latest_estimate(store.client, key_prefix, "lang")
+    result = store.latest_estimate("lang")
     assert result["n_reports"] == CLIENTS
     snapshot = store.snapshot("lang", metric.fingerprint, (1, K))
     assert int(sum(s.sum() for s in snapshot.buckets.values())) == CLIENTS

@@ -1,4 +1,4 @@
-"""The client SDK (:class:`producers.client.LdpClient`) on real Kafka: a report of every mechanism kind
+"""The client SDK (:class:`ldpstream.producers.client.LdpClient`) on real Kafka: a report of every mechanism kind
 reaches the topic and decodes against the registry; an unreachable broker fails fast and clearly."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer
 
-from consumers.fold import fold_messages
+from ldpstream.consumers.fold import fold_messages
 from ldpstream.errors import ServiceError
+from ldpstream.producers.client import LdpClient
 from ldpstream.registry import Registry
-from ldpstream.report import decode_messages
-from producers.client import LdpClient
+from ldpstream.wire import decode_messages
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.metrics import ConsumerMetrics
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.mechanisms.base import pack_bits
-from ldpstream.report import encode_records, symbol_payloads
+from ldpstream.store import RedisSketchStore
+from ldpstream.wire import encode_records, symbol_payloads
 from tests.integration.helpers import registry_for
 
 pytestmark = pytest.mark.integration
@@ -103,7 +104,7 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
     prometheus = CollectorRegistry()
     store = RedisSketchStore.from_url(redis_url, key_prefix)
     consumer = SketchConsumer(registry, store, ConsumerSettings(
-        bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic, batch_size=64),
+        KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic, batch_size=64),
         metrics=ConsumerMetrics(registry=prometheus))
     consumer.run(idle_exit=4.0)  # returns normally: the consumer never crashed on bad input
 

@@ -15,16 +15,17 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.metrics import ConsumerMetrics
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from decoder.metrics import DecoderMetrics
-from decoder.service import DecoderService, latest_estimate
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.service import DecoderService
+from ldpstream.device import privatize_population
+from ldpstream.producers.client import payloads_of
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.report import encode_records
-from producers.client import payloads_of
-from producers.privatize import privatize_population
-from producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
+from ldpstream.wire import encode_records
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,8 @@ def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sli
     assert publisher.flush().records_acked == OLD + RECENT + FLAGS
 
     store = RedisSketchStore.from_url(redis_url, key_prefix)
-    consumer = SketchConsumer(registry, store, ConsumerSettings(bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}"),
+    consumer = SketchConsumer(registry, store,
+                              ConsumerSettings(KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}"),
                               metrics=ConsumerMetrics(registry=CollectorRegistry()))
     consumer.run(idle_exit=3.0)
     assert consumer.reports_applied == OLD + RECENT + FLAGS
@@ -152,21 +154,21 @@ def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sli
 
     # Redis: the latest estimate as JSON, with counts and 95% intervals, and a history trimmed to HISTORY.
     client = store.client
-    published = latest_estimate(client, key_prefix, "lang", "1h")
+    published = store.latest_estimate("lang", "1h")
     assert published["metric"] == "lang" and published["window"] == "1h"
     assert published["n_reports"] == RECENT and published["buckets"] == 1 and published["snapshot_time"] == NOW
     assert [v["value"] for v in published["values"]] == LABELS
     for entry in published["values"]:
         assert entry["low_95"] <= entry["frequency"] <= entry["high_95"] and entry["std_error"] > 0
-    assert latest_estimate(client, key_prefix, "lang", "all")["n_reports"] == OLD + RECENT
-    assert latest_estimate(client, key_prefix, "flags", "all")["n_reports"] == FLAGS
+    assert store.latest_estimate("lang", "all")["n_reports"] == OLD + RECENT
+    assert store.latest_estimate("flags", "all")["n_reports"] == FLAGS
     for where, length in (("lang:all", HISTORY), ("lang:1h", HISTORY), ("flags:all", HISTORY), ("flags:1h", 1)):
         history = client.lrange(f"{key_prefix}:history:{where}", 0, -1)
         assert len(history) == length, where
         if where != "flags:1h":
-            assert json.loads(history[0]) == latest_estimate(client, key_prefix, *where.split(":"))
+            assert json.loads(history[0]) == store.latest_estimate(*where.split(":"))
     # flags' 1h window has emptied since: its estimate is retracted, its history kept.
-    assert latest_estimate(client, key_prefix, "flags", "1h") is None
+    assert store.latest_estimate("flags", "1h") is None
     assert [json.loads(h)["snapshot_time"] for h in client.lrange(f"{key_prefix}:history:lang:1h", 0, -1)] == [NOW] * 3
     last_run = json.loads(client.get(f"{key_prefix}:decoder:last_run"))
     assert abs(last_run["time"] - time.time()) < 60
@@ -178,12 +180,12 @@ def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sli
     last = {m.key().decode(): json.loads(m.value()) for m in messages}  # one partition: in order
     for where, body in last.items():
         if where != "flags:1h":
-            assert body == latest_estimate(client, key_prefix, *where.split(":"))
+            assert body == store.latest_estimate(*where.split(":"))
     assert last["flags:1h"]["retracted"] is True
 
 
 def test_a_window_that_has_emptied_leaves_no_stale_estimate_or_gauges(redis_url, key_prefix):
-    from consumers.sketch_store import PartitionBatch, SketchKey
+    from ldpstream.store import PartitionBatch, SketchKey
 
     registry = decoder_registry("unused")
     lang = registry["lang"]
@@ -195,9 +197,9 @@ def test_a_window_that_has_emptied_leaves_no_stale_estimate_or_gauges(redis_url,
     prometheus = CollectorRegistry()
     service = DecoderService(registry, store, metrics=DecoderMetrics(registry=prometheus), top_n=TOP_N)
     service.run_once(now=NOW_THEN)
-    assert latest_estimate(store.client, key_prefix, "lang", "1h")["n_reports"] == 1000
+    assert store.latest_estimate("lang", "1h")["n_reports"] == 1000
     service.run_once(now=NOW)  # three hours later: the 1h window holds no report any more
-    stale = latest_estimate(store.client, key_prefix, "lang", "1h")
+    stale = store.latest_estimate("lang", "1h")
     assert stale is None or stale["n_reports"] == 0
     assert ("lang", "1h") not in _gauge_values(prometheus, "ldpstream_estimate_ratio")
     assert not prometheus.get_sample_value("ldpstream_estimate_reports", {"metric": "lang", "window": "1h"})

@@ -11,15 +11,16 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
-from consumers.metrics import ConsumerMetrics
-from consumers.sketch_store import RedisSketchStore
-from consumers.worker import ConsumerSettings, SketchConsumer
-from decoder.metrics import DecoderMetrics
-from decoder.service import DecoderService
 from ldpstream.cli import main
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.service import DecoderService
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.report import encode_records, symbol_payloads
-from producers.publisher import ReportPublisher
+from ldpstream.store import RedisSketchStore
+from ldpstream.wire import encode_records, symbol_payloads
 from tests.integration.helpers import write_registry
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ def test_status_json_reports_counts_per_bucket_offsets_and_lag_dead_letters_and_
 
     store = RedisSketchStore.from_url(redis_url, key_prefix)
     consumer = SketchConsumer(registry, store, ConsumerSettings(
-        bootstrap=kafka_bootstrap, group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic),
+        KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic),
         metrics=ConsumerMetrics(registry=CollectorRegistry()))
     consumer.run(idle_exit=3.0)
     assert consumer.reports_applied == 1000

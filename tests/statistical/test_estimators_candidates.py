@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
-from decoder.estimators import decode_bits, decode_orr
+from ldpstream.estimators import decode_bits, decode_orr
 
 pytestmark = pytest.mark.statistical
 

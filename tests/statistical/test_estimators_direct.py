@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from decoder.estimators import (
+from ldpstream.estimators import (
     estimate_krappor,
     estimate_krr,
     krappor_expected_l2sq,

@@ -15,8 +15,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from decoder.estimators import decode_bits, decode_orr
 from ldpstream.distributions import parse_distribution, sample_counts
+from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 

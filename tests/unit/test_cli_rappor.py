@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from ldpstream.cli import main
-from ldpstream.rappor_files import read_counts, read_reports, read_results, sum_bits
+from ldpstream.interop.rappor_files import read_counts, read_reports, read_results, sum_bits
 
 HEADER = '"string","estimate","std_error","proportion","prop_std_error","prop_low_95","prop_high_95"'
 

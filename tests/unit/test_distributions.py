@@ -17,7 +17,7 @@ from ldpstream.distributions import (
     values_from_counts,
 )
 from ldpstream.errors import ParameterError
-from ldpstream.losses import l1
+from ldpstream.simulation.losses import l1
 
 SPECS = ["uniform", "geometric", "geometric:0.3", "zipf:1.2", "zipf", "binomial:0.3", "dirichlet:0.5"]
 

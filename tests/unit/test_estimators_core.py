@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import minimize
 
-from decoder.estimators import (
+from ldpstream.errors import ParameterError
+from ldpstream.estimators import (
     AffineChannel,
     Estimate,
     MatrixChannel,
@@ -19,7 +20,6 @@ from decoder.estimators import (
     truncate_normalize,
     weighted_gram,
 )
-from ldpstream.errors import ParameterError
 
 
 def _reference_projection(v):
@@ -170,8 +170,8 @@ def test_direct_validation():
 @pytest.mark.parametrize("with_other", [False, True])
 def test_affine_constrained_variances_match_dense(with_other):
     """The sparse tangent-space/Woodbury route equals constrained_variances of the dense information."""
-    from decoder.estimators import constrained_variances
-    from decoder.estimators.em import affine_constrained_variances
+    from ldpstream.estimators import constrained_variances
+    from ldpstream.estimators.em import affine_constrained_variances
 
     rng = np.random.default_rng(8)
     C, k, S = 6, 16, 25
@@ -190,7 +190,7 @@ def test_affine_constrained_variances_match_dense(with_other):
 @pytest.mark.parametrize("kind", ["orr", "bits"])
 def test_compressed_channel_same_mle(kind):
     """Merging the cells no candidate touches leaves the EM maximizer and log-likelihood unchanged."""
-    from decoder.estimators.candidates import _compressed_channel
+    from ldpstream.estimators.candidates import _compressed_channel
 
     rng = np.random.default_rng(9)
     C, k, S = 4, 64, 6  # most of the C·k cells are empty

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from decoder.estimators import clear_design_cache, decode_bits, decode_orr, design_matrix, estimate
 from ldpstream.errors import ParameterError
+from ldpstream.estimators import clear_design_cache, decode_bits, decode_orr, design_matrix, estimate
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orappor import ORappor

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from consumers.fold import fold_messages
-from consumers.sketch_store import ALL_TIME, InMemorySketchStore, PartitionBatch, SketchKey, sum_buckets
+from ldpstream.consumers.fold import fold_messages
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.registry import Registry
-from ldpstream.report import encode_records, symbol_payloads
+from ldpstream.store import ALL_TIME, InMemorySketchStore, PartitionBatch, SketchKey, sum_buckets
+from ldpstream.wire import encode_records, symbol_payloads
 
 REGISTRY = Registry.from_dict({
     "defaults": {"bucket_seconds": 100},

@@ -1,11 +1,11 @@
-"""Tests for ldpstream.losses."""
+"""Tests for ldpstream.simulation.losses."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ldpstream.losses import LOSSES, all_losses, hellinger, l1, l2sq, linf, tv
+from ldpstream.simulation.losses import LOSSES, all_losses, hellinger, l1, l2sq, linf, tv
 
 
 def test_hand_values():

@@ -7,9 +7,9 @@ import pytest
 from confluent_kafka import KafkaError
 
 from ldpstream.errors import ReportFormatError, ServiceError
+from ldpstream.producers.client import LdpClient
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
-from producers.client import LdpClient
-from producers.publisher import ReportPublisher
 
 NOWHERE = "127.0.0.1:1"
 QUIET = {"log_level": 0}
@@ -44,10 +44,10 @@ def test_client_refuses_an_event_time_outside_the_u32_field_instead_of_wrapping_
 
 
 def test_rappor_needs_a_persistent_device_secret_and_the_secret_file_is_created_once(tmp_path):
+    from ldpstream.device import ClientPrivatizer
     from ldpstream.errors import ParameterError
+    from ldpstream.producers.client import load_or_create_secret
     from ldpstream.registry import Registry
-    from producers.client import load_or_create_secret
-    from producers.privatize import ClientPrivatizer
 
     registry = Registry.from_dict({"metrics": {"r": {"id": 1, "mechanism": "rappor", "k": 16, "hashes": 2,
                                                      "cohorts": 4, "p": 0.25, "q": 0.75, "f": 0.5}}})

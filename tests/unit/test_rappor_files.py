@@ -1,4 +1,4 @@
-"""Tests for ldpstream.rappor_files: Google RAPPOR file formats, read literally as Google's tools write them."""
+"""Tests for ldpstream.interop.rappor_files: Google RAPPOR file formats, read literally as Google's tools write them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ldpstream.errors import ParameterError, ReportFormatError
-from ldpstream.rappor_files import (
+from ldpstream.interop.rappor_files import (
     RapporParams,
     Reports,
     Values,

@@ -7,7 +7,7 @@ import pytest
 
 from ldpstream.errors import ReportFormatError
 from ldpstream.mechanisms.base import pack_bits, unpack_bits
-from ldpstream.report import (
+from ldpstream.wire import (
     HEADER_SIZE,
     decode_messages,
     encode_records,

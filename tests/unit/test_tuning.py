@@ -1,4 +1,4 @@
-"""Tests of ldpstream.tuning: set-ups, the analytic variance model against simulation, and the tuner.
+"""Tests of ldpstream.simulation.tuning: set-ups, the analytic variance model against simulation, and the tuner.
 
 Statistical checks use fixed seeds and tolerances from the spread of the simulated trials (5 standard
 errors of the mean), plus, where the model is an approximation, its documented approximation.
@@ -11,12 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from decoder.estimators.direct import krappor_expected_l2sq, krr_expected_l2sq
-from decoder.estimators.simplex import project_simplex
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.estimators.direct import krappor_expected_l2sq, krr_expected_l2sq
+from ldpstream.estimators.simplex import project_simplex
 from ldpstream.mechanisms.rappor import Rappor
-from ldpstream.tuning import (
+from ldpstream.simulation.tuning import (
     Alternative,
     _hashed_setup,
     build_setup,
@@ -109,7 +109,7 @@ def test_grid_identifiable_and_ranked():
 def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
     """The tuner slices cached tables: cohort c's hash must not depend on the number of cohorts."""
     from ldpstream.mechanisms.factory import make_mechanism
-    from ldpstream.tuning import _TABLE_CACHE
+    from ldpstream.simulation.tuning import _TABLE_CACHE
 
     big = _hashed_setup(name, 1.0, 40, closed, 8, 16, h)
     small = _hashed_setup(name, 1.0, 40, closed, 8, 4, h)  # sliced from the cached 16-cohort table
@@ -260,7 +260,7 @@ def test_tune_model_only_and_errors():
 
 def test_dense_and_sparse_orr_predictions_agree(monkeypatch):
     """Small-k O-RR is predicted with dense products; the sparse path must give the same numbers."""
-    import ldpstream.tuning as tuning
+    import ldpstream.simulation.tuning as tuning
 
     p = parse_distribution("geometric", 64)
     for closed in (False, True):

@@ -13,7 +13,7 @@ Set-ups
 Simulation
     :meth:`Setup.simulate_sketch` draws the count sketch of a whole population at once through the
     mechanisms' ``simulate_sketch`` (exact in distribution, O(C·k) per trial, no per-report work).
-    :meth:`Setup.decode` runs a decoder of :mod:`decoder.estimators` (see :data:`DECODERS`).
+    :meth:`Setup.decode` runs a decoder of :mod:`ldpstream.estimators` (see :data:`DECODERS`).
 
 Predicted error (``predict``)
     For the *unprojected* least-squares/inversion estimate (the estimate before projection), the
@@ -88,8 +88,8 @@ from scipy.special import ndtr
 
 from ldpstream.distributions import candidate_strings, empirical_distribution, sample_counts
 from ldpstream.errors import ParameterError
-from ldpstream.losses import LOSSES
 from ldpstream.mechanisms.base import BitMechanism, Mechanism
+from ldpstream.simulation.losses import LOSSES
 
 #: Mechanism names accepted by :func:`build_setup`.
 MECHANISM_NAMES: tuple[str, ...] = ("krr", "krappor", "orr", "orappor", "rappor")
@@ -164,9 +164,9 @@ class Setup:
         """
         if decoder not in DECODERS:
             raise ParameterError(f"unknown decoder {decoder!r}; expected one of {DECODERS}")
-        from decoder.estimators.candidates import decode_bits, decode_orr
-        from decoder.estimators.direct import estimate_krappor, estimate_krr
-        from decoder.estimators.simplex import truncate_normalize
+        from ldpstream.estimators.candidates import decode_bits, decode_orr
+        from ldpstream.estimators.direct import estimate_krappor, estimate_krr
+        from ldpstream.estimators.simplex import truncate_normalize
 
         eps = float(self.mechanism.epsilon)
         if self.name in _DIRECT:

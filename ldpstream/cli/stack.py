@@ -1,10 +1,10 @@
-"""``ldpstream stack up|down|status``: the local Kafka + Redis stack (see :mod:`deploy.stack`)."""
+"""``ldpstream stack up|down|status``: the local Kafka + Redis stack (see :mod:`ldpstream.deploy.stack`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from deploy import stack
+from ldpstream.deploy import stack
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import logging
 import signal
 import threading
 
-from ldpstream import settings
+from ldpstream.config import ServiceConfig, add_service_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Every --interval seconds, reads each metric's count sketches from Redis as one snapshot, "
         "decodes every configured window and publishes the estimates to Redis, to a Kafka topic and as "
         "Prometheus gauges.")
-    settings.add_service_arguments(decode)
+    add_service_arguments(decode)
     decode.add_argument("--interval", type=float, default=10.0, help="seconds between passes (default 10)")
     decode.add_argument("--once", action="store_true", help="decode once and exit")
     decode.add_argument("--estimates-topic", default="ldp-estimates", help="Kafka topic of estimates")
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates",
                                   description="Shows the latest published estimate of METRIC with 95% intervals, "
                                   "report count and freshness, refreshed every --interval seconds.")
-    settings.add_service_arguments(watch, kafka=False, registry=False)
+    add_service_arguments(watch, kafka=False, registry=False)
     watch.add_argument("metric")
     watch.add_argument("--window", default="all")
     watch.add_argument("--interval", type=float, default=1.0)
@@ -38,25 +38,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _decode(args: argparse.Namespace) -> int:
-    import redis
     from confluent_kafka import Producer
     from prometheus_client import start_http_server
 
-    from consumers.sketch_store import RedisSketchStore
-    from decoder.service import DecoderService
+    from ldpstream.decoder.service import DecoderService
+    from ldpstream.kafka import ensure_topics
     from ldpstream.registry import Registry
-    from ldpstream.topics import ensure_topics
 
-    settings.resolve(args)
+    config = ServiceConfig.from_args(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    registry = Registry.load(args.registry)
+    registry = Registry.load(config.registry)
     producer = None
     if not args.no_kafka:
-        ensure_topics(args.kafka, [args.estimates_topic], partitions=1)
-        producer = Producer({"bootstrap.servers": args.kafka, "acks": "all", "enable.idempotence": True})
+        ensure_topics(config.kafka, [args.estimates_topic], partitions=1)
+        producer = Producer(config.kafka.producer(**{"acks": "all", "enable.idempotence": True}))
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_addr)
-    store = RedisSketchStore(redis.Redis.from_url(args.redis), args.prefix)
+    store = config.redis.store()
     service = DecoderService(registry, store, producer=producer, estimates_topic=args.estimates_topic)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -65,11 +63,8 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    import redis
+    from ldpstream.decoder.watch import watch
 
-    from decoder.watch import watch
-
-    settings.resolve(args)
-    watch(redis.Redis.from_url(args.redis), args.prefix, args.metric, args.window, args.interval, args.top,
-          args.iterations)
+    config = ServiceConfig.from_args(args)
+    watch(config.redis.store(), args.metric, args.window, args.interval, args.top, args.iterations)
     return 0

@@ -6,14 +6,14 @@ Methods:
 - ``"unbiased"``: the inversion estimator (may be negative).
 - ``"truncate"``: negatives set to 0, renormalized.
 - ``"project"``: Euclidean projection of the unbiased estimate onto the simplex.
-- ``"mle"``: EM over the exact channel (:func:`decoder.estimators.em.em_multinomial`).
+- ``"mle"``: EM over the exact channel (:func:`ldpstream.estimators.em.em_multinomial`).
 
 Standard errors are analytic. For the unbiased estimator, ``Var(p̂_i) = c² m_i (1 − m_i) / n`` with
 ``m`` the report distribution, evaluated at the empirical ``m̂`` (plug-in); ``c = (e^ε + k − 1)/(e^ε − 1)``
 for k-RR and ``c = 1/(q* − p*) = (e^{ε/2} + 1)/(e^{ε/2} − 1)`` for k-RAPPOR. ``"truncate"`` and
 ``"project"`` report the same standard errors (those of the estimator they post-process: conservative
 near the interior, not exact at the boundary); ``"mle"`` reports the observed-information standard errors
-(see :func:`decoder.estimators.em.constrained_variances`).
+(see :func:`ldpstream.estimators.em.constrained_variances`).
 """
 
 from __future__ import annotations

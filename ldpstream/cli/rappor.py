@@ -1,4 +1,4 @@
-"""``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.rappor_files`).
+"""``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.interop.rappor_files`).
 
 Sub-commands, in pipeline order::
 
@@ -19,7 +19,7 @@ PRR and erode ε_∞). Without ``--secret-file`` a random master secret is drawn
 The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash per row.
 
 ``decode`` (Google's ``decode_dist.R``): regresses the cohort bit counts on the candidates of the map with
-the candidate decoder of :mod:`decoder.estimators.candidates` (``--method``, default ``nnls``: weighted
+the candidate decoder of :mod:`ldpstream.estimators.candidates` (``--method``, default ``nnls``: weighted
 least squares under ``p >= 0``, ``Σp <= 1``, like Google's constrained fit) and writes ``results.csv``:
 ``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
 with N the total number of reports, ``prop_std_error``, and the 95% Wald interval
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.rappor_files import (
+from ldpstream.interop.rappor_files import (
     RapporParams,
     Reports,
     read_candidates,
@@ -195,7 +195,7 @@ def decode_counts(
     other: bool = True,
 ) -> Any:
     """Run the candidate decoder on a counts sketch; returns the :class:`Estimate`."""
-    from decoder.estimators.candidates import decode_rappor
+    from ldpstream.estimators.candidates import decode_rappor
 
     if counts.shape != (params.m, params.k + 1):
         raise ParameterError(f"counts have shape {counts.shape}, params say ({params.m}, {params.k + 1})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ldpstream import settings
+from ldpstream.config import ServiceConfig, add_service_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Draws --clients values from --dist over METRIC's values, privatizes them in batches with a "
         "seeded generator (simulation only: the client SDK uses secure randomness), and publishes the reports "
         "with an idempotent producer (acks=all). Prints the reports Kafka acknowledged.")
-    settings.add_service_arguments(produce, redis=False)
+    add_service_arguments(produce, redis=False)
     produce.add_argument("metric", help="metric name in the registry")
     produce.add_argument("--clients", type=int, default=100_000, help="number of simulated clients (one report each)")
     produce.add_argument("--dist", default="geometric",
@@ -29,15 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _produce(args: argparse.Namespace) -> int:
+    from ldpstream.kafka import ensure_topics
+    from ldpstream.producers.loadgen import simulate_and_publish
+    from ldpstream.producers.publisher import ReportPublisher
     from ldpstream.registry import Registry
-    from ldpstream.topics import ensure_topics
-    from producers.loadgen import simulate_and_publish
-    from producers.publisher import ReportPublisher
 
-    settings.resolve(args)
-    metric = Registry.load(args.registry)[args.metric]
-    ensure_topics(args.kafka, [metric.topic])
-    result = simulate_and_publish(metric, ReportPublisher(args.kafka), clients=args.clients,
+    config = ServiceConfig.from_args(args)
+    metric = Registry.load(config.registry)[args.metric]
+    ensure_topics(config.kafka, [metric.topic])
+    result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
                                   distribution=args.dist, seed=args.seed, per_message=args.per_message,
                                   rate=args.rate, progress=not args.no_progress and not args.json)
     if args.json:

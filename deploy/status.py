@@ -3,21 +3,20 @@ letters by reason, and the last decode."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from consumers.sketch_store import RedisSketchStore
+from ldpstream.config import KafkaConfig
+from ldpstream.kafka import partitions_of
 from ldpstream.registry import Registry
-from ldpstream.topics import partitions_of
+from ldpstream.store.contract import StatusStore
 
 
-def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: str) -> dict[str, Any]:
-    client = redis.Redis.from_url(redis_url)
-    store = RedisSketchStore(client, prefix)
+def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusStore) -> dict[str, Any]:
+    """Counts per metric and bucket, offsets and lag per partition, dead letters by reason, last decode."""
+    kafka = KafkaConfig.of(kafka)
     out: dict[str, Any] = {"metrics": {}, "partitions": [], "dead_letters": {}, "last_decode": None}
     for metric in registry.metrics.values():
         mechanism = metric.mechanism
@@ -27,10 +26,10 @@ def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: s
         out["metrics"][metric.name] = {"reports": total, "per_bucket": per_bucket,
                                        "bucket_seconds": metric.bucket_seconds,
                                        "fingerprint": f"{metric.fingerprint:08x}"}
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "_ldpstream_status", "enable.auto.commit": False})
+    probe = Consumer(kafka.probe("_ldpstream_status"))
     try:
         for topic in registry.topics:
-            partitions = partitions_of(bootstrap, topic)
+            partitions = partitions_of(kafka, topic)
             stored = store.next_offsets(topic, partitions)
             for p in partitions:
                 low, high = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
@@ -46,9 +45,9 @@ def collect_status(registry: Registry, bootstrap: str, redis_url: str, prefix: s
                     out["dead_letters"][reason] = out["dead_letters"].get(reason, 0) + value
     finally:
         probe.close()
-    raw = client.get(f"{prefix}:decoder:last_run")
-    if raw is not None:
-        when = json.loads(raw)["time"]
+    last = store.last_decode()
+    if last is not None:
+        when = last["time"]
         out["last_decode"] = {"time": when, "seconds_ago": round(time.time() - when, 1)}
     return out
 

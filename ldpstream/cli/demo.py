@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import threading
 import time
 import tomllib
 import uuid
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 
-DEMO_REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "metrics.toml"
+from ldpstream.config import RedisConfig, ServiceConfig, add_service_arguments
+
+#: The example registry shipped with the package (``deploy/metrics.toml`` in the repository).
+DEMO_REGISTRY = Path(str(files("ldpstream.deploy") / "metrics.toml"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,40 +35,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--duration", type=float, default=20.0, help="seconds over which clients report (default 20)")
     demo.add_argument("--dist", default="geometric", help="true distribution of the population")
     demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--kafka", default=None, help="Kafka bootstrap servers (default: the local stack)")
-    demo.add_argument("--redis", default=None, help="Redis URL (default: the local stack)")
+    add_service_arguments(demo, registry=False)
     demo.add_argument("--metrics-port", type=int, default=9466, help="Prometheus port while the demo runs (0: none)")
     demo.add_argument("--no-screen", action="store_true", help="print updates as lines instead of redrawing")
     demo.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import redis
     from confluent_kafka.admin import AdminClient
     from prometheus_client import start_http_server
 
-    from consumers.sketch_store import RedisSketchStore
-    from consumers.worker import ConsumerSettings, SketchConsumer
-    from decoder.service import DecoderService, latest_estimate
-    from deploy import stack
+    from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+    from ldpstream.decoder.service import DecoderService
+    from ldpstream.deploy import stack
     from ldpstream.distributions import parse_distribution
+    from ldpstream.kafka import ensure_topics
+    from ldpstream.producers.loadgen import simulate_and_publish
+    from ldpstream.producers.publisher import ReportPublisher
     from ldpstream.registry import Registry
-    from ldpstream.topics import ensure_topics
-    from producers.loadgen import simulate_and_publish
-    from producers.publisher import ReportPublisher
 
     logging.basicConfig(level=logging.WARNING)
-    kafka = args.kafka or os.environ.get("LDPSTREAM_KAFKA")
-    redis_url = args.redis or os.environ.get("LDPSTREAM_REDIS")
-    if not (kafka and redis_url):
+    run_id = uuid.uuid4().hex[:8]
+    topic = f"ldp-demo-{run_id}"
+    config = ServiceConfig.from_args(args)
+    if config.uses_local_stack():
         print("starting the local stack (Kafka in KRaft mode and Redis) ...", flush=True)
         started = time.monotonic()
         status = stack.up()
         print(status.describe(), f"\n(up in {time.monotonic() - started:.1f} s)", flush=True)
-        kafka, redis_url = kafka or status.kafka_bootstrap, redis_url or status.redis_url
-
-    run_id = uuid.uuid4().hex[:8]
-    topic, prefix = f"ldp-demo-{run_id}", f"ldpdemo:{run_id}"
+    kafka = config.kafka
     table = tomllib.loads(DEMO_REGISTRY.read_text())
     table["defaults"] = {**table.get("defaults", {}), "topic": topic, "windows": ["all"], "bucket_seconds": 60}
     registry = Registry.from_dict(table, base_dir=DEMO_REGISTRY.parent)
@@ -80,10 +78,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"(no Prometheus endpoint: port {args.metrics_port} is taken: {exc})")
 
-    client = redis.Redis.from_url(redis_url)
-    store = RedisSketchStore(client, prefix)
+    store = RedisConfig(config.redis.url, f"{config.redis.prefix}demo:{run_id}").store()
     stop = threading.Event()
-    consumer = SketchConsumer(registry, store, ConsumerSettings(bootstrap=kafka, group_id=f"ldp-demo-{run_id}"))
+    consumer = SketchConsumer(registry, store, ConsumerSettings(kafka, group_id=f"ldp-demo-{run_id}"))
     decoder = DecoderService(registry, store)
     produced: dict[str, object] = {}
 
@@ -104,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         while threads[2].is_alive() or consumer.reports_applied < _acked(produced):
-            _show(latest_estimate(client, prefix, metric.name), truth, args.no_screen)
+            _show(store.latest_estimate(metric.name), truth, args.no_screen)
             time.sleep(1.0)
             if not threads[2].is_alive() and "result" not in produced:
                 break  # the producer failed; its error was printed by the thread
@@ -119,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     for thread in threads:
         thread.join(timeout=30)
     if final:
-        published = latest_estimate(client, prefix, metric.name)
+        published = store.latest_estimate(metric.name)
         _show(published, truth, True)
         result = produced.get("result")
         if result is not None and published is not None:
@@ -127,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             empirical = result.true_counts / result.true_counts.sum()  # type: ignore[attr-defined]
             print(f"\nreports acknowledged by Kafka: {result.records_acked:,}; counted in Redis: "  # type: ignore[attr-defined]
                   f"{published['n_reports']:,}; L1(estimate, sample) = {np.abs(estimate - empirical).sum():.4f}")
-    AdminClient({"bootstrap.servers": kafka}).delete_topics([topic])
+    AdminClient(kafka.admin()).delete_topics([topic])
     return 130 if interrupted else 0
 
 
@@ -137,7 +134,7 @@ def _acked(produced: dict[str, object]) -> int:
 
 
 def _show(published: dict | None, truth: np.ndarray, plain: bool) -> None:
-    from decoder.watch import render
+    from ldpstream.decoder.watch import render
 
     text = "waiting for the first estimate ..." if published is None else render(published, truth=truth)
     sys.stdout.write(("\n" if plain else "\x1b[2J\x1b[H") + text + "\n")

@@ -18,13 +18,14 @@ from ldpstream.errors import LdpStreamError
 
 #: Modules that contribute subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "ldpstream.commands.demo",
-    "producers.commands",
-    "consumers.commands",
-    "decoder.commands",
-    "deploy.commands",
-    "ldpstream.commands.simulate",
-    "ldpstream.commands.rappor",
+    "ldpstream.cli.demo",
+    "ldpstream.cli.produce",
+    "ldpstream.cli.consume",
+    "ldpstream.cli.decode",
+    "ldpstream.cli.status",
+    "ldpstream.cli.stack",
+    "ldpstream.cli.simulate",
+    "ldpstream.cli.rappor",
 )
 
 

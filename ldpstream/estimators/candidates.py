@@ -35,15 +35,15 @@ Methods:
   (cohort, symbol) with ``P(y, c | s) = Q(y | h_c(s))/C`` and ``P(y, c | other) = 1/(C k)``. Bits: the
   composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors from the observed information restricted to the
-  simplex (:func:`decoder.estimators.em.affine_constrained_variances`); for bits this is the naive composite
+  simplex (:func:`ldpstream.estimators.em.affine_constrained_variances`); for bits this is the naive composite
   information (no Godambe sandwich). EM starts from the uniform distribution, runs SQUAREM
-  (:func:`decoder.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
+  (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
   1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate
   are merged into one cell per block (:func:`_compressed_channel`): at k = 4096, C = 64, S = 256 that removes
   94% of the outputs.
 
 Cost and memory. ``G = XᵀWX`` (and the information matrix of ``"mle"``) are handled by
-:class:`decoder.estimators.gram.WeightedGram`: dense, exact Cholesky up to ``exact_se_max`` candidates
+:class:`ldpstream.estimators.gram.WeightedGram`: dense, exact Cholesky up to ``exact_se_max`` candidates
 (default 1024); beyond, never formed: block conjugate gradients for the solves (estimates exact to the CG
 tolerance) and, for the standard errors only, the calibrated cavity approximation of ``diag(G⁻¹)`` described
 there (exact for the ``se_top`` largest estimates, the "other" term and 16 random probes; within ≈ 3.5% at
@@ -140,7 +140,7 @@ def fista_constrained_ls(
 class _WLS:
     """Weighted least squares ``z ≈ X β (+ o β_o)`` with the fitted-value weights, and ``diag Cov``.
 
-    ``G = Xᵀ W X`` goes through :class:`~decoder.estimators.gram.WeightedGram` (dense and exact up to
+    ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.gram.WeightedGram` (dense and exact up to
     ``exact_max`` candidates, sparse CG and the calibrated cavity diagonal beyond). The "other" column ``o``
     is eliminated exactly by its Schur complement ``σ = oᵀWo − gᵀG⁻¹g`` (``g = XᵀWo``):
     ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``, ``Var β_o = 1/σ``,

@@ -1,0 +1,65 @@
+"""What the decoder publishes for one metric and window: the estimate with its provenance, and how a
+window's buckets are chosen and decoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ldpstream.estimators import Estimate, estimate
+from ldpstream.registry import MetricConfig, Window
+from ldpstream.store.contract import MetricSnapshot
+
+
+def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int, now: float) -> list[int]:
+    """Buckets that overlap the window ``(now − window.seconds, now]`` (every bucket for ``all``)."""
+    if window.seconds is None:
+        return sorted(snapshot.buckets)
+    start = now - window.seconds
+    return sorted(b for b in snapshot.buckets if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
+
+
+def decode_sketch(metric: MetricConfig, sketch: np.ndarray) -> Estimate:
+    """Decode one summed ``(C, W)`` sketch with the metric's estimator."""
+    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
+
+
+@dataclass(frozen=True)
+class PublishedEstimate:
+    """One metric's estimate over one window, as published."""
+
+    metric: str
+    window: str
+    snapshot_time: float
+    decode_seconds: float
+    buckets: int
+    estimate: Estimate
+    names: tuple[str, ...]
+    #: Event times the summed buckets cover, [from, to) in seconds: whole buckets, so a window of the last
+    #: hour over hourly buckets may reach back up to two hours.
+    covers: tuple[int, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        est = self.estimate
+        values: list[dict[str, Any]] = []
+        ci = est.ci(0.95) if est.std_errors is not None else None
+        for i, name in enumerate(self.names):
+            entry: dict[str, Any] = {"value": name, "frequency": float(est.frequencies[i])}
+            if ci is not None and est.std_errors is not None:
+                entry.update(std_error=float(est.std_errors[i]), low_95=float(ci.low[i]), high_95=float(ci.high[i]))
+            values.append(entry)
+        return {
+            "metric": self.metric,
+            "window": self.window,
+            "snapshot_time": self.snapshot_time,
+            "decode_seconds": self.decode_seconds,
+            "buckets": self.buckets,
+            "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
+            "method": est.method,
+            "n_reports": int(est.n_reports),
+            "residual": est.residual,
+            "detection_floor": est.detection_floor,
+            "values": values,
+        }

@@ -1,0 +1,7 @@
+"""``python -m ldpstream.cli``: the ``ldpstream`` command."""
+
+import sys
+
+from ldpstream.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Interoperability with other LDP systems' files (Google RAPPOR)."""

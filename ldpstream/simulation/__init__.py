@@ -1,0 +1,1 @@
+"""Offline simulation and tuning: trials of every mechanism and decoder, losses, parameter recommendation."""

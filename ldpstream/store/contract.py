@@ -1,0 +1,133 @@
+"""The sketch-store contract that consumers write and the decoder reads.
+
+A store keeps, per Kafka partition, the next offset to apply, stats counters, and additive count sketches
+per (metric, fingerprint, time bucket). :meth:`SketchStore.apply` is a compare-and-set: a
+:class:`PartitionBatch` is applied whole, with its next offset, only when the store still holds the offset
+the batch expects; otherwise nothing is written. That is the exactly-once argument of
+``docs/math/exactly-once.md``. Implementations: :class:`~ldpstream.store.redis_store.RedisSketchStore` and
+:class:`~ldpstream.store.memory_store.InMemorySketchStore`; ``tests/contracts`` runs one suite on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+#: The bucket number of the all-time rollup sketch (real buckets are ≥ 0).
+ALL_TIME = -1
+
+
+@dataclass(frozen=True)
+class SketchKey:
+    """Which sketch an increment goes to (``bucket`` = :data:`ALL_TIME` for the all-time rollup)."""
+
+    metric: str
+    fingerprint: int
+    bucket: int
+
+
+@dataclass
+class PartitionBatch:
+    """Everything one Kafka partition batch changes: sketch increments, stats, and its offsets."""
+
+    topic: str
+    partition: int
+    #: The partition's next offset the consumer expects the store to hold (None: nothing stored yet).
+    expected_offset: int | None
+    #: The next offset after the batch's last message.
+    next_offset: int
+    increments: dict[SketchKey, np.ndarray] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    #: Unix time at which a sketch key expires (keys absent here never do).
+    expire_at: dict[SketchKey, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    applied: bool
+    #: The partition's next offset after the call: ``batch.next_offset`` when applied; what the store holds
+    #: (where the consumer must seek; None: nothing, start from the beginning) when refused.
+    next_offset: int | None
+
+
+@dataclass(frozen=True)
+class MetricSnapshot:
+    """All sketches of one metric and fingerprint, read at one instant: bucket → summed (C, W) counts, and
+    the all-time rollup (None where no consumer has written one)."""
+
+    buckets: dict[int, np.ndarray]
+    total: np.ndarray | None = None
+
+    def all_time(self, shape: tuple[int, int]) -> np.ndarray:
+        """Every report ever: the rollup, or the sum of the buckets where there is none."""
+        return self.total if self.total is not None else sum_buckets(self, None, shape)
+
+
+class SketchStore(Protocol):
+    """What consumers, the decoder and ``status`` need of a store."""
+
+    def apply(self, batch: PartitionBatch) -> ApplyResult:
+        """Apply ``batch`` whole if the stored next offset equals ``batch.expected_offset``; else refuse."""
+        ...
+
+    def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
+        """The stored next offset of each partition (None: nothing applied yet)."""
+        ...
+
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
+                 expired_before: int | None = None) -> MetricSnapshot:
+        """Every sketch of the metric as of one instant (buckets below ``expired_before`` left out)."""
+        ...
+
+    def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
+        """The stats counters of the partitions, summed."""
+        ...
+
+
+class EstimateStore(Protocol):
+    """Where the decoder publishes estimates (the latest one and a bounded history per metric and window)
+    and its last run, and where ``watch`` and ``status`` read them."""
+
+    def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
+        """Store ``body`` (JSON) as the latest estimate and push it on the history, keeping ``history``."""
+        ...
+
+    def retract_estimate(self, metric: str, window: str) -> bool:
+        """Drop the latest estimate (the history stays); True when there was one."""
+        ...
+
+    def latest_estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
+        """The latest published estimate, decoded from JSON (None when none)."""
+        ...
+
+    def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
+        """The published estimates, newest first."""
+        ...
+
+    def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:
+        """Record a decoder pass that ended at ``when`` (now by default) and the metrics that failed."""
+        ...
+
+    def last_decode(self) -> dict[str, Any] | None:
+        """``{"time": ..., "failed": [...]}`` of the last recorded pass (None when none)."""
+        ...
+
+
+class StatusStore(SketchStore, EstimateStore, Protocol):
+    """A store that keeps both sketches and published estimates (both implementations do): what the
+    decoder and ``status`` take."""
+
+
+def sum_buckets(snapshot: MetricSnapshot, buckets: Iterable[int] | None = None,
+                shape: tuple[int, int] | None = None) -> np.ndarray:
+    """Sum the sketches of the given buckets (all when None); sketches are additive."""
+    chosen: Mapping[int, np.ndarray] = snapshot.buckets if buckets is None else {
+        b: snapshot.buckets[b] for b in buckets if b in snapshot.buckets}
+    if not chosen:
+        if shape is None:
+            raise ValueError("no buckets to sum and no shape given")
+        return np.zeros(shape, dtype=np.int64)
+    return np.sum(list(chosen.values()), axis=0)

@@ -1,0 +1,68 @@
+"""The whole Redis key schema, in one place: the store, the decoder's publishing and ``status`` read it.
+
+Layout in Redis (``P`` is the key prefix, ``T`` the topic, ``N`` the partition; everything one consumer
+batch touches carries the hash tag ``{T:N}``, so one script call stays in one slot on Redis Cluster)::
+
+    P:{T:N}:offset                          string  next Kafka offset of partition N to apply
+    P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>
+    P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
+                                                    with config fingerprint fp (8 hex digits) in time
+                                                    bucket <bucket> (= event time // bucket_seconds), as
+                                                    C·W signed 64-bit big-endian counters (BITFIELD i64),
+                                                    cohort-major; missing trailing cells read as 0. With a
+                                                    metric ``retention``, it expires that long after the
+                                                    bucket's end.
+    P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
+                                                    updated in the same call; never expires)
+    P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
+    P:estimate:<metric>:<window>            string  the last published estimate (JSON)
+    P:history:<metric>:<window>             list    the last published estimates, newest first (bounded)
+    P:decoder:last_run                      string  JSON {"time": unix seconds, "failed": [metric, ...]}
+
+``<bucket>`` is ``all`` for :data:`~ldpstream.store.contract.ALL_TIME`. Keys of one partition share the hash
+tag ``{T:N}``; the index, estimate and decoder keys are read by one client at a time and carry none.
+"""
+
+from __future__ import annotations
+
+from ldpstream.store.contract import ALL_TIME, SketchKey
+
+
+def partition_tag(prefix: str, topic: str, partition: int) -> str:
+    """``P:{T:N}``: the prefix of every key one partition batch touches."""
+    return f"{prefix}:{{{topic}:{partition}}}"
+
+
+def offset_key(prefix: str, topic: str, partition: int) -> str:
+    return f"{partition_tag(prefix, topic, partition)}:offset"
+
+
+def stats_key(prefix: str, topic: str, partition: int) -> str:
+    return f"{partition_tag(prefix, topic, partition)}:stats"
+
+
+def sketch_key(prefix: str, topic: str, partition: int, key: SketchKey) -> str:
+    bucket = "all" if key.bucket == ALL_TIME else str(key.bucket)
+    return f"{partition_tag(prefix, topic, partition)}:sk:{key.metric}:{key.fingerprint:08x}:{bucket}"
+
+
+def bucket_of(sketch_key_name: str) -> int:
+    """The bucket number of a sketch key (:data:`ALL_TIME` for the rollup)."""
+    suffix = sketch_key_name.rsplit(":", 1)[1]
+    return ALL_TIME if suffix == "all" else int(suffix)
+
+
+def index_key(prefix: str, metric: str, fingerprint: int) -> str:
+    return f"{prefix}:index:{metric}:{fingerprint:08x}"
+
+
+def estimate_key(prefix: str, metric: str, window: str) -> str:
+    return f"{prefix}:estimate:{metric}:{window}"
+
+
+def history_key(prefix: str, metric: str, window: str) -> str:
+    return f"{prefix}:history:{metric}:{window}"
+
+
+def last_decode_key(prefix: str) -> str:
+    return f"{prefix}:decoder:last_run"

@@ -1,0 +1,204 @@
+"""The sketch store on Redis: one Lua compare-and-set per partition batch (the key schema is
+:mod:`ldpstream.store.keys`).
+
+A consumer applies one Kafka partition batch with one Lua script call (:data:`APPLY_SCRIPT`), a
+compare-and-set: the batch carries the next offset the consumer believes Redis holds for the partition (read
+at assignment, then the one its own last batch stored). If Redis holds anything else, someone else applied
+batches since (a rebalance, a fenced consumer, a replay) or Redis rolled back (a restart that lost its last
+writes), and the call is refused whole, returning what Redis holds, from where the consumer re-reads.
+Otherwise every counter increment, the stats and the new next offset are written together. Redis runs a
+script atomically, so counts and offsets never disagree; that is the exactly-once guarantee (see the
+README). The decoder sums a metric's sketches over partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import redis
+
+from ldpstream.store import keys
+from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch
+
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
+#: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
+#: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
+#: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment) pairs.
+#: Returns {1, new next offset} or {0, stored next offset or ''}.
+APPLY_SCRIPT = """
+local stored = redis.call('GET', KEYS[1]) or ''
+if stored ~= ARGV[1] then
+  return {0, stored}
+end
+local a = 4
+local nstats = tonumber(ARGV[3])
+for s = 1, nstats do
+  redis.call('HINCRBY', KEYS[2], ARGV[a], ARGV[a + 1])
+  a = a + 2
+end
+for i = 3, #KEYS do
+  local cells = tonumber(ARGV[a])
+  local expire_at = tonumber(ARGV[a + 1])
+  a = a + 2
+  local done = 0
+  while done < cells do
+    local chunk = math.min(cells - done, 1000)
+    local args = {}
+    for c = 1, chunk do
+      args[#args + 1] = 'INCRBY'
+      args[#args + 1] = 'i64'
+      args[#args + 1] = '#' .. ARGV[a]
+      args[#args + 1] = ARGV[a + 1]
+      a = a + 2
+    end
+    redis.call('BITFIELD', KEYS[i], unpack(args))
+    done = done + chunk
+  end
+  if expire_at > 0 then
+    redis.call('EXPIREAT', KEYS[i], expire_at)
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return {1, ARGV[2]}
+"""
+
+
+class RedisSketchStore:
+    """:class:`SketchStore` on Redis (standalone; the key layout also fits Redis Cluster)."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "ldp") -> None:
+        if not isinstance(client, redis.Redis):
+            raise TypeError("RedisSketchStore needs a redis.Redis client")
+        self._redis = client
+        self.prefix = prefix
+        self._apply = client.register_script(APPLY_SCRIPT)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "ldp") -> RedisSketchStore:
+        return cls(redis.Redis.from_url(url), prefix)
+
+    @property
+    def client(self) -> redis.Redis:
+        return self._redis
+
+    def apply(self, batch: PartitionBatch) -> ApplyResult:
+        script_keys = [keys.offset_key(self.prefix, batch.topic, batch.partition),
+                       keys.stats_key(self.prefix, batch.topic, batch.partition)]
+        expected = "" if batch.expected_offset is None else str(batch.expected_offset)
+        args: list[int | str] = [expected, batch.next_offset, len(batch.stats)]
+        for name, value in batch.stats.items():
+            args += [name, int(value)]
+        new_index: dict[str, list[str]] = {}
+        for key, counts in batch.increments.items():
+            flat = np.asarray(counts, dtype=np.int64).reshape(-1)
+            cells = np.flatnonzero(flat)
+            if cells.size == 0:
+                continue
+            name = keys.sketch_key(self.prefix, batch.topic, batch.partition, key)
+            script_keys.append(name)
+            new_index.setdefault(keys.index_key(self.prefix, key.metric, key.fingerprint), []).append(name)
+            pairs = np.empty(2 * cells.size, dtype=np.int64)
+            pairs[0::2] = cells
+            pairs[1::2] = flat[cells]
+            args += [int(cells.size), int(batch.expire_at.get(key, 0))]
+            args.extend(pairs.tolist())
+        if new_index:
+            # The index is idempotent and written first: a sketch key is always findable once it exists.
+            pipe = self._redis.pipeline(transaction=False)
+            for index, members in new_index.items():
+                pipe.sadd(index, *members)
+            pipe.execute()
+        applied, next_offset = self._apply(keys=script_keys, args=args)
+        return ApplyResult(bool(applied), int(next_offset) if next_offset not in (b"", "") else None)
+
+    def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
+        partitions = list(partitions)
+        values = self._redis.mget([keys.offset_key(self.prefix, topic, p) for p in partitions]) if partitions else []
+        return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
+
+    def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
+                 expired_before: int | None = None) -> MetricSnapshot:
+        """``expired_before``: buckets below it have expired; their index entries are removed."""
+        index = keys.index_key(self.prefix, metric, fingerprint)
+        names, raws = self._read_indexed(index)
+        if expired_before is not None:
+            gone = [k for k in names if 0 <= keys.bucket_of(k) < expired_before]
+            if gone:
+                self._redis.srem(index, *gone)
+        size = shape[0] * shape[1]
+        buckets: dict[int, np.ndarray] = {}
+        total: np.ndarray | None = None
+        for key, raw in zip(names, raws, strict=True):
+            if raw is None:
+                continue
+            cells = np.frombuffer(raw, dtype=">i8")[:size]
+            counts = np.zeros(size, dtype=np.int64)
+            counts[: cells.size] = cells
+            bucket = keys.bucket_of(key)
+            if bucket == ALL_TIME:
+                total = counts.reshape(shape) if total is None else total + counts.reshape(shape)
+            elif expired_before is None or bucket >= expired_before:
+                buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
+        return MetricSnapshot(buckets, total)
+
+    def _read_indexed(self, index: str) -> tuple[list[str], list[bytes | None]]:
+        """Every key listed in ``index`` and its value, as of one instant.
+
+        The index is WATCHed while it is read and the values are read in one MULTI/EXEC: a consumer batch
+        that adds a new sketch key in between (it SADDs the index before applying) aborts the EXEC, and the
+        read starts over, so a batch is never seen half applied.
+        """
+        with self._redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(index)
+                    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
+                    pipe.multi()
+                    for key in keys:
+                        pipe.get(key)
+                    return keys, pipe.execute() if keys else []
+                except redis.WatchError:
+                    continue
+
+    def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
+        total: dict[str, int] = {}
+        pipe = self._redis.pipeline(transaction=False)
+        partitions = list(partitions)
+        for p in partitions:
+            pipe.hgetall(keys.stats_key(self.prefix, topic, p))
+        for entry in pipe.execute():
+            for name, value in entry.items():
+                name = name.decode() if isinstance(name, bytes) else name
+                total[name] = total.get(name, 0) + int(value)
+        return total
+
+    # ------------------------------------------------------------------ published estimates
+
+    def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(keys.estimate_key(self.prefix, metric, window), body)
+        pipe.lpush(keys.history_key(self.prefix, metric, window), body)
+        pipe.ltrim(keys.history_key(self.prefix, metric, window), 0, history - 1)
+        pipe.execute()
+
+    def retract_estimate(self, metric: str, window: str) -> bool:
+        return bool(self._redis.delete(keys.estimate_key(self.prefix, metric, window)))
+
+    def latest_estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
+        raw = self._redis.get(keys.estimate_key(self.prefix, metric, window))
+        return None if raw is None else dict(json.loads(raw))
+
+    def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self._redis.lrange(keys.history_key(self.prefix, metric, window), 0, -1)]
+
+    def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:
+        body = {"time": time.time() if when is None else when, "failed": list(failed)}
+        self._redis.set(keys.last_decode_key(self.prefix), json.dumps(body))
+
+    def last_decode(self) -> dict[str, Any] | None:
+        raw = self._redis.get(keys.last_decode_key(self.prefix))
+        return None if raw is None else dict(json.loads(raw))
