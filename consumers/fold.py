@@ -28,7 +28,7 @@ import numpy as np
 
 from ldpstream.registry import MetricConfig, Registry
 from ldpstream.store import ALL_TIME, SketchKey
-from ldpstream.wire import RecordBatch, decode_messages
+from ldpstream.wire import RecordBatch, decode_messages, payload_size, reports_from_payloads
 
 REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range",
                      "event_time_out_of_range")
@@ -128,14 +128,14 @@ def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rej
     fingerprint_bad = records.fingerprint != metric.fingerprint
     checks.append((fingerprint_bad, "fingerprint_mismatch",
                    f"metric {metric.name!r} expects fingerprint {metric.fingerprint:08x}"))
-    if records.payloads.shape[1] != metric.payload_size:
+    if records.payloads.shape[1] != payload_size(metric.mechanism):
         checks.append((np.ones(len(records), dtype=bool), "payload_size",
-                       f"metric {metric.name!r} has {metric.payload_size}-byte payloads, "
+                       f"metric {metric.name!r} has {payload_size(metric.mechanism)}-byte payloads, "
                        f"got {records.payloads.shape[1]}"))
     else:
         out_of_range = records.cohort >= mechanism.cohorts
         if mechanism.report_kind == "symbol":
-            out_of_range |= metric.reports_from_payloads(records.payloads) >= mechanism.k
+            out_of_range |= reports_from_payloads(metric.mechanism, records.payloads) >= mechanism.k
         elif mechanism.k % 8:
             out_of_range |= (records.payloads[:, -1] >> (mechanism.k % 8)) != 0
         checks.append((out_of_range, "out_of_range",
@@ -181,7 +181,7 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timesta
         sketch = np.zeros(shape, dtype=np.int64)
         for start in range(0, len(part), FOLD_CHUNK):
             stop = start + FOLD_CHUNK
-            reports = metric.reports_from_payloads(part.payloads[start:stop])
+            reports = reports_from_payloads(metric.mechanism, part.payloads[start:stop])
             sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
         key = SketchKey(metric.name, metric.fingerprint, bucket)
         _add(result, key, sketch)

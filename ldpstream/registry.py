@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -46,12 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import Mechanism, make_mechanism
-from ldpstream.mechanisms.base import unpack_bits
-from ldpstream.wire import SYMBOL_PAYLOAD_SIZE, symbols_from_payloads
 
 DEFAULT_TOPIC = "ldp-reports"
 DEFAULT_BUCKET_SECONDS = 3600
@@ -106,19 +101,6 @@ class MetricConfig:
         if self.retention_seconds is not None and self.retention_seconds < longest:
             raise ConfigError(f"metric {self.name!r}: retention is shorter than its longest window")
         object.__setattr__(self, "fingerprint", fingerprint(self.id, self.mechanism.parameters()))
-
-    @property
-    def payload_size(self) -> int:
-        """Bytes of one report's payload in the wire format."""
-        if self.mechanism.report_kind == "symbol":
-            return SYMBOL_PAYLOAD_SIZE
-        return math.ceil(self.mechanism.k / 8)
-
-    def reports_from_payloads(self, payloads: np.ndarray) -> np.ndarray:
-        """Wire payloads ``(n, L)`` → the mechanism's reports (symbols, or ``(n, k)`` bits)."""
-        if self.mechanism.report_kind == "symbol":
-            return symbols_from_payloads(payloads)
-        return unpack_bits(payloads, self.mechanism.k)
 
     def value_names(self) -> tuple[str, ...]:
         """Names of the estimated values: candidates, labels, or the symbols' numbers."""

@@ -22,15 +22,9 @@ import numpy as np
 
 from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
-from ldpstream.mechanisms.base import pack_bits
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.wire import encode_records, symbol_payloads
-
-
-def payloads_of(kind: str, reports: np.ndarray) -> np.ndarray:
-    """Mechanism reports (symbols, or ``(n, k)`` bits) → wire payloads ``(n, L)``."""
-    return symbol_payloads(reports) if kind == "symbol" else pack_bits(reports)
+from ldpstream.wire import encode_records, payloads_from_reports
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -67,7 +61,7 @@ class LdpClient:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`)."""
         metric = self.registry[metric_name]
         cohort, report = self.privatizer.privatize(metric, value)
-        payload = payloads_of(metric.mechanism.report_kind, np.asarray(report)[None, ...])
+        payload = payloads_from_reports(metric.mechanism, np.asarray(report)[None, ...])
         when = int(event_time if event_time is not None else time.time())
         if not 0 <= when <= 0xFFFFFFFF:
             # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).

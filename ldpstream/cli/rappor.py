@@ -61,7 +61,7 @@ from ldpstream.interop.rappor_files import (
 CLIENT_SECRET_PREFIX = b"ldpstream/rappor-client/v1"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``rappor`` and its sub-subcommands."""
     parser = subparsers.add_parser(
         "rappor",
@@ -102,7 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dec.add_argument("--out", default="-", help="results.csv path ('-' = stdout)")
     dec.set_defaults(func=run_decode)
 
-    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    def usage(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=usage)
 
 
 def client_secret(master: bytes, client: str) -> bytes:

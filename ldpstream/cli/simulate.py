@@ -43,7 +43,7 @@ from ldpstream.simulation.losses import LOSSES
 from ldpstream.simulation.tuning import DECODERS, MECHANISM_NAMES, build_setup, criterion, run_trials, tune
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``simulate`` and ``tune`` subcommands."""
     sim = subparsers.add_parser(
         "simulate",

@@ -130,4 +130,4 @@ def sum_buckets(snapshot: MetricSnapshot, buckets: Iterable[int] | None = None,
         if shape is None:
             raise ValueError("no buckets to sum and no shape given")
         return np.zeros(shape, dtype=np.int64)
-    return np.sum(list(chosen.values()), axis=0)
+    return np.asarray(np.sum(list(chosen.values()), axis=0), dtype=np.int64)

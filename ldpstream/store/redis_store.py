@@ -155,7 +155,7 @@ class RedisSketchStore:
         with self._redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(index)
+                    pipe.watch(index)  # type: ignore[no-untyped-call]
                     keys = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
                     pipe.multi()
                     for key in keys:
