@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch
+from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch, check_batch
 
 
 class InMemorySketchStore:
@@ -25,6 +25,7 @@ class InMemorySketchStore:
         self._sketches: dict[tuple[str, int], dict[int, np.ndarray]] = {}
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
+        check_batch(batch)
         where = (batch.topic, batch.partition)
         stored = self._offsets.get(where)
         if stored != batch.expected_offset:
