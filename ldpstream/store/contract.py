@@ -101,7 +101,8 @@ class SketchStore(Protocol):
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:
-        """Every sketch of the metric as of one instant (buckets below ``expired_before`` left out)."""
+        """Every sketch of the metric as of one instant. Buckets below ``expired_before`` have expired: they
+        are left out, and forgotten (later snapshots do not show them either)."""
         ...
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:

@@ -237,6 +237,8 @@ class RedisSketchStore:
     # ------------------------------------------------------------------ published estimates
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
+        if history < 1:  # LTRIM 0 -1 would keep the whole history
+            raise ValueError(f"history must keep at least one estimate, got {history}")
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(keys.estimate_key(self.prefix, metric, window), body)
         pipe.lpush(keys.history_key(self.prefix, metric, window), body)

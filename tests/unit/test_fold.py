@@ -123,7 +123,7 @@ def test_bucket_sketches_of_a_metric_with_retention_expire_after_it_and_the_roll
     folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), registry, now=2000)
     fp = metric.fingerprint
     assert folded.expire_at == {SketchKey("m", fp, 10): 1100 + 3600, SketchKey("m", fp, 12): 1300 + 3600}
-    store = InMemorySketchStore()
+    store = InMemorySketchStore(clock=lambda: 2000)  # the store's clock agrees with the fold's ``now``
     assert store.apply(PartitionBatch("t", 0, None, 1, folded.increments, expire_at=folded.expire_at)).applied
     snapshot = store.snapshot("m", fp, (1, 4), expired_before=11)  # bucket 10 has expired
     assert list(snapshot.buckets) == [12]
