@@ -12,10 +12,9 @@ from ldpstream.consumers.fold import fold_messages
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.device import privatize_population
-from ldpstream.producers.client import payloads_of
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch
-from ldpstream.wire import encode_records
+from ldpstream.wire import encode_records, payloads_from_reports
 
 LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
 BUCKET = 600
@@ -55,7 +54,7 @@ class Feeder:
         metric = self.registry[metric_name]
         cohorts, reports = privatize_population(metric, values, np.random.default_rng(seed))
         rows = encode_records(metric.id, metric.fingerprint, cohorts,
-                              payloads_of(metric.mechanism.report_kind, reports), event_time=event_time)
+                              payloads_from_reports(metric.mechanism, reports), event_time=event_time)
         folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), self.registry, now=NOW)
         assert folded.applied == {metric_name: len(values)}
         next_offset = (self.offset or 0) + 1
