@@ -138,7 +138,9 @@ def predicted_variances(
 
 
 def _phi(z: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    """The standard normal density φ(z)."""
+    density: np.ndarray = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return density
 
 
 def projected_l1(p: np.ndarray, var: np.ndarray, bias: np.ndarray | None = None) -> float:

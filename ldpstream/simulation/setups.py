@@ -98,9 +98,12 @@ class Setup:
     def simulate_sketch(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The count sketch of a population with ``counts[s]`` clients holding symbol s (one draw)."""
         m: Any = self.mechanism
+        sketch: np.ndarray
         if self.name in DIRECT_MECHANISMS:
-            return m.simulate_sketch(counts, rng)
-        return m.simulate_sketch(counts, rng, table=self.table)
+            sketch = m.simulate_sketch(counts, rng)
+        else:
+            sketch = m.simulate_sketch(counts, rng, table=self.table)
+        return sketch
 
     def decode(self, sketch: np.ndarray, decoder: str) -> np.ndarray:
         """Decoded frequencies of the S symbols.
