@@ -33,7 +33,7 @@ def test_rappor_rates_give_epsilon(eps, h):
 
 
 @pytest.mark.parametrize("eps", [0.5, 2.0, 5.0])
-def test_direct_predictions_match_formula_sheet(eps):
+def test_direct_predictions_match_expected_l2sq(eps):
     S, n = 64, 10**5
     p = parse_distribution("zipf:1", S)
     sampling = (1 - np.sum(p * p)) / n
@@ -212,7 +212,7 @@ def test_every_decoder_runs():
 
 def test_tune_recommends_sensibly():
     """At large ε on a closed alphabet k-RR-like mechanisms win; at tiny ε (ε = 0.5) k-RR loses to
-    k-RAPPOR (formula sheet crossover for k = 256 is ε ≈ 3.67)."""
+    k-RAPPOR (their expected errors cross at ε ≈ 3.67 for k = 256; docs/math/estimators.md)."""
     S, n = 256, 10**6
     p = parse_distribution("geometric", S)
     res = tune(0.5, S, n, p, closed=True, trials=2, keep=2, seed=1)
