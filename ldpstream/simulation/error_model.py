@@ -1,4 +1,7 @@
-"""The error model: predicted variance, bias and ℓ1 / ℓ2² error of a set-up's estimate (docs/math/tuning.md).
+"""The error model: predicted variance, bias and ℓ1 / ℓ2² error of a set-up's estimate.
+
+Derivations: docs/math/tuning.md, "Variance of the unprojected estimate", "From variances to expected
+losses" and "Projected l1: a mean-field model".
 
 For the *unprojected* least-squares/inversion estimate (the estimate before projection), the per-coordinate
 variance, conditional on the sample (i.e. against the empirical distribution):
@@ -146,7 +149,7 @@ def _phi(z: np.ndarray) -> np.ndarray:
 def projected_l1(p: np.ndarray, var: np.ndarray, bias: np.ndarray | None = None) -> float:
     """Predicted ℓ1 of the simplex projection of ``u = p + b + σZ`` (independent Gaussian coordinates).
 
-    Mean-field model of the projection ``x_i = max(u_i + λ, 0)`` (docs/math/tuning.md; the projection
+    Mean-field model of the projection ``x_i = max(u_i + λ, 0)`` (docs/math/tuning.md, "Projected l1"; the projection
     itself: docs/math/estimators.md, "Euclidean projection onto the simplex"): with S large the threshold λ
     is nearly deterministic, so it is taken as the root of ``Σ_i E max(u_i + λ, 0) = 1``, where
     ``E max(a + σZ, 0) = aΦ(a/σ) + σφ(a/σ)``. Then

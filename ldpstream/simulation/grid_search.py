@@ -1,4 +1,6 @@
-"""The parameter grids of the hashed mechanisms and their search by the error model (docs/math/tuning.md).
+"""The parameter grids of the hashed mechanisms and their search by the error model.
+
+Docs: docs/math/tuning.md, "Search and selection".
 
 Grids (:func:`grid`): O-RR ``k ∈ {2, 3, 4, 5, 6, 8, 16, …}`` up to S (closed) or 2S (open), ``C`` powers of
 two up to :func:`max_cohorts` (4096, and at most n/100), identifiable points only (``C(k − 1) + 1 >= S``:

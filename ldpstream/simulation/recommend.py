@@ -1,10 +1,10 @@
 """The tuner's recommendation: a mechanism and its parameters for ``(ε, S, n, distribution)``.
 
-The error model (:mod:`ldpstream.simulation.error_model`, docs/math/tuning.md) is the primary criterion
-(:func:`~ldpstream.simulation.error_model.criterion`: the projected prediction for decoders whose output is
-on the simplex — ``project``, ``nnls``, ``mle``, ``truncate`` — the unprojected one for ``ls`` /
-``unbiased``). For every mechanism family allowed by the alphabet (closed: k-RR, k-RAPPOR, O-RR, O-RAPPOR;
-open: O-RR, O-RAPPOR) the grid is ranked by the model (:mod:`ldpstream.simulation.grid_search`); the
+Docs: docs/math/tuning.md, "Search and selection". The error model (:mod:`ldpstream.simulation.error_model`)
+is the primary criterion (:func:`~ldpstream.simulation.error_model.criterion`: the projected prediction for
+decoders whose output is on the simplex — ``project``, ``nnls``, ``mle``, ``truncate`` — the unprojected one for
+``ls`` / ``unbiased``). For every mechanism family allowed by the alphabet (closed: k-RR, k-RAPPOR, O-RR,
+O-RAPPOR; open: O-RR, O-RAPPOR) the grid is ranked by the model (:mod:`ldpstream.simulation.grid_search`); the
 ``keep`` best points of distinct k are simulated ``trials`` times on shared populations (common random
 numbers), and :func:`select` recommends the model's best — the cheapest point (smallest sketch k·C·h)
 within 1% of the smallest prediction, since the model cannot rank closer points — unless the simulated

@@ -3,8 +3,8 @@
 Each trial draws ``n`` clients from ``p`` (:func:`ldpstream.distributions.sample_counts`), draws the count
 sketch of that population through the exact aggregate simulation
 (:meth:`~ldpstream.simulation.setups.Setup.simulate_sketch`; docs/math/mechanisms.md, "Count sketches") and
-decodes it with every requested decoder. Losses (:mod:`ldpstream.simulation.losses`; docs/math/tuning.md)
-are measured against the sample's empirical distribution and against the true ``p``.
+decodes it with every requested decoder. Losses (:mod:`ldpstream.simulation.losses`; docs/math/tuning.md,
+"Losses") are measured against the sample's empirical distribution and against the true ``p``.
 """
 
 from __future__ import annotations
