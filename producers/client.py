@@ -27,20 +27,65 @@ from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.wire import encode_records, payloads_from_reports
 
+#: Fewest bytes of a device secret: the secret keys the HMACs that derive the client's cohort and its
+#: permanent (memoized) responses, so a short one would let anyone recompute them.
+MIN_SECRET_BYTES = 16
+
+
+def check_secret(secret: bytes, where: str = "the device secret") -> bytes:
+    """``secret`` if it is bytes of at least :data:`MIN_SECRET_BYTES`; else a ParameterError."""
+    if not isinstance(secret, bytes | bytearray) or len(secret) < MIN_SECRET_BYTES:
+        size = len(secret) if isinstance(secret, bytes | bytearray) else type(secret).__name__
+        raise ParameterError(f"{where} must be at least {MIN_SECRET_BYTES} random bytes (got {size})")
+    return bytes(secret)
+
 
 def load_or_create_secret(path: Path) -> bytes:
-    """The device secret kept in ``path`` (32 random bytes from the OS, written once, mode 0600)."""
+    """The device secret kept in ``path``: 32 random bytes from the OS, written once, mode 0600.
+
+    The file is created whole or not at all: the bytes go to a temporary file in the same folder, which is
+    fsynced and then linked to ``path`` (``link`` fails if ``path`` exists), and the folder is fsynced. Two
+    processes creating it at once therefore agree on one secret: the loser reads the winner's. A file that
+    its group or others may read, or that is too short, is refused.
+    """
+    path = Path(path)
     try:
-        secret = path.read_bytes()
+        return _read_secret(path)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        secret = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
         with os.fdopen(fd, "wb") as out:
-            out.write(secret)
-    if len(secret) < 16:
-        raise ParameterError(f"device secret {path} holds {len(secret)} bytes; at least 16 are needed")
-    return secret
+            out.write(secrets.token_bytes(32))
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+        else:
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    try:
+        mode = path.stat().st_mode
+        secret = path.read_bytes()
+    except IsADirectoryError:
+        raise ParameterError(f"device secret {path} is a directory") from None
+    if mode & 0o077:
+        raise ParameterError(f"device secret {path} may be read by others (mode {mode & 0o777:o}); "
+                             f"allow its owner alone: chmod 600 {path}")
+    return check_secret(secret, f"device secret {path}")
 
 
 class LdpClient:
@@ -57,6 +102,8 @@ class LdpClient:
         self.registry = registry
         if secret is None and secret_file is not None:
             secret = load_or_create_secret(Path(secret_file).expanduser())
+        elif secret is not None:
+            secret = check_secret(secret)
         self.privatizer = ClientPrivatizer(secret)
         self.publisher = ReportPublisher(kafka, delivery_timeout=delivery_timeout, config=producer_config)
 

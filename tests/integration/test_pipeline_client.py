@@ -64,7 +64,7 @@ def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> l
 def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_bootstrap, fresh_topic):
     topic = fresh_topic(partitions=2)
     registry = sdk_registry(topic)
-    client = LdpClient(registry, kafka_bootstrap, secret=b"device-secret-1", delivery_timeout=10.0)
+    client = LdpClient(registry, kafka_bootstrap, secret=b"device-secret-0001", delivery_timeout=10.0)
     event_time = int(time.time()) - 123
     for name in registry.metrics:
         for i in range(REPORTS_PER_METRIC):
@@ -110,7 +110,7 @@ def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_boo
 
 def test_an_unreachable_broker_makes_flush_raise_a_service_error_naming_the_bootstrap():
     registry = sdk_registry("ldp-reports")
-    client = LdpClient(registry, "127.0.0.1:1", secret=b"device-secret-2", delivery_timeout=2.0)
+    client = LdpClient(registry, "127.0.0.1:1", secret=b"device-secret-0002", delivery_timeout=2.0)
     client.report("app_language", "en")
     client.report("homepage_rappor", CANDIDATES[0])
     started = time.monotonic()
