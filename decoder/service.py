@@ -41,6 +41,7 @@ class DecoderService:
         self.metrics = metrics or default_metrics()
         self.history = history
         self.top_n = top_n
+        self.last_failed: list[str] = []
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
@@ -99,6 +100,8 @@ class DecoderService:
             if unsent:
                 self.metrics.estimates_unpublished.inc(unsent)
                 log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
+        #: The metrics whose decode or publication failed in the last pass.
+        self.last_failed = failed
         if len(failed) < len(self.registry.metrics):
             self.store.record_decode(failed)
             self.metrics.last_run.set_to_current_time()

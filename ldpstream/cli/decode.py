@@ -8,6 +8,7 @@ import signal
 import threading
 
 from ldpstream.config import ServiceConfig, add_service_arguments
+from ldpstream.errors import ServiceError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,6 +60,9 @@ def _decode(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.run(args.interval, stop, iterations=1 if args.once else None)
+    if args.once and service.last_failed:
+        raise ServiceError(f"{len(service.last_failed)} of {len(registry.metrics)} metric(s) failed to decode or "
+                           f"publish: {', '.join(service.last_failed)} (the log above says why)")
     return 0
 
 

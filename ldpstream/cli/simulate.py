@@ -99,15 +99,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tn.set_defaults(func=run_tune)
 
 
-def _check_positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ParameterError(f"--{name} must be >= 1, got {value}")
+#: What an offline run on one machine can do: each bound is far beyond the papers' settings (S = 256,
+#: n = 10^6, C = 64, ε up to 10), and an argument beyond it is refused instead of running out of memory or
+#: time.
+LIMITS: dict[str, tuple[float, float]] = {
+    "support": (1, 2**20),
+    "n": (1, 10**12),
+    "trials": (1, 10**5),
+    "k": (1, 2**16),
+    "cohorts": (1, 2**16),
+    "hashes": (1, 64),
+    "keep": (1, 100),
+    "epsilon": (1e-6, 50.0),
+}
+
+
+def _check_range(name: str, value: float | None, *, low: float | None = None) -> None:
+    """Refuse ``--name value`` outside :data:`LIMITS` (``low`` overrides the lower bound), NaN included."""
+    if value is None:
+        return
+    bottom, top = LIMITS[name]
+    bottom = bottom if low is None else low
+    if not bottom <= value <= top:
+        raise ParameterError(f"--{name.replace('_', '-')} must be in {_number(bottom)}..{_number(top)}, got {value}")
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Entry point of ``ldpstream simulate``."""
-    for name in ("support", "n", "trials", "k", "cohorts", "hashes"):
-        _check_positive(name, getattr(args, name))
+    for name in ("support", "n", "trials", "k", "cohorts", "hashes", "epsilon"):
+        _check_range(name, getattr(args, name))
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
@@ -150,10 +174,9 @@ def _fmt_params(d: dict[str, Any]) -> str:
 
 def run_tune(args: argparse.Namespace) -> int:
     """Entry point of ``ldpstream tune``."""
-    for name in ("support", "n", "keep"):
-        _check_positive(name, getattr(args, name))
-    if args.trials < 0:
-        raise ParameterError(f"--trials must be >= 0, got {args.trials}")
+    for name in ("support", "n", "keep", "epsilon"):
+        _check_range(name, getattr(args, name))
+    _check_range("trials", args.trials, low=0)
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
     result = tune(

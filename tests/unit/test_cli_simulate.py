@@ -111,4 +111,4 @@ def test_tune_model_only_and_reference(capsys):
     assert all(a["simulated_l1"] is None for a in data["alternatives"])
     assert all(a["predicted"] == a["predicted_l1"] for a in data["alternatives"])
     assert main(["tune", "--epsilon", "1", "--support", "16", "--n", "100", "--trials", "-1"]) == 1
-    assert "--trials must be >= 0" in capsys.readouterr().err
+    assert "--trials must be in 0..100,000" in capsys.readouterr().err
