@@ -3,7 +3,8 @@
 Equations: ``shared/reference/formulas.md``. Entry point: :func:`estimate`.
 """
 
-from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor, fista_constrained_ls
+from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor
+from .channels import AffineChannel, MatrixChannel
 from .direct import (
     DirectMethod,
     estimate_krappor,
@@ -19,19 +20,13 @@ from .direct import (
     krr_variance,
 )
 from .dispatch import clear_design_cache, design_matrix, estimate
-from .em import (
-    AffineChannel,
-    EMResult,
-    MatrixChannel,
-    affine_constrained_variances,
-    constrained_variances,
-    em_multinomial,
-    log_likelihood,
-    weighted_gram,
-)
+from .em import EMResult, em_multinomial, log_likelihood
 from .estimate import ConfidenceInterval, Estimate, bonferroni_z, detection_floor
 from .gram import WeightedGram
+from .least_squares import fista_constrained_ls
+from .linalg import weighted_gram
 from .simplex import project_capped_simplex, project_simplex, truncate_normalize
+from .variance import affine_constrained_variances, constrained_variances
 
 __all__ = [
     "AffineChannel",

@@ -13,7 +13,7 @@ Standard errors are analytic. For the unbiased estimator, ``Var(p̂_i) = c² m_i
 for k-RR and ``c = 1/(q* − p*) = (e^{ε/2} + 1)/(e^{ε/2} − 1)`` for k-RAPPOR. ``"truncate"`` and
 ``"project"`` report the same standard errors (those of the estimator they post-process: conservative
 near the interior, not exact at the boundary); ``"mle"`` reports the observed-information standard errors
-(see :func:`ldpstream.estimators.em.constrained_variances`).
+(see :func:`ldpstream.estimators.variance.constrained_variances`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from numpy.typing import ArrayLike
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import KRR
 
-from .em import AffineChannel, constrained_variances, em_multinomial
+from .channels import AffineChannel
+from .em import em_multinomial
 from .estimate import Estimate, detection_floor
 from .simplex import project_simplex, truncate_normalize
+from .variance import constrained_variances
 
 __all__ = [
     "DirectMethod",

@@ -46,47 +46,9 @@ import numpy as np
 import scipy.linalg as sl
 import scipy.sparse as sp
 
-__all__ = ["WeightedGram", "block_pcg", "cavity_inverse_diagonal"]
+from .linalg import block_pcg, cholesky_inverse_diagonal, weighted_gram
 
-_TINY = 1e-300
-
-
-def block_pcg(
-    matvec: Any, B: np.ndarray, precond: np.ndarray, *, rtol: float = 1e-10, max_iter: int = 2000
-) -> tuple[np.ndarray, int, bool]:
-    """Conjugate gradients on each column of ``B`` at once (``matvec`` maps S×m to S×m), Jacobi ``precond``
-    (the inverse diagonal). Stops when every column's relative residual is below ``rtol``.
-    Returns ``(X, iterations, converged)``."""
-    Bm = np.asarray(B, dtype=np.float64)
-    one_d = Bm.ndim == 1
-    if one_d:
-        Bm = Bm[:, None]
-    Xs = np.zeros_like(Bm)
-    R = Bm.copy()
-    bn = np.linalg.norm(Bm, axis=0)
-    bn[bn == 0] = 1.0
-    if not np.any(np.linalg.norm(R, axis=0) > 0):
-        return (Xs[:, 0] if one_d else Xs), 0, True
-    Z = precond[:, None] * R
-    P = Z.copy()
-    rz = np.einsum("ij,ij->j", R, Z)
-    converged = False
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
-        AP = matvec(P)
-        pap = np.einsum("ij,ij->j", P, AP)
-        alpha = np.where(pap > 0, rz / np.where(pap > 0, pap, 1.0), 0.0)
-        Xs += alpha * P
-        R -= alpha * AP
-        if np.max(np.linalg.norm(R, axis=0) / bn) < rtol:
-            converged = True
-            break
-        Z = precond[:, None] * R
-        rz_new = np.einsum("ij,ij->j", R, Z)
-        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
-        P = Z + beta * P
-        rz = rz_new
-    return (Xs[:, 0] if one_d else Xs), it, converged
+__all__ = ["WeightedGram", "cavity_inverse_diagonal"]
 
 
 def cavity_inverse_diagonal(
@@ -154,8 +116,6 @@ class WeightedGram:
 
     # ---------------------------------------------------------------------------------------------
     def _dense_setup(self) -> None:
-        from .em import cholesky_inverse_diagonal, weighted_gram
-
         G = weighted_gram(self.X, self.w)
         self.diag = np.diag(G).copy()
         try:
