@@ -43,7 +43,7 @@ import numpy as np
 
 from ldpstream.errors import ParameterError
 from ldpstream.interop.rappor_files import (
-    RapporParams,
+    ParamsCsv,
     Reports,
     read_candidates,
     read_counts,
@@ -123,7 +123,7 @@ def _master_secret(path: str | None) -> bytes:
 
 
 def encode_values(
-    params: RapporParams,
+    params: ParamsCsv,
     clients: list[str],
     cohorts: np.ndarray,
     values: list[str],
@@ -191,7 +191,7 @@ def run_hash_candidates(args: argparse.Namespace) -> int:
 
 
 def decode_counts(
-    params: RapporParams, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
+    params: ParamsCsv, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
     other: bool = True,
 ) -> Any:
     """Run the candidate decoder on a counts sketch; returns the :class:`Estimate`."""

@@ -63,13 +63,14 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms import check_epsilon
 
 from .channels import AffineChannel, compressed_affine_channel
 from .em import em_multinomial
 from .estimate import Estimate, detection_floor
 from .least_squares import WeightedLeastSquares, fista_constrained_ls
 from .simplex import project_capped_simplex, project_simplex
-from .variance import affine_constrained_variances
+from .variance import affine_constrained_variances, bit_variance, krr_variance
 
 __all__ = [
     "CandidateMethod",
@@ -183,9 +184,7 @@ def decode_orr(
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
         raise ParameterError("O-RR sketch must be (C, k)")
-    eps = float(epsilon)
-    if not np.isfinite(eps) or eps <= 0:
-        raise ParameterError(f"epsilon must be positive, got {epsilon}")
+    eps = check_epsilon(epsilon)
     C, k = counts.shape
     X = _design(design, C * k)
     Nc = counts.sum(axis=1)
@@ -200,9 +199,8 @@ def decode_orr(
     Nrow = np.repeat(Nc, k)
 
     def var_fn(fit: np.ndarray) -> np.ndarray:
-        m = (1 + (e - 1) * np.clip(fit, 0.0, 1.0)) / (e + k - 1)
-        with np.errstate(divide="ignore"):
-            return np.where(Nrow > 0, c * c * m * (1 - m) / np.where(Nrow > 0, Nrow, 1.0), np.inf)
+        var = krr_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), eps, k)
+        return np.where(Nrow > 0, var, np.inf)
 
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         extra = [1.0 / (C * k)] if with_other else None
@@ -258,9 +256,8 @@ def decode_bits(
     Nrow = np.repeat(Nc, k)
 
     def var_fn(fit: np.ndarray) -> np.ndarray:
-        r = p_star + delta * np.clip(fit, 0.0, 1.0)
-        with np.errstate(divide="ignore"):
-            return np.where(Nrow > 0, r * (1 - r) / (np.where(Nrow > 0, Nrow, 1.0) * delta**2), np.inf)
+        var = bit_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), q_star, p_star)
+        return np.where(Nrow > 0, var, np.inf)
 
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         R = C * k

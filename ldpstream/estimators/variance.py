@@ -1,7 +1,12 @@
-"""Variances of estimates constrained to the simplex, from the information matrix of a channel.
+"""Variances of the estimators: of the unbiased k-RR and bit (k-RAPPOR, O-RAPPOR, RAPPOR) responses, and of
+estimates constrained to the simplex, from the information matrix of a channel.
 
-Aitchison–Silvey: the covariance of a maximum-likelihood estimate on ``Σ p = 1`` is the inverse information
-restricted to the tangent space (formula sheet, "Putting estimates back on the simplex").
+- Response variances (formula sheet, "k-RR" and "k-RAPPOR"/"RAPPOR"): one home for each, used by the direct and
+  the candidate decoders.
+- Aitchison–Silvey: the covariance of a maximum-likelihood estimate on ``Σ p = 1`` is the inverse information
+  restricted to the tangent space (formula sheet, "Putting estimates back on the simplex").
+
+Inputs are assumed validated (ε by the public decoders or the mechanisms' constructors).
 """
 
 from __future__ import annotations
@@ -11,14 +16,45 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg as sl
+from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.rates import bit_rates
 
 from .channels import AffineChannel
 from .gram import WeightedGram
 from .linalg import cholesky_inverse_diagonal
 
-__all__ = ["affine_constrained_variances", "constrained_variances"]
+__all__ = ["affine_constrained_variances", "bit_variance", "constrained_variances", "krappor_variance", "krr_variance"]
+
+
+def krr_variance(p: ArrayLike, n: ArrayLike, epsilon: float, k: int | None = None) -> np.ndarray:
+    """Per-coordinate variance of the unbiased k-RR estimator (formula sheet, "k-RR"):
+    ``((e^ε + k − 1)/(e^ε − 1))² m_i (1 − m_i)/n`` with ``m = ((e^ε − 1) p + 1)/(e^ε + k − 1)``.
+
+    ``k`` defaults to the length of ``p``'s last axis; give it when ``p`` holds the responses of several cohorts
+    (O-RR: ``p`` = the fitted ``(X p)`` cells, ``n`` = each cell's cohort size).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    k = p.shape[-1] if k is None else k
+    e = np.exp(epsilon)
+    m = ((e - 1) * p + 1) / (e + k - 1)
+    return ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
+
+
+def bit_variance(p: ArrayLike, n: ArrayLike, q_star: float, p_star: float) -> np.ndarray:
+    """Per-coordinate variance of the unbiased bit estimator ``(T/n − p*)/(q* − p*)`` (formula sheet, "k-RAPPOR",
+    "RAPPOR"'s ``Var(t_ij)/N_j²``): ``r (1 − r)/(n (q* − p*)²)`` with ``r = p* + (q* − p*) p``."""
+    delta = q_star - p_star
+    r = p_star + delta * np.asarray(p, dtype=np.float64)
+    return r * (1 - r) / (np.asarray(n, dtype=np.float64) * delta**2)
+
+
+def krappor_variance(p: ArrayLike, n: float, epsilon: float) -> np.ndarray:
+    """:func:`bit_variance` of k-RAPPOR: ``m_j (1 − m_j) / (n (q* − p*)²)`` with
+    ``m_j = ((e^{ε/2} − 1) p_j + 1)/(e^{ε/2} + 1)``, ``(q*, p*)`` = :func:`ldpstream.mechanisms.rates.bit_rates`
+    at ε/2."""
+    return bit_variance(p, n, *bit_rates(epsilon / 2))
 
 
 def constrained_variances(information: np.ndarray, ridge: float = 1e-12) -> np.ndarray:

@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError, ReportFormatError
+from ldpstream.mechanisms.base import sum_bits as sum_bits  # re-exported: the `sum-bits` tool
 from ldpstream.mechanisms.rappor import Rappor
 
 PathOrFile = str | Path | IO[str]
@@ -162,7 +163,7 @@ def _quote(s: str) -> str:
 
 
 @dataclass(frozen=True)
-class RapporParams:
+class ParamsCsv:
     """The parameters of Google's ``params.csv``: Bloom bits k, hashes h, cohorts m, and p, q, f.
 
     ``p``, ``q`` are the instantaneous probabilities P(S_i = 1 | B'_i = 0 / 1) and ``f`` the permanent
@@ -207,7 +208,7 @@ class RapporParams:
                 _format_number(self.f)]
 
 
-def read_params(source: PathOrFile) -> RapporParams:
+def read_params(source: PathOrFile) -> ParamsCsv:
     """Read ``params.csv`` (header ``k,h,m,p,q,f``, quoted or not, in that order; one data row)."""
     name = _name(source)
     rows = _rows(source)
@@ -226,10 +227,10 @@ def read_params(source: PathOrFile) -> RapporParams:
         floats = [float(c) for c in cells[3:]]
     except ValueError:
         raise ReportFormatError(f"{name}:{line}: p, q, f must be numbers, got {cells[3:]}") from None
-    return RapporParams(*ints, *floats)
+    return ParamsCsv(*ints, *floats)
 
 
-def write_params(target: PathOrFile, params: RapporParams) -> None:
+def write_params(target: PathOrFile, params: ParamsCsv) -> None:
     """Write ``params.csv`` as Google's tools do: ``k,h,m,p,q,f`` then one row."""
     with _open_write(target) as f:
         f.write(",".join(PARAMS_HEADER) + "\n")
@@ -241,7 +242,7 @@ def write_params(target: PathOrFile, params: RapporParams) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def read_counts(source: PathOrFile, params: RapporParams | None = None) -> np.ndarray:
+def read_counts(source: PathOrFile, params: ParamsCsv | None = None) -> np.ndarray:
     """Read ``counts.csv`` into an ``(m, k+1)`` int64 sketch (column 0 = reports, column 1+j = bit j).
 
     With ``params`` the shape is checked (m rows, k + 1 columns), as Google's ``ReadCountsFile`` does.
@@ -326,7 +327,7 @@ class CandidateMap:
     matrix: sp.csr_matrix
 
 
-def read_map(source: PathOrFile, params: RapporParams) -> CandidateMap:
+def read_map(source: PathOrFile, params: ParamsCsv) -> CandidateMap:
     """Read ``map.csv`` into strings and the ``(m·k, S)`` design matrix X (X[c·k + bit, s] = 1).
 
     Like Google's ``ReadMapFile``: duplicate strings keep their first row; empty cells (R's NA) are
@@ -586,26 +587,6 @@ def write_values(target: PathOrFile, values: Values) -> None:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(VALUES_HEADER)
         writer.writerows(zip(values.clients, values.cohorts.tolist(), values.values, strict=True))
-
-
-def sum_bits(cohorts: np.ndarray, irr: np.ndarray, m: int) -> np.ndarray:
-    """The ``(m, k+1)`` counts of Google's ``sum_bits.py``, vectorized: one sparse product.
-
-    Row c: ``[#reports in cohort c, #reports of cohort c with bit 0 set, …, bit k−1]``.
-    """
-    cohorts = np.asarray(cohorts, dtype=np.int64)
-    irr = np.asarray(irr)
-    n, k = irr.shape
-    if cohorts.shape != (n,):
-        raise ParameterError(f"{cohorts.shape[0]} cohorts for {n} reports")
-    if n and (cohorts.min() < 0 or cohorts.max() >= m):
-        raise ParameterError(f"cohorts must lie in 0..{m - 1}")
-    out = np.zeros((m, k + 1), dtype=np.int64)
-    out[:, 0] = np.bincount(cohorts, minlength=m)
-    if n:
-        onehot = sp.csr_matrix((np.ones(n, dtype=np.int64), (cohorts, np.arange(n))), shape=(m, n))
-        out[:, 1:] = np.asarray(onehot @ irr.astype(np.int64, copy=False))
-    return out
 
 
 def write_lines(target: PathOrFile | TextIO, lines: Iterable[str]) -> None:

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.randomness import Randomness
+from ldpstream.mechanisms.rates import krr_keep_probability
 
 #: Largest cohort count: cohorts are hashed as big-endian uint32 (Google's RAPPOR convention).
 MAX_COHORTS = 2**32
@@ -82,11 +83,6 @@ def draw_cohorts(cohorts: Any, n: int, num_cohorts: int, rng: Randomness) -> np.
     if arr.size != n:
         raise ParameterError(f"cohorts has {arr.size} entries for {n} values")
     return arr
-
-
-def krr_keep_probability(k: int, epsilon: float) -> float:
-    """k-RR's Q(x|x) = e^ε / (e^ε + k − 1) (formula sheet, "k-ary randomized response")."""
-    return math.exp(epsilon) / (math.exp(epsilon) + k - 1)
 
 
 def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) -> np.ndarray:
@@ -161,14 +157,6 @@ def perturb_bits(true_bits: np.ndarray, q_star: float, p_star: float, rng: Rando
         ones = np.flatnonzero(truth)
         chunk.reshape(-1)[ones] = bernoulli(q_star, ones.size, rng)
     return out
-
-
-def krr_channel(k: int, epsilon: float) -> np.ndarray:
-    """The k×k k-RR matrix Q(y|x), row x (formula sheet, "k-ary randomized response")."""
-    e = math.exp(epsilon)
-    q = np.full((k, k), 1.0 / (e + k - 1))
-    np.fill_diagonal(q, e / (e + k - 1))
-    return q
 
 
 def ensure_generator(rng: Any) -> np.random.Generator:

@@ -25,6 +25,9 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
+
+from ldpstream.errors import ParameterError
 
 ReportKind = Literal["symbol", "bits"]
 
@@ -110,18 +113,33 @@ class BitMechanism(Mechanism):
         return np.asarray(sketch)[:, 0]
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
-        cohorts = np.asarray(cohorts, dtype=np.int64)
-        reports = np.asarray(reports)
-        out = np.empty((self.cohorts, self.k + 1), dtype=np.int64)
-        out[:, 0] = np.bincount(cohorts, minlength=self.cohorts)
-        if self.cohorts == 1:
-            out[0, 1:] = reports.sum(axis=0, dtype=np.int64)
-        else:
-            # Cohort indicator (C × n, sparse) times reports (n × k): one pass, no sort, no copy per cohort.
-            indicator = sp.csr_matrix((np.ones(cohorts.size, dtype=np.int32), (cohorts, np.arange(cohorts.size))),
-                                      shape=(self.cohorts, cohorts.size))
-            out[:, 1:] = indicator @ reports.astype(np.int32, copy=False)
+        return sum_bits(cohorts, reports, self.cohorts)
+
+
+def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.ndarray:
+    """The ``(C, k + 1)`` count sketch of ``(n, k)`` 0/1 bit ``reports`` in ``cohorts`` (module docstring's
+    layout; Google's ``sum_bits.py``): row c is ``[#reports of cohort c, #of them with bit 0 set, …, bit k−1]``.
+
+    One pass: the sparse cohort indicator (C × n) times the reports (n × k), no sort, no copy per cohort.
+    """
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    bits = np.asarray(reports)
+    n, k = bits.shape
+    if cohorts.shape != (n,):
+        raise ParameterError(f"{cohorts.shape[0] if cohorts.ndim else 1} cohorts for {n} reports")
+    if n and (cohorts.min() < 0 or cohorts.max() >= num_cohorts):
+        raise ParameterError(f"cohorts must lie in 0..{num_cohorts - 1}")
+    out = np.zeros((num_cohorts, k + 1), dtype=np.int64)
+    out[:, 0] = np.bincount(cohorts, minlength=num_cohorts)
+    if not n:
         return out
+    if num_cohorts == 1:
+        out[0, 1:] = bits.sum(axis=0, dtype=np.int64)
+        return out
+    dtype = np.int32 if n < 2**31 else np.int64
+    indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
+    out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
+    return out
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,6 +20,7 @@ from ldpstream.mechanisms._common import (
 )
 from ldpstream.mechanisms.base import BitMechanism
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import bit_rates
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,12 @@ class KRappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """e^{ε/2} / (1 + e^{ε/2})."""
-        return 1.0 / (1.0 + math.exp(-self.epsilon / 2.0))
+        return bit_rates(self.epsilon / 2.0)[0]
 
     @property
     def p_star(self) -> float:
         """1 / (1 + e^{ε/2})."""
-        return 1.0 / (1.0 + math.exp(self.epsilon / 2.0))
+        return bit_rates(self.epsilon / 2.0)[1]
 
     def design_matrix(self) -> sp.csr_matrix:
         """``(k, k)`` identity: symbol x sets bit x (C = 1)."""

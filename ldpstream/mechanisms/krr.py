@@ -13,13 +13,12 @@ from ldpstream.mechanisms._common import (
     check_epsilon,
     check_int,
     ensure_generator,
-    krr_channel,
-    krr_keep_probability,
     krr_perturb,
     population_by_cohort,
 )
 from ldpstream.mechanisms.base import SymbolMechanism
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import krr_channel, krr_keep_probability
 
 
 def krr_sketch_from_true_counts(

@@ -18,7 +18,6 @@ bits. This equals RAPPOR's ε_1 = h ln(q*(1−p*)/(p*(1−q*))) with q* = 1 − 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -45,6 +44,7 @@ from ldpstream.mechanisms._common import (
 )
 from ldpstream.mechanisms.base import BitMechanism
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import bit_rates
 
 
 def check_bloom_table(table: Any, cohorts: int, hashes: int, k: int) -> np.ndarray:
@@ -127,12 +127,12 @@ class ORappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """e^{ε/(2h)} / (1 + e^{ε/(2h)})."""
-        return 1.0 / (1.0 + math.exp(-self.epsilon / (2.0 * self.hashes)))
+        return bit_rates(self.epsilon / (2.0 * self.hashes))[0]
 
     @property
     def p_star(self) -> float:
         """1 / (1 + e^{ε/(2h)})."""
-        return 1.0 / (1.0 + math.exp(self.epsilon / (2.0 * self.hashes)))
+        return bit_rates(self.epsilon / (2.0 * self.hashes))[1]
 
     # -- hashing -------------------------------------------------------------------------------------
 

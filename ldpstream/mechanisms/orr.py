@@ -24,7 +24,6 @@ from ldpstream.mechanisms._common import (
     check_int,
     draw_cohorts,
     ensure_generator,
-    krr_channel,
     krr_perturb,
     population_by_cohort,
     symbol_design_matrix,
@@ -33,6 +32,7 @@ from ldpstream.mechanisms._common import (
 from ldpstream.mechanisms.base import SymbolMechanism
 from ldpstream.mechanisms.krr import KRR, krr_sketch_from_true_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import krr_channel
 
 Candidates = Sequence[Any] | np.ndarray | None
 

@@ -66,6 +66,7 @@ from ldpstream.mechanisms._common import (
 from ldpstream.mechanisms.base import BitMechanism
 from ldpstream.mechanisms.orappor import check_bloom_table, true_bit_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import rappor_rates
 
 #: Google's PRR reads one HMAC-SHA256 byte per bit from one 4-byte message: k <= 32.
 GOOGLE_MAX_PRR_BITS = 32
@@ -165,12 +166,12 @@ class Rappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """q* = (1 − f/2) q + (f/2) p."""
-        return (1.0 - self.f / 2.0) * self.q + (self.f / 2.0) * self.p
+        return rappor_rates(self.p, self.q, self.f)[0]
 
     @property
     def p_star(self) -> float:
         """p* = (1 − f/2) p + (f/2) q."""
-        return (1.0 - self.f / 2.0) * self.p + (self.f / 2.0) * self.q
+        return rappor_rates(self.p, self.q, self.f)[1]
 
     @property
     def epsilon(self) -> float:  # type: ignore[override]
