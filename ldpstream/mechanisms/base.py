@@ -13,6 +13,11 @@ Two families, by the shape of a report:
 Sketches are additive: the sketch of a union of report sets is the sum of their sketches. That is what
 lets consumers fold reports incrementally and the decoder sum per-partition sketches.
 
+Whatever else depends on the mechanism asks it, not its type: :attr:`Mechanism.decoder_family` picks the
+decoder (:mod:`ldpstream.estimators.dispatch`); :meth:`Mechanism.value_table`, :meth:`Mechanism.encode_clients`,
+:attr:`Mechanism.closed`, :attr:`Mechanism.stateful_client`, :meth:`Mechanism.client_encoder` and
+:meth:`Mechanism.encode_report` are what devices and simulations need (:mod:`ldpstream.device`).
+
 Packed bits use little-endian bit order within each byte (bit ``j`` is ``(byte[j // 8] >> (j % 8)) & 1``),
 so the packed bytes read as a little-endian integer are ``sum(bit_j << j)``: the integer whose binary
 string, most significant bit first, is how Google's RAPPOR prints a report.
@@ -21,21 +26,46 @@ string, most significant bit first, is how Google's RAPPOR prints a report.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.randomness import Randomness
 
 ReportKind = Literal["symbol", "bits"]
+
+#: How a sketch is decoded: "direct" = the channel is inverted over the closed alphabet ``0..k-1`` (k-RR,
+#: k-RAPPOR); "candidates" = regression against the design matrix of a candidate list or of a closed alphabet
+#: (O-RR, O-RAPPOR, RAPPOR); "_symbol" / "_bits" = the report kind.
+DecoderFamily = Literal["direct_symbol", "direct_bits", "candidates_symbol", "candidates_bits"]
+
+
+class ReportEncoder(Protocol):
+    """What a device privatizes one value with: a mechanism itself, or a per-client stateful encoder."""
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value with secure randomness."""
+        ...
 
 
 class Mechanism(ABC):
     """An ε-locally differentially private randomizer with a known channel."""
 
+    #: Short name, the ``mechanism`` entry of :meth:`parameters` (see :data:`~ldpstream.mechanisms.MECHANISMS`).
+    name: ClassVar[str]
     report_kind: ClassVar[ReportKind]
+    #: Which decoder family reads this mechanism's sketches (see :data:`DecoderFamily`).
+    decoder_family: ClassVar[DecoderFamily]
+    #: Whether simulating or encoding a population needs a per-cohort table of the value list
+    #: (:meth:`value_table`): hashed mechanisms do, k-RR and k-RAPPOR do not.
+    needs_value_table: ClassVar[bool] = True
+    #: Whether a real client must keep state across reports, derived from a persistent secret (RAPPOR's
+    #: memoized permanent randomized response): then it encodes through :meth:`client_encoder`.
+    stateful_client: ClassVar[bool] = False
 
     #: Output width: number of symbols (symbol mechanisms) or of bits (bit mechanisms).
     k: int
@@ -52,6 +82,34 @@ class Mechanism(ABC):
         """ε of any number of reports of one value by one client (ε_∞); equals ``epsilon`` unless the
         mechanism memoizes a permanent response."""
         return self.epsilon
+
+    @property
+    def closed(self) -> bool:
+        """Whether values are the indices ``0..S-1`` of a closed alphabet (else str/bytes of an open one)."""
+        return False
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray | None:
+        """The per-cohort table (symbols or Bloom bits) of the value list that :meth:`encode_clients` takes:
+        of ``candidates``, or of the closed alphabet; None when :attr:`needs_value_table` is false."""
+        return None
+
+    @abstractmethod
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One report from each client holding value ``value_index[i]`` (an index into the value list of
+        ``table``, see :meth:`value_table`), randomness from ``rng``: ``(cohorts, reports)``, vectorized."""
+
+    @abstractmethod
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value (an index for closed alphabets) with :data:`SECURE` randomness,
+        as a fresh client."""
+
+    def client_encoder(self, secret: bytes, cohort: int) -> ReportEncoder:
+        """The encoder of one real client (its ``secret`` and ``cohort`` matter only for a
+        :attr:`stateful_client` mechanism, which overrides this); stateless mechanisms encode themselves."""
+        del secret, cohort
+        return self
 
     @property
     @abstractmethod

@@ -42,7 +42,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import bit_rates
 
@@ -92,6 +92,7 @@ class ORappor(BitMechanism):
     """
 
     name: ClassVar[str] = "orappor"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
 
     k: int
     epsilon: float
@@ -152,6 +153,10 @@ class ORappor(BitMechanism):
             raise ParameterError("an open-alphabet O-RAPPOR needs a candidate list")
         return hashing.bloom_table(to_value_list(candidates), self.cohorts, self.hashes, self.k)
 
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`bloom_table` of ``candidates`` (open alphabet) or of the whole closed alphabet."""
+        return self.bloom_table(None if self.closed else candidates)
+
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if candidates_or_table is None and not self.closed:
             raise ParameterError("an open-alphabet O-RAPPOR needs a Bloom table (see bloom_table)")
@@ -208,3 +213,13 @@ class ORappor(BitMechanism):
         per_cohort = population_by_cohort(counts, self.cohorts, bloom.shape[1], rng)
         true_counts = true_bit_counts(bloom, per_cohort, self.k)
         return bit_sketch_from_true_counts(true_counts, per_cohort.sum(axis=1), self.q_star, self.p_star, rng)
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
+        return self.encode_batch(value_index, rng, table=table)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """:meth:`encode` (a uniformly drawn cohort)."""
+        return self.encode(value)

@@ -29,7 +29,7 @@ from ldpstream.mechanisms._common import (
     symbol_design_matrix,
     to_value_list,
 )
-from ldpstream.mechanisms.base import SymbolMechanism
+from ldpstream.mechanisms.base import DecoderFamily, SymbolMechanism
 from ldpstream.mechanisms.krr import KRR, krr_sketch_from_true_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import krr_channel
@@ -48,6 +48,7 @@ class ORR(SymbolMechanism):
     """
 
     name: ClassVar[str] = "orr"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_symbol"
 
     k: int
     epsilon: float
@@ -109,6 +110,10 @@ class ORR(SymbolMechanism):
         if candidates is None:
             raise ParameterError("an open-alphabet O-RR needs a candidate list")
         return hashing.orr_table(to_value_list(candidates), self.cohorts, self.k)
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`symbol_table` of ``candidates`` (open alphabet) or of the whole closed alphabet."""
+        return self.symbol_table(None if self.closed else candidates)
 
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if isinstance(candidates_or_table, np.ndarray) and candidates_or_table.ndim == 2:
@@ -191,3 +196,13 @@ class ORR(SymbolMechanism):
         true_counts = np.bincount(flat, weights=per_cohort.ravel(), minlength=self.cohorts * self.k)
         true_counts = np.rint(true_counts).astype(np.int64).reshape(self.cohorts, self.k)
         return krr_sketch_from_true_counts(true_counts, self.k, self.epsilon, rng)
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
+        return self.encode_batch(value_index, rng, table=table)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """:meth:`encode` (a uniformly drawn cohort)."""
+        return self.encode(value)

@@ -63,7 +63,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
 from ldpstream.mechanisms.orappor import check_bloom_table, true_bit_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import rappor_rates
@@ -134,6 +134,8 @@ class Rappor(BitMechanism):
     """
 
     name: ClassVar[str] = "rappor"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
+    stateful_client: ClassVar[bool] = True
 
     k: int
     hashes: int
@@ -199,6 +201,12 @@ class Rappor(BitMechanism):
         """``(C, S, h)`` int64 bit indices of each candidate in each cohort (cohort 0..C-1)."""
         return hashing.bloom_table(to_value_list(candidates), self.cohorts, self.hashes, self.k)
 
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`bloom_table` of ``candidates`` (RAPPOR's alphabet is open: a candidate list is required)."""
+        if candidates is None:
+            raise ParameterError("RAPPOR needs a candidate list")
+        return self.bloom_table(candidates)
+
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if candidates_or_table is None:
             raise ParameterError("RAPPOR needs a candidate list or a Bloom table (see bloom_table)")
@@ -251,6 +259,20 @@ class Rappor(BitMechanism):
         cohorts = None if cohort is None else [cohort]
         chosen, bits = self.encode_batch(np.zeros(1, dtype=np.int64), SECURE, cohorts, self._table([value]))
         return int(chosen[0]), bits[0]
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` of fresh clients, cohorts drawn from ``rng``."""
+        return self.encode_batch(value_index, rng, table=table)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """:meth:`encode`: one report of a fresh client (a real client uses :meth:`client_encoder`)."""
+        return self.encode(value)
+
+    def client_encoder(self, secret: bytes, cohort: int) -> RapporClient:
+        """A :class:`RapporClient` with this ``secret`` and ``cohort``: its PRR memo bounds ε_∞."""
+        return RapporClient(self, secret, cohort)
 
     def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray) -> np.ndarray:
         """``(C, k+1)`` sketch of one report from each of ``sum(counts)`` fresh clients, drawn directly.
@@ -322,3 +344,7 @@ class RapporClient:
     def encode(self, value: Any) -> np.ndarray:
         """One report of ``value``: ``(k,)`` bool IRR bits (SECURE randomness, memoized PRR)."""
         return int_to_bits(self.encode_bits(self.bloom(value)), self.params.k)
+
+    def encode_report(self, value: Any) -> tuple[int, np.ndarray]:
+        """``(cohort, encode(value))``: the :class:`~ldpstream.mechanisms.base.ReportEncoder` of a device."""
+        return self.cohort, self.encode(value)
