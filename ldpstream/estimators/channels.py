@@ -9,7 +9,7 @@ merges the outputs that no candidate reaches.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -75,7 +75,8 @@ class MatrixChannel:
     def information(self, d: np.ndarray) -> np.ndarray:
         if sp.issparse(self.Q):
             return weighted_gram(sp.csr_matrix(self.Q.T), d)
-        return (self.Q * d) @ self.Q.T
+        info: np.ndarray = (self.Q * d) @ self.Q.T
+        return info
 
 
 class AffineChannel:
@@ -97,7 +98,7 @@ class AffineChannel:
         offsets: Sequence[ArrayLike],
         extra: ArrayLike | None = None,
     ) -> None:
-        self.X = sp.csr_matrix(X, dtype=np.float64)
+        self.X: sp.csr_matrix = sp.csr_matrix(cast(Any, X), dtype=np.float64)
         self.XT = sp.csr_matrix(self.X.T)
         R = self.X.shape[0]
         if len(scales) != len(offsets) or not scales:
@@ -140,9 +141,9 @@ class AffineChannel:
     def adjoint(self, w: np.ndarray) -> np.ndarray:
         R = self.X.shape[0]
         blocks = w.reshape(self.n_blocks, R)
-        sw = sum(s * wb for s, wb in zip(self.scales, blocks, strict=True))
+        sw = cast(np.ndarray, sum(s * wb for s, wb in zip(self.scales, blocks, strict=True)))
         ow = sum(dot(o, wb) for o, wb in zip(self.offsets, blocks, strict=True))
-        out = self.XT @ sw + ow
+        out: np.ndarray = self.XT @ sw + ow
         if self.extra.shape[1]:
             out = np.concatenate([out, np.einsum("ie,i->e", self.extra, w)])
         return out
@@ -163,10 +164,9 @@ class AffineChannel:
         if n_in > S:
             E = self.extra
             dE = d[:, None] * E
-            xe = sum(
-                s[:, None] * dEb for s, dEb in zip(self.scales, dE.reshape(self.n_blocks, R, -1), strict=True)
-            )
-            oe = sum(o @ dEb for o, dEb in zip(self.offsets, dE.reshape(self.n_blocks, R, -1), strict=True))
+            dE_blocks = dE.reshape(self.n_blocks, R, -1)
+            xe = cast(np.ndarray, sum(s[:, None] * dEb for s, dEb in zip(self.scales, dE_blocks, strict=True)))
+            oe = cast(np.ndarray, sum(o @ dEb for o, dEb in zip(self.offsets, dE_blocks, strict=True)))
             ce = self.XT @ xe + oe[None, :]
             info[:S, S:] = ce
             info[S:, :S] = ce.T
@@ -178,7 +178,7 @@ def as_channel(Q: ArrayLike | sp.spmatrix | sp.sparray | ChannelOperator) -> Cha
     """Wrap a matrix as a :class:`MatrixChannel`; channel operators pass through."""
     if hasattr(Q, "forward") and hasattr(Q, "adjoint"):
         return Q  # type: ignore[return-value]
-    return MatrixChannel(Q)  # type: ignore[arg-type]
+    return MatrixChannel(Q)
 
 
 

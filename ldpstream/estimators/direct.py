@@ -68,7 +68,8 @@ def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:
     if np.any(n <= 0):
         raise ParameterError("no reports to decode")
     e = np.exp(epsilon)
-    return ((e + k - 1) * (c / n) - 1.0) / (e - 1.0)
+    p_hat: np.ndarray = ((e + k - 1) * (c / n) - 1.0) / (e - 1.0)
+    return p_hat
 
 
 def krr_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
@@ -102,7 +103,8 @@ def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.
     if np.any(n_arr <= 0):
         raise ParameterError("no reports to decode")
     a = np.exp(epsilon / 2)
-    return ((a + 1) * T / n_arr - 1) / (a - 1)
+    p_hat: np.ndarray = ((a + 1) * T / n_arr - 1) / (a - 1)
+    return p_hat
 
 
 def krappor_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:

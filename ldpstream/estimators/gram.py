@@ -131,17 +131,20 @@ class WeightedGram:
     def matvec(self, V: np.ndarray) -> np.ndarray:
         """``G V`` (V of shape (S,) or (S, m))."""
         if self.exact and self._XT is None:
-            return self._G @ V
+            GV: np.ndarray = self._G @ V
+            return GV
         assert self._XT is not None
         XV = self.X @ V
-        return self._XT @ (self.w[:, None] * XV if XV.ndim == 2 else self.w * XV)
+        out: np.ndarray = self._XT @ (self.w[:, None] * XV if XV.ndim == 2 else self.w * XV)
+        return out
 
     def solve(self, B: np.ndarray, rtol: float = 1e-11) -> np.ndarray:
         """``G⁻¹ B`` (pseudo-inverse when the dense ``G`` is singular; minimum-norm-like CG otherwise)."""
         B = np.asarray(B, dtype=np.float64)
         if self.exact:
             if self._pinv is not None:
-                return self._pinv @ B
+                solved: np.ndarray = self._pinv @ B
+                return solved
             return sl.cho_solve(self._factor, B, check_finite=False)
         out, it, ok = block_pcg(self.matvec, B, self._precond, rtol=rtol, max_iter=max(2000, 4 * self.S))
         self.info["cg_iterations"] = self.info.get("cg_iterations", 0) + it

@@ -134,7 +134,7 @@ class WeightedLeastSquares:
             var = dinv.copy()
         if self.rank_one:
             var = var - self.rank_one * self.u**2
-        return np.maximum(var, 0.0)
+        return np.asarray(np.maximum(var, 0.0))
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
         """``Ga v`` for the augmented Gram (with the "other" column when present)."""

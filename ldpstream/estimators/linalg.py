@@ -7,7 +7,7 @@ Equations: ``shared/reference/formulas.md`` (each function's docstring says whic
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.linalg as sl
@@ -34,15 +34,15 @@ def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_
     ``max_pairs`` such pairs they are generated vectorized and accumulated with ``np.bincount`` straight
     into the dense S × S result, otherwise scipy's sparse product is used and then densified.
     """
-    X = sp.csr_matrix(X, dtype=np.float64)
-    R, S = X.shape
+    Xc: sp.csr_matrix = sp.csr_matrix(cast(Any, X), dtype=np.float64)
+    R, S = Xc.shape
     w = np.broadcast_to(np.asarray(w, dtype=np.float64), (R,))
-    lengths = np.diff(X.indptr).astype(np.int64)
+    lengths = np.diff(Xc.indptr).astype(np.int64)
     if int(np.sum(lengths**2)) > max_pairs:
         # Many pairs: scipy's sparse product is faster than generating them explicitly.
-        return np.asarray((sp.csr_matrix(X.T) @ (sp.diags(w) @ X)).toarray())
-    X.sum_duplicates()
-    lengths = np.diff(X.indptr).astype(np.int64)
+        return np.asarray((sp.csr_matrix(Xc.T) @ (sp.diags(w) @ Xc)).toarray())
+    Xc.sum_duplicates()
+    lengths = np.diff(Xc.indptr).astype(np.int64)
     sq = lengths**2
     n_pairs = int(sq.sum())
     out = np.zeros(S * S)
@@ -52,10 +52,10 @@ def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_
         Lr = np.repeat(lengths, sq)
         a = local // Lr
         b = local - a * Lr
-        base = np.repeat(X.indptr[:-1], sq)
-        i = X.indices[base + a].astype(np.int64)
-        j = X.indices[base + b].astype(np.int64)
-        vals = X.data[base + a] * X.data[base + b] * np.repeat(w, sq)
+        base = np.repeat(Xc.indptr[:-1], sq)
+        i = Xc.indices[base + a].astype(np.int64)
+        j = Xc.indices[base + b].astype(np.int64)
+        vals = Xc.data[base + a] * Xc.data[base + b] * np.repeat(w, sq)
         out = np.bincount(i * S + j, weights=vals, minlength=S * S).astype(np.float64, copy=False)
     return out.reshape(S, S)
 

@@ -12,7 +12,7 @@ Inputs are assumed validated (ε by the public decoders or the mechanisms' const
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.linalg as sl
@@ -39,7 +39,8 @@ def krr_variance(p: ArrayLike, n: ArrayLike, epsilon: float, k: int | None = Non
     k = p.shape[-1] if k is None else k
     e = np.exp(epsilon)
     m = ((e - 1) * p + 1) / (e + k - 1)
-    return ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
+    var: np.ndarray = ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
+    return var
 
 
 def bit_variance(p: ArrayLike, n: ArrayLike, q_star: float, p_star: float) -> np.ndarray:
@@ -118,7 +119,7 @@ def affine_constrained_variances(
         out = dinv - (y * y / total if total > 0 else 0.0)
     else:
         f = [o - e for o, e in zip(ch.offsets, extra, strict=True)]
-        g = ch.XT @ sum(s * db * fb for s, db, fb in zip(ch.scales, blocks, f, strict=True))
+        g = ch.XT @ cast(np.ndarray, sum(s * db * fb for s, db, fb in zip(ch.scales, blocks, f, strict=True)))
         c = float(sum(np.dot(fb * fb, db) for fb, db in zip(f, blocks, strict=True)))
         U = np.column_stack([ones, g])
         Y = gram.solve(U)

@@ -28,32 +28,32 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
     """Return ``value`` as a Python int after checking it is an integer in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ParameterError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
+    checked = int(value)
+    if checked < minimum or (maximum is not None and checked > maximum):
         bound = f"[{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ParameterError(f"{name} must be {bound}, got {value}")
-    return value
+        raise ParameterError(f"{name} must be {bound}, got {checked}")
+    return checked
 
 
 def check_epsilon(value: Any, name: str = "epsilon") -> float:
     """Return ε as a float after checking it is a finite positive real number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0.0:
-        raise ParameterError(f"{name} must be finite and > 0, got {value}")
-    return value
+    checked = float(value)
+    if not math.isfinite(checked) or checked <= 0.0:
+        raise ParameterError(f"{name} must be finite and > 0, got {checked}")
+    return checked
 
 
 def check_probability(name: str, value: Any, *, allow_one: bool = True) -> float:
     """Return a probability as a float after checking it lies in [0, 1] (or [0, 1))."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    upper_ok = value <= 1.0 if allow_one else value < 1.0
-    if not (value >= 0.0 and upper_ok):
-        raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {value}")
-    return value
+    checked = float(value)
+    upper_ok = checked <= 1.0 if allow_one else checked < 1.0
+    if not (checked >= 0.0 and upper_ok):
+        raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {checked}")
+    return checked
 
 
 def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:

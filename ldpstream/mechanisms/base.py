@@ -139,7 +139,8 @@ class SymbolMechanism(Mechanism):
         return self.k
 
     def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
-        return np.asarray(sketch).sum(axis=1)
+        totals: np.ndarray = np.asarray(sketch).sum(axis=1)
+        return totals
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)
@@ -194,7 +195,7 @@ def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.nda
     if num_cohorts == 1:
         out[0, 1:] = bits.sum(axis=0, dtype=np.int64)
         return out
-    dtype = np.int32 if n < 2**31 else np.int64
+    dtype: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
     indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
     out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
     return out

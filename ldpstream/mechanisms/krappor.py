@@ -63,7 +63,8 @@ class KRappor(BitMechanism):
 
     def encode(self, x: int) -> np.ndarray:
         """Privatize one symbol with :data:`SECURE` randomness; returns ``(k,)`` bool."""
-        return self.encode_batch(np.asarray([x]), SECURE)[0]
+        bits: np.ndarray = self.encode_batch(np.asarray([x]), SECURE)[0]
+        return bits
 
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
         """Privatize a batch of symbols with ``rng``; returns ``(n, k)`` bool."""
