@@ -175,6 +175,61 @@ class BitMechanism(Mechanism):
         return sum_bits(cohorts, reports, self.cohorts)
 
 
+class DirectEncoding(ABC):
+    """The device hooks of a closed-alphabet, single-cohort mechanism (k-RR, k-RAPPOR): values are the symbols
+    ``0..k-1`` themselves, so no value table; every report is in cohort 0. Listed before the family base."""
+
+    needs_value_table: ClassVar[bool] = False
+
+    @abstractmethod
+    def encode(self, x: int) -> Any:
+        """One report of symbol ``x`` with :data:`SECURE` randomness."""
+
+    @abstractmethod
+    def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
+        """Reports of a batch of symbols with ``rng``."""
+
+    @property
+    def closed(self) -> bool:
+        """The alphabet ``0..k-1`` is closed."""
+        return True
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One cohort: ``(zeros, encode_batch(value_index, rng))``; no table."""
+        return np.zeros(len(value_index), dtype=np.int64), self.encode_batch(value_index, rng)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(0, encode(value))``."""
+        return 0, self.encode(value)
+
+
+class HashedEncoding(ABC):
+    """The device hooks of a hashed mechanism with cohorts (O-RR, O-RAPPOR, RAPPOR): values are indices into a
+    per-cohort value table, cohorts are drawn with the randomness. Listed before the family base."""
+
+    @abstractmethod
+    def encode(self, value: Any, cohort: int | None = None) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value with :data:`SECURE` randomness."""
+
+    @abstractmethod
+    def encode_batch(
+        self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(cohorts, reports)`` of clients holding the values ``candidate_index`` of ``table``."""
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
+        return self.encode_batch(value_index, rng, table=table)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """:meth:`encode` (a uniformly drawn cohort; for RAPPOR a fresh client)."""
+        return self.encode(value)
+
+
 def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.ndarray:
     """The ``(C, k + 1)`` count sketch of ``(n, k)`` 0/1 bit ``reports`` in ``cohorts`` (module docstring's
     layout; Google's ``sum_bits.py``): row c is ``[#reports of cohort c, #of them with bit 0 set, …, bit k−1]``.

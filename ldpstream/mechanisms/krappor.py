@@ -18,13 +18,13 @@ from ldpstream.mechanisms._common import (
     perturb_bits,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import bit_rates
 
 
 @dataclass(frozen=True)
-class KRappor(BitMechanism):
+class KRappor(DirectEncoding, BitMechanism):
     """k-RAPPOR: one-hot encode x in ``0..k-1`` as k bits, keep each bit w.p. e^{ε/2}/(1 + e^{ε/2}).
 
     So q* = P(bit 1 | true 1) = e^{ε/2}/(1 + e^{ε/2}) and p* = P(bit 1 | true 0) = 1/(1 + e^{ε/2})
@@ -35,7 +35,6 @@ class KRappor(BitMechanism):
     name: ClassVar[str] = "krappor"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
     decoder_family: ClassVar[DecoderFamily] = "direct_bits"
-    needs_value_table: ClassVar[bool] = False
 
     k: int
     epsilon: float
@@ -82,18 +81,3 @@ class KRappor(BitMechanism):
         rng = ensure_generator(rng)
         true_counts = population_by_cohort(counts, 1, self.k, rng)
         return bit_sketch_from_true_counts(true_counts, true_counts.sum(axis=1), self.q_star, self.p_star, rng)
-
-    @property
-    def closed(self) -> bool:
-        """The alphabet ``0..k-1`` is closed."""
-        return True
-
-    def encode_clients(
-        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One cohort: ``(zeros, encode_batch(value_index, rng))``; no table."""
-        return np.zeros(len(value_index), dtype=np.int64), self.encode_batch(value_index, rng)
-
-    def encode_report(self, value: Any) -> tuple[int, Any]:
-        """``(0, encode(value))``."""
-        return 0, self.encode(value)

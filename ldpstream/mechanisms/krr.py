@@ -16,7 +16,7 @@ from ldpstream.mechanisms._common import (
     krr_perturb,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import DecoderFamily, SymbolMechanism
+from ldpstream.mechanisms.base import DecoderFamily, DirectEncoding, SymbolMechanism
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import krr_channel, krr_keep_probability
 
@@ -41,14 +41,13 @@ def krr_sketch_from_true_counts(
 
 
 @dataclass(frozen=True)
-class KRR(SymbolMechanism):
+class KRR(DirectEncoding, SymbolMechanism):
     """k-RR over the alphabet ``0..k-1``: report the true symbol w.p. e^ε/(e^ε + k − 1), every other
     symbol w.p. 1/(e^ε + k − 1) (formula sheet "k-RR", first bullet). ε-LDP, tight."""
 
     name: ClassVar[str] = "krr"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
     decoder_family: ClassVar[DecoderFamily] = "direct_symbol"
-    needs_value_table: ClassVar[bool] = False
 
     k: int
     epsilon: float
@@ -91,18 +90,3 @@ class KRR(SymbolMechanism):
         rng = ensure_generator(rng)
         true_counts = population_by_cohort(counts, 1, self.k, rng)
         return krr_sketch_from_true_counts(true_counts, self.k, self.epsilon, rng)
-
-    @property
-    def closed(self) -> bool:
-        """The alphabet ``0..k-1`` is closed."""
-        return True
-
-    def encode_clients(
-        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """One cohort: ``(zeros, encode_batch(value_index, rng))``; no table."""
-        return np.zeros(len(value_index), dtype=np.int64), self.encode_batch(value_index, rng)
-
-    def encode_report(self, value: Any) -> tuple[int, Any]:
-        """``(0, encode(value))``."""
-        return 0, self.encode(value)

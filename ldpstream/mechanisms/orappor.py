@@ -42,7 +42,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import bit_rates
 
@@ -85,7 +85,7 @@ def encode_bloom_batch(
 
 
 @dataclass(frozen=True)
-class ORappor(BitMechanism):
+class ORappor(HashedEncoding, BitMechanism):
     """O-RAPPOR with ``cohorts`` cohorts, ``hashes`` (h) Bloom hashes of ``k`` bits, ε per report.
 
     Per-bit rates: q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p* = 1 − q* (module docstring).
@@ -213,13 +213,3 @@ class ORappor(BitMechanism):
         per_cohort = population_by_cohort(counts, self.cohorts, bloom.shape[1], rng)
         true_counts = true_bit_counts(bloom, per_cohort, self.k)
         return bit_sketch_from_true_counts(true_counts, per_cohort.sum(axis=1), self.q_star, self.p_star, rng)
-
-    def encode_clients(
-        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
-        return self.encode_batch(value_index, rng, table=table)
-
-    def encode_report(self, value: Any) -> tuple[int, Any]:
-        """:meth:`encode` (a uniformly drawn cohort)."""
-        return self.encode(value)

@@ -29,7 +29,7 @@ from ldpstream.mechanisms._common import (
     symbol_design_matrix,
     to_value_list,
 )
-from ldpstream.mechanisms.base import DecoderFamily, SymbolMechanism
+from ldpstream.mechanisms.base import DecoderFamily, HashedEncoding, SymbolMechanism
 from ldpstream.mechanisms.krr import KRR, krr_sketch_from_true_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import krr_channel
@@ -38,7 +38,7 @@ Candidates = Sequence[Any] | np.ndarray | None
 
 
 @dataclass(frozen=True)
-class ORR(SymbolMechanism):
+class ORR(HashedEncoding, SymbolMechanism):
     """O-RR with ``cohorts`` hash cohorts over ``k`` symbols at privacy ``epsilon``.
 
     The report's ε is k-RR's (the cohort is chosen independently of the value, and hashing is a
@@ -196,13 +196,3 @@ class ORR(SymbolMechanism):
         true_counts = np.bincount(flat, weights=per_cohort.ravel(), minlength=self.cohorts * self.k)
         true_counts = np.rint(true_counts).astype(np.int64).reshape(self.cohorts, self.k)
         return krr_sketch_from_true_counts(true_counts, self.k, self.epsilon, rng)
-
-    def encode_clients(
-        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
-        return self.encode_batch(value_index, rng, table=table)
-
-    def encode_report(self, value: Any) -> tuple[int, Any]:
-        """:meth:`encode` (a uniformly drawn cohort)."""
-        return self.encode(value)

@@ -63,7 +63,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
 from ldpstream.mechanisms.orappor import check_bloom_table, true_bit_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import rappor_rates
@@ -124,7 +124,7 @@ def get_prr_masks(secret: bytes, message: bytes, prob_f: float, num_bits: int) -
 
 
 @dataclass(frozen=True)
-class Rappor(BitMechanism):
+class Rappor(HashedEncoding, BitMechanism):
     """RAPPOR parameters and its one-report channel (Google's ``params.csv``: k, h, m, p, q, f).
 
     ``k`` Bloom bits, ``hashes`` (h), ``cohorts`` (m in Google's files), IRR probabilities ``p``, ``q``
@@ -259,16 +259,6 @@ class Rappor(BitMechanism):
         cohorts = None if cohort is None else [cohort]
         chosen, bits = self.encode_batch(np.zeros(1, dtype=np.int64), SECURE, cohorts, self._table([value]))
         return int(chosen[0]), bits[0]
-
-    def encode_clients(
-        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`encode_batch` of fresh clients, cohorts drawn from ``rng``."""
-        return self.encode_batch(value_index, rng, table=table)
-
-    def encode_report(self, value: Any) -> tuple[int, Any]:
-        """:meth:`encode`: one report of a fresh client (a real client uses :meth:`client_encoder`)."""
-        return self.encode(value)
 
     def client_encoder(self, secret: bytes, cohort: int) -> RapporClient:
         """A :class:`RapporClient` with this ``secret`` and ``cohort``: its PRR memo bounds ε_∞."""
