@@ -1,8 +1,8 @@
 """Reproduce Kairouz, Bonawitz, Ramage (2016), Figure 3, and compare with the published values.
 
 n = 10^6 reports, S = 256 symbols, geometric distribution p_i ∝ θ(1 − θ)^i, θ = 1/(1 + S/5)
-(formula sheet, "Reference results to beat"). For every ε and each of the five configurations below the
-parameters (k, C, h) are chosen by ``ldpstream tune`` (:func:`ldpstream.simulation.tuning.tune`, decoder ``project``:
+(the paper's reference setting). For every ε and each of the five configurations below the
+parameters (k, C, h) are chosen by ``ldpstream tune`` (:func:`ldpstream.simulation.recommend.tune`, decoder ``project``:
 the analytic model of the projected estimate, checked by ``--tune-trials`` simulations; ``--rel-tol 0``: the
 smallest predicted error, whatever the sketch size, as the paper minimized the median ℓ1), then ``--trials``
 populations are simulated (exact aggregate simulation) and decoded by the paper's decoder (least squares +
@@ -17,7 +17,7 @@ Which column is comparable: the published curves converge at large ε to the non
 (k-RR closed 0.011 at ε = 10), which is E‖p̂_emp − p‖₁, the ℓ1 between the empirical and the true
 distribution of 10^6 draws. Against the empirical distribution the error of every mechanism goes to 0 as
 ε grows (e.g. k-RR at ε = 8: 0.005), so the figure's values are errors against the TRUE distribution
-(the formula sheet's "empirical" wording fits the paper's §4.4 k-RR/k-RAPPOR study, which says so
+(the word "empirical" fits the paper's §4.4 k-RR/k-RAPPOR study, which says so
 explicitly, not Figure 3). At low ε the two columns differ by < 1%.
 
 MLE of the bit mechanisms with many bits is the slowest decoder: ``--mle-budget`` caps the seconds of MLE
@@ -45,12 +45,13 @@ import numpy as np  # noqa: E402
 
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts  # noqa: E402
 from ldpstream.simulation.losses import l1  # noqa: E402
-from ldpstream.simulation.tuning import build_setup, tune  # noqa: E402
+from ldpstream.simulation.recommend import tune  # noqa: E402
+from ldpstream.simulation.scenarios import build_setup  # noqa: E402
 
 EPS_DEFAULT = (0.5, 1.0, 2.0, 4.0, 8.0)
 EPS_FULL = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 
-#: Published medians read off Figure 3 (formula sheet table, ±2%).
+#: Published medians read off Figure 3 (±2%).
 PUBLISHED: dict[str, dict[float, float]] = {
     "O-RR open": dict(zip(EPS_FULL, (0.588, 0.319, 0.156, 0.092, 0.056, 0.037, 0.026, 0.015, 0.012), strict=True)),
     "O-RAPPOR open": dict(

@@ -13,9 +13,15 @@ Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejec
 - ``fingerprint_mismatch``: the record was made under other parameters than the registry's;
 - ``payload_size``: the payload length does not fit the metric's mechanism;
 - ``out_of_range``: cohort ≥ C, symbol ≥ k, or padding bits set beyond bit k−1;
-- ``event_time_out_of_range``: an event time older than :data:`MAX_EVENT_AGE` or further ahead than
-  :data:`MAX_CLOCK_SKEW` of the consumer's clock (each distinct bucket costs a Redis key: a client may not
-  scatter reports over arbitrary times).
+- ``event_time_out_of_range``: an effective event time (the record's own, else its message's Kafka
+  timestamp) older than the metric's acceptance window or further ahead than :data:`MAX_CLOCK_SKEW` of the
+  consumer's clock (each distinct bucket costs a Redis key: a client may not scatter reports over
+  arbitrary times, whether through the record or through the producer-chosen Kafka timestamp);
+- ``too_many_buckets``: the batch's records of one metric span more than :data:`MAX_BUCKETS_PER_BATCH`
+  time buckets; the messages of the oldest buckets beyond that are refused (a replay of them, in a later
+  batch, is accepted).
+
+The late and future data policy is in ``docs/late-and-future-data.md``.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ import numpy as np
 
 from ldpstream.registry import MetricConfig, Registry
 from ldpstream.store import ALL_TIME, SketchKey
-from ldpstream.wire import RecordBatch, decode_messages
+from ldpstream.wire import RecordBatch, decode_messages, payload_size, reports_from_payloads
 
 REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range",
-                     "event_time_out_of_range")
-#: Oldest event time accepted, in seconds before the consumer's clock.
+                     "event_time_out_of_range", "too_many_buckets")
+#: Oldest event time accepted, in seconds before the consumer's clock (a metric with a shorter
+#: ``retention`` accepts no older data than its retention: such data would expire on arrival).
 MAX_EVENT_AGE = 400 * 86400
+#: Most time buckets the records of one metric in one batch may create (each is a Redis key).
+MAX_BUCKETS_PER_BATCH = 256
 #: Furthest event time accepted ahead of the consumer's clock (client clocks drift).
 MAX_CLOCK_SKEW = 86400
 
@@ -97,18 +106,26 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
             if metric is None:
                 _refuse(refused, records.message_index, "unknown_metric", f"no metric with id {metric_id}")
                 continue
+            records = _with_effective_event_times(records, timestamps)
             ok = _validate(metric, records, refused, now)
             accepted.append((metric, records if ok.all() else records.take(ok)))
-    bad_messages = np.fromiter(refused, dtype=np.int64, count=len(refused))
-    for metric, records in accepted:
-        if bad_messages.size:
-            # A message with any bad record is refused whole, including its records of other metrics.
-            keep = ~np.isin(records.message_index, bad_messages)
-            records = records if keep.all() else records.take(keep)
+    capped = [(metric, _cap_buckets(metric, kept, refused)) for metric, records in accepted
+              if len(kept := _without_refused(records, refused))]
+    for metric, records in capped:
+        # A message with any bad record is refused whole, including its records of other metrics.
+        records = _without_refused(records, refused)
         if len(records):
-            _fold_metric(metric, records, timestamps, result)
+            _fold_metric(metric, records, result)
     result.rejections = sorted(refused.values(), key=lambda r: r.message_index)
     return result
+
+
+def _without_refused(records: RecordBatch, refused: dict[int, Rejection]) -> RecordBatch:
+    """The records whose message is not refused."""
+    if not refused:
+        return records
+    keep = ~np.isin(records.message_index, np.fromiter(refused, dtype=np.int64, count=len(refused)))
+    return records if keep.all() else records.take(keep)
 
 
 def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, detail: str) -> None:
@@ -116,26 +133,44 @@ def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, de
         refused.setdefault(i, Rejection(i, reason, detail))
 
 
+def _with_effective_event_times(records: RecordBatch, timestamps: Timestamps) -> RecordBatch:
+    """The records with each event time of 0 (none given) replaced by its message's Kafka timestamp."""
+    event_time = records.event_time.astype(np.int64)
+    missing = np.flatnonzero(event_time == 0)
+    if missing.size:
+        owners = records.message_index[missing]
+        event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
+    return RecordBatch(records.metric_id, records.fingerprint, records.cohort, event_time, records.payloads,
+                       records.message_index)
+
+
+def oldest_accepted(metric: MetricConfig, now: float) -> float:
+    """The oldest effective event time a consumer accepts for ``metric`` at ``now``."""
+    age = MAX_EVENT_AGE if metric.retention_seconds is None else min(MAX_EVENT_AGE, metric.retention_seconds)
+    return now - age
+
+
 def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection], now: float) -> np.ndarray:
     """Mask of the records that are valid for ``metric``; refuses the messages of the others."""
     mechanism = metric.mechanism
     ok = np.ones(len(records), dtype=bool)
     checks: list[tuple[np.ndarray, str, str]] = []
-    given = records.event_time.astype(np.int64)
-    checks.append(((given != 0) & ((given < now - MAX_EVENT_AGE) | (given > now + MAX_CLOCK_SKEW)),
-                   "event_time_out_of_range",
-                   f"event time more than {MAX_EVENT_AGE // 86400} days old or {MAX_CLOCK_SKEW} s ahead"))
+    oldest = oldest_accepted(metric, now)
+    when = records.event_time
+    checks.append(((when < oldest) | (when > now + MAX_CLOCK_SKEW), "event_time_out_of_range",
+                   f"event time (the record's, else the Kafka timestamp) more than {(now - oldest) / 86400:g} "
+                   f"days old or more than {MAX_CLOCK_SKEW} s ahead"))
     fingerprint_bad = records.fingerprint != metric.fingerprint
     checks.append((fingerprint_bad, "fingerprint_mismatch",
                    f"metric {metric.name!r} expects fingerprint {metric.fingerprint:08x}"))
-    if records.payloads.shape[1] != metric.payload_size:
+    if records.payloads.shape[1] != payload_size(metric.mechanism):
         checks.append((np.ones(len(records), dtype=bool), "payload_size",
-                       f"metric {metric.name!r} has {metric.payload_size}-byte payloads, "
+                       f"metric {metric.name!r} has {payload_size(metric.mechanism)}-byte payloads, "
                        f"got {records.payloads.shape[1]}"))
     else:
         out_of_range = records.cohort >= mechanism.cohorts
         if mechanism.report_kind == "symbol":
-            out_of_range |= metric.reports_from_payloads(records.payloads) >= mechanism.k
+            out_of_range |= reports_from_payloads(metric.mechanism, records.payloads) >= mechanism.k
         elif mechanism.k % 8:
             out_of_range |= (records.payloads[:, -1] >> (mechanism.k % 8)) != 0
         checks.append((out_of_range, "out_of_range",
@@ -160,13 +195,24 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 FOLD_CHUNK = 32_768
 
 
-def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timestamps, result: FoldResult) -> None:
-    event_time = records.event_time.astype(np.int64)
-    missing = np.flatnonzero(event_time == 0)
-    if missing.size:
-        owners = records.message_index[missing]
-        event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
-    buckets = event_time // metric.bucket_seconds
+def _cap_buckets(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> RecordBatch:
+    """Refuse the messages whose records fall in buckets beyond the :data:`MAX_BUCKETS_PER_BATCH` most
+    recent ones of the batch; returns the records left."""
+    buckets = records.event_time // metric.bucket_seconds
+    if buckets.max() - buckets.min() < MAX_BUCKETS_PER_BATCH:
+        return records
+    distinct = np.unique(buckets)
+    if distinct.size <= MAX_BUCKETS_PER_BATCH:
+        return records
+    cutoff = distinct[-MAX_BUCKETS_PER_BATCH]
+    too_old = buckets < cutoff
+    _refuse(refused, records.message_index[too_old], "too_many_buckets",
+            f"metric {metric.name!r}: one batch may touch at most {MAX_BUCKETS_PER_BATCH} time buckets")
+    return records.take(~too_old)
+
+
+def _fold_metric(metric: MetricConfig, records: RecordBatch, result: FoldResult) -> None:
+    buckets = records.event_time // metric.bucket_seconds
     if buckets.min() == buckets.max():
         parts = [(int(buckets[0]), records)]
     else:  # one sort, then each bucket is a contiguous run of the sorted records
@@ -181,7 +227,7 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, timestamps: Timesta
         sketch = np.zeros(shape, dtype=np.int64)
         for start in range(0, len(part), FOLD_CHUNK):
             stop = start + FOLD_CHUNK
-            reports = metric.reports_from_payloads(part.payloads[start:stop])
+            reports = reports_from_payloads(metric.mechanism, part.payloads[start:stop])
             sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
         key = SketchKey(metric.name, metric.fingerprint, bucket)
         _add(result, key, sketch)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from confluent_kafka import (
@@ -166,8 +167,9 @@ class SketchConsumer:
         failed = [m for m in messages if m.error() is not None]
         if failed:
             for message in failed:
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error: %s", message.error())
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", error)
             messages = [m for m in messages if m.error() is None]
         for (topic, partition), batch in _by_partition(messages, self.topics):
             self._apply_partition_batch(topic, partition, batch)
@@ -189,7 +191,7 @@ class SketchConsumer:
 
         folded = fold_messages(values, timestamps, self.registry)
         self.metrics.reports_consumed.inc(folded.records_decoded)
-        first, last = messages[0].offset(), messages[-1].offset()
+        first, last = _offset(messages[0]), _offset(messages[-1])
         if folded.rejections:
             self._dead_letter(topic, partition, messages, folded.rejections)
         where = (topic, partition)
@@ -229,7 +231,7 @@ class SketchConsumer:
             source = messages[rejection.message_index]
             headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
                        ("source", f"{topic}/{partition}/{source.offset()}".encode())]
-            produce(self._dead_letters, self.settings.dead_letter_topic, source.value(), key=source.key(),
+            produce(self._dead_letters, self.settings.dead_letter_topic, source.value() or b"", key=source.key(),
                     headers=headers, on_delivery=self._on_dlq, wait=0.1)
         remaining = self._dead_letters.flush(30)
         if remaining or self._dead_letter_errors:
@@ -257,13 +259,28 @@ class SketchConsumer:
             log.debug("lag update failed: %s", exc)
 
 
+def _offset(message: Message) -> int:
+    """The offset of a consumed (not an error) message, which always has one."""
+    offset = message.offset()
+    assert offset is not None, "a consumed message has an offset"
+    return offset
+
+
+def _partition(message: Message) -> int:
+    partition = message.partition()
+    assert partition is not None, "a consumed message has a partition"
+    return partition
+
+
 def _by_partition(messages: list[Message], topics: tuple[str, ...]) -> list[tuple[tuple[str, int], list[Message]]]:
     """Messages grouped by (topic, partition), each group in consumption (offset) order."""
     if not messages:
         return []
-    keys: list = [m.partition() for m in messages] if len(topics) == 1 else [
-        (m.topic(), m.partition()) for m in messages]
+    # One topic (the usual case): group by the partition number alone, cheaper than (topic, partition) tuples.
+    keys: list[Any] = [_partition(m) for m in messages] if len(topics) == 1 else [
+        (str(m.topic()), _partition(m)) for m in messages]
     first = keys[0]
+    groups: dict[Any, list[Message]]
     if keys.count(first) == len(keys):
         groups = {first: messages}
     else:

@@ -7,12 +7,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ldpstream.store.contract import EstimateStore
 
 _BAR_WIDTH = 30
 
 
-def render(published: Mapping[str, Any], truth: Sequence[float] | None = None, top: int = 20,
+def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | None = None, top: int = 20,
            now: float | None = None) -> str:
     """A table of the top values: frequency, 95% interval, a bar, and the true frequency when known."""
     now = time.time() if now is None else now

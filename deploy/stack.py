@@ -295,7 +295,7 @@ def start_kafka(cfg: StackConfig) -> None:
 def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:
     """Readiness beyond metadata: a topic can be created and a consumer group can join it."""
     from confluent_kafka import Consumer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = "_ldpstream_readiness"
     admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})

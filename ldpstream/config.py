@@ -71,7 +71,15 @@ def local_stack_ports(environ: Mapping[str, str] | None = None) -> tuple[int, in
 
 
 def parse_key_values(pairs: Iterable[str], what: str) -> dict[str, str]:
-    """``["a=1", "b=2"]`` → ``{"a": "1", "b": "2"}``; ``what`` names the source in errors."""
+    """``KEY=VALUE`` strings → a mapping; ``what`` names the source in errors.
+
+    >>> parse_key_values(["session.timeout.ms=6000", " acks = all "], "--kafka-config")
+    {'session.timeout.ms': '6000', 'acks': 'all'}
+    >>> parse_key_values(["acks"], "--kafka-config")
+    Traceback (most recent call last):
+    ...
+    ldpstream.errors.ConfigError: --kafka-config expects KEY=VALUE, got 'acks'
+    """
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

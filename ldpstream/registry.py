@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -46,12 +45,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import Mechanism, make_mechanism
-from ldpstream.mechanisms.base import unpack_bits
-from ldpstream.wire import SYMBOL_PAYLOAD_SIZE, symbols_from_payloads
+
+#: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
+#: tells the true value 22,026 times more often than any other. The papers' range (ε up to 10) stays usable;
+#: beyond it a "private" metric would only look like one. (See docs/math/privacy-accounting.md.)
+MAX_EPSILON = 10.0
+#: The largest count sketch (cohorts × columns) of a metric: 2^21 cells, 16 MiB per sketch key. Wider
+#: sketches would make every consumer batch allocate and send hundreds of megabytes.
+MAX_SKETCH_CELLS = 2**21
+#: The largest cohort number the report format carries (a u16).
+MAX_COHORTS = 0xFFFF + 1
+#: The largest payload the report format carries (a u16 length), hence at most 8 × 65,535 bits a report.
+MAX_PAYLOAD_BYTES = 0xFFFF
+#: The longest bucket a metric may use (a week): buckets are the unit of windows and retention.
+MAX_BUCKET_SECONDS = 7 * 86400
+#: The longest retention (10 years): bucket sketches then expire before the report format's u32 time ends.
+MAX_RETENTION_SECONDS = 3650 * 86400
 
 DEFAULT_TOPIC = "ldp-reports"
 DEFAULT_BUCKET_SECONDS = 3600
@@ -100,25 +111,23 @@ class MetricConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.id <= 0xFFFF:
             raise ConfigError(f"metric {self.name!r}: id must be in 0..65535")
-        if self.bucket_seconds <= 0:
-            raise ConfigError(f"metric {self.name!r}: bucket_seconds must be positive")
+        if not 0 < self.bucket_seconds <= MAX_BUCKET_SECONDS:
+            raise ConfigError(f"metric {self.name!r}: bucket_seconds must be in 1..{MAX_BUCKET_SECONDS} (a week)")
+        if self.retention_seconds is not None and not 0 < self.retention_seconds <= MAX_RETENTION_SECONDS:
+            raise ConfigError(f"metric {self.name!r}: retention must be positive and at most 3650d")
+        _check_mechanism_fits(self.name, self.mechanism)
+        if self.labels is not None:
+            if not all(isinstance(label, str) for label in self.labels):
+                raise ConfigError(f"metric {self.name!r}: labels must be a list of strings")
+            if len(set(self.labels)) != len(self.labels):
+                raise ConfigError(f"metric {self.name!r}: labels must be distinct")
+        if self.candidates is not None and (not all(isinstance(c, str) for c in self.candidates)
+                                            or len(set(self.candidates)) != len(self.candidates)):
+            raise ConfigError(f"metric {self.name!r}: candidates must be distinct strings")
         longest = max((w.seconds for w in self.windows if w.seconds is not None), default=0)
         if self.retention_seconds is not None and self.retention_seconds < longest:
             raise ConfigError(f"metric {self.name!r}: retention is shorter than its longest window")
         object.__setattr__(self, "fingerprint", fingerprint(self.id, self.mechanism.parameters()))
-
-    @property
-    def payload_size(self) -> int:
-        """Bytes of one report's payload in the wire format."""
-        if self.mechanism.report_kind == "symbol":
-            return SYMBOL_PAYLOAD_SIZE
-        return math.ceil(self.mechanism.k / 8)
-
-    def reports_from_payloads(self, payloads: np.ndarray) -> np.ndarray:
-        """Wire payloads ``(n, L)`` → the mechanism's reports (symbols, or ``(n, k)`` bits)."""
-        if self.mechanism.report_kind == "symbol":
-            return symbols_from_payloads(payloads)
-        return unpack_bits(payloads, self.mechanism.k)
 
     def value_names(self) -> tuple[str, ...]:
         """Names of the estimated values: candidates, labels, or the symbols' numbers."""
@@ -170,9 +179,7 @@ class Registry:
     def load(cls, path: str | Path) -> Registry:
         path = Path(path)
         try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"metric registry {path} does not exist") from None
+            data = tomllib.loads(_read_text(path, "metric registry"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"metric registry {path} is not valid TOML: {exc}") from exc
         return cls.from_dict(data, base_dir=path.parent, source=path)
@@ -180,13 +187,48 @@ class Registry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
                   source: Path | None = None) -> Registry:
-        defaults = dict(data.get("defaults", {}))
+        defaults = data.get("defaults", {})
+        if not isinstance(defaults, Mapping):
+            raise ConfigError("the registry's [defaults] must be a table")
         metrics_table = data.get("metrics")
         if not isinstance(metrics_table, Mapping) or not metrics_table:
             raise ConfigError("the registry defines no [metrics.NAME] table")
+        bad = [name for name, table in metrics_table.items() if not isinstance(table, Mapping)]
+        if bad:
+            raise ConfigError(f"metrics.{bad[0]} must be a table")
         metrics = {name: _metric_from_table(name, {**defaults, **table}, base_dir)
                    for name, table in metrics_table.items()}
         return cls(metrics=metrics, source=source)
+
+
+def _check_mechanism_fits(name: str, mechanism: Mechanism) -> None:
+    """Refuse mechanisms the report format, the consumers' memory or privacy cannot carry."""
+    if not mechanism.epsilon <= MAX_EPSILON:  # also refuses NaN and infinity (RAPPOR with p = 0, q = 1, f = 0)
+        raise ConfigError(f"metric {name!r}: ε of one report is {mechanism.epsilon:g}; at most {MAX_EPSILON:g} "
+                          "is accepted (beyond it a report all but reveals the value)")
+    if mechanism.cohorts > MAX_COHORTS:
+        raise ConfigError(f"metric {name!r}: {mechanism.cohorts} cohorts; the report format carries at most "
+                          f"{MAX_COHORTS}")
+    if mechanism.report_kind == "bits" and -(-mechanism.k // 8) > MAX_PAYLOAD_BYTES:
+        raise ConfigError(f"metric {name!r}: {mechanism.k} bits exceed the report format's payload")
+    cells = mechanism.cohorts * mechanism.sketch_width
+    if cells > MAX_SKETCH_CELLS:
+        raise ConfigError(f"metric {name!r}: its count sketch would have {cells:,} cells (cohorts × width); "
+                          f"at most {MAX_SKETCH_CELLS:,} are accepted")
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file's contents, or a ConfigError that names the file and the problem."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
 
 
 def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | None) -> MetricConfig:
@@ -200,26 +242,45 @@ def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | Non
     candidates = table.get("candidates")
     if isinstance(candidates, str):
         candidate_path = (base_dir or Path.cwd()) / candidates
-        try:
-            candidates = [line for line in candidate_path.read_text().splitlines() if line]
-        except FileNotFoundError:
-            raise ConfigError(f"metric {name!r}: candidates file {candidate_path} does not exist") from None
+        candidates = [line for line in _read_text(candidate_path, f"metric {name!r}: candidates file").splitlines()
+                      if line]
+    elif candidates is not None and not isinstance(candidates, list):
+        raise ConfigError(f"metric {name!r}: candidates must be a list of strings or a file name")
     labels = table.get("labels")
-    if labels is not None and len(labels) != (getattr(mechanism, "support", None) or mechanism.k):
-        raise ConfigError(f"metric {name!r}: {len(labels)} labels for an alphabet of another size")
+    if labels is not None:
+        if not isinstance(labels, list):
+            raise ConfigError(f"metric {name!r}: labels must be a list of strings")
+        if len(labels) != (getattr(mechanism, "support", None) or mechanism.k):
+            raise ConfigError(f"metric {name!r}: {len(labels)} labels for an alphabet of another size")
+    windows = table.get("windows", DEFAULT_WINDOWS)
+    if not isinstance(windows, list | tuple) or not all(isinstance(w, str) for w in windows):
+        raise ConfigError(f"metric {name!r}: windows must be a list like [\"all\", \"1h\"]")
     return MetricConfig(
         name=name,
-        id=int(table["id"]),
+        id=_integer(name, "id", table["id"]),
         mechanism=mechanism,
-        topic=str(table.get("topic", DEFAULT_TOPIC)),
-        bucket_seconds=int(table.get("bucket_seconds", DEFAULT_BUCKET_SECONDS)),
-        windows=tuple(Window.parse(w) for w in table.get("windows", DEFAULT_WINDOWS)),
-        estimator=str(table.get("estimator", "project")),
+        topic=_string(name, "topic", table.get("topic", DEFAULT_TOPIC)),
+        bucket_seconds=_integer(name, "bucket_seconds", table.get("bucket_seconds", DEFAULT_BUCKET_SECONDS)),
+        windows=tuple(Window.parse(w) for w in windows),
+        estimator=_string(name, "estimator", table.get("estimator", "project")),
         labels=tuple(labels) if labels is not None else None,
         candidates=tuple(candidates) if candidates is not None else None,
-        description=str(table.get("description", "")),
+        description=_string(name, "description", table.get("description", "")),
         retention_seconds=None if table.get("retention") is None else _duration(name, str(table["retention"])),
     )
+
+
+def _integer(metric: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"metric {metric!r}: {key} must be an integer, got {value!r}")
+    return value
+
+
+def _string(metric: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or (key == "topic" and not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value)):
+        raise ConfigError(f"metric {metric!r}: {key} must be a{' Kafka topic name' if key == 'topic' else ' string'}"
+                          f", got {value!r}")
+    return value
 
 
 def _duration(metric: str, text: str) -> int:

@@ -34,6 +34,7 @@ from operator import itemgetter
 import numpy as np
 
 from ldpstream.errors import ReportFormatError
+from ldpstream.mechanisms.base import Mechanism, pack_bits, unpack_bits
 
 VERSION = 1
 HEADER_SIZE = 16
@@ -148,6 +149,38 @@ def symbol_payloads(symbols: np.ndarray) -> np.ndarray:
 def symbols_from_payloads(payloads: np.ndarray) -> np.ndarray:
     """Inverse of :func:`symbol_payloads`."""
     return np.ascontiguousarray(payloads).view(">u4").reshape(-1).astype(np.int64)
+
+
+def payload_size(mechanism: Mechanism) -> int:
+    """Bytes of one report's payload: 4 for a symbol, ``ceil(k / 8)`` for ``k`` bits.
+
+    >>> from ldpstream.mechanisms import KRR, KRappor
+    >>> payload_size(KRR(k=16, epsilon=1.0)), payload_size(KRappor(k=20, epsilon=1.0))
+    (4, 3)
+    """
+    return SYMBOL_PAYLOAD_SIZE if mechanism.report_kind == "symbol" else -(-mechanism.k // 8)
+
+
+def payloads_from_reports(mechanism: Mechanism, reports: np.ndarray) -> np.ndarray:
+    """The mechanism's reports (symbols, or ``(n, k)`` bits) → wire payloads ``(n, L)`` uint8.
+
+    >>> import numpy as np
+    >>> from ldpstream.mechanisms import KRappor
+    >>> mechanism = KRappor(k=10, epsilon=1.0)
+    >>> bits = np.array([[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]])
+    >>> payloads_from_reports(mechanism, bits)
+    array([[1, 2]], dtype=uint8)
+    >>> reports_from_payloads(mechanism, payloads_from_reports(mechanism, bits)).tolist() == bits.tolist()
+    True
+    """
+    return symbol_payloads(reports) if mechanism.report_kind == "symbol" else pack_bits(reports)
+
+
+def reports_from_payloads(mechanism: Mechanism, payloads: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`payloads_from_reports`: ``(n, L)`` payloads → symbols, or ``(n, k)`` bits."""
+    if mechanism.report_kind == "symbol":
+        return symbols_from_payloads(payloads)
+    return unpack_bits(payloads, mechanism.k)
 
 
 # ------------------------------------------------------------------------------------------- decoding

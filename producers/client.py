@@ -1,6 +1,6 @@
 """The client SDK: what an application embeds to report values under local differential privacy.
 
->>> client = LdpClient(Registry.load("metrics.toml"), bootstrap="127.0.0.1:39092",    # doctest: +SKIP
+>>> client = LdpClient(Registry.load("metrics.toml"), "127.0.0.1:39092",               # doctest: +SKIP
 ...                    secret_file="~/.local/share/myapp/ldp-secret")
 >>> client.report("fruit", "banana")                                                   # doctest: +SKIP
 >>> client.flush()                                                                     # doctest: +SKIP
@@ -20,17 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.config import KafkaConfig
 from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
-from ldpstream.mechanisms.base import pack_bits
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
-from ldpstream.wire import encode_records, symbol_payloads
-
-
-def payloads_of(kind: str, reports: np.ndarray) -> np.ndarray:
-    """Mechanism reports (symbols, or ``(n, k)`` bits) → wire payloads ``(n, L)``."""
-    return symbol_payloads(reports) if kind == "symbol" else pack_bits(reports)
+from ldpstream.wire import encode_records, payloads_from_reports
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -51,23 +46,25 @@ def load_or_create_secret(path: Path) -> bytes:
 class LdpClient:
     """A device's reporter: holds the registry, its secret (RAPPOR PRR memo, cohort) and a producer."""
 
-    def __init__(self, registry: Registry, bootstrap: str, *, secret: bytes | None = None,
+    def __init__(self, registry: Registry, kafka: KafkaConfig | str, *, secret: bytes | None = None,
                  secret_file: str | Path | None = None, delivery_timeout: float = 30.0,
                  producer_config: Mapping[str, Any] | None = None) -> None:
         """``secret`` (or ``secret_file``, created with 32 random bytes on first use and read afterwards)
         must persist for the life of the device when a metric uses RAPPOR: a new secret means a new
-        permanent randomized response, and averaging those undoes RAPPOR's long-run guarantee (ε_∞)."""
+        permanent randomized response, and averaging those undoes RAPPOR's long-run guarantee (ε_∞).
+        ``kafka`` is the service configuration's :class:`~ldpstream.config.KafkaConfig` (or bootstrap
+        servers); ``producer_config`` adds librdkafka settings of this client's producer."""
         self.registry = registry
         if secret is None and secret_file is not None:
             secret = load_or_create_secret(Path(secret_file).expanduser())
         self.privatizer = ClientPrivatizer(secret)
-        self.publisher = ReportPublisher(bootstrap, delivery_timeout=delivery_timeout, config=producer_config)
+        self.publisher = ReportPublisher(kafka, delivery_timeout=delivery_timeout, config=producer_config)
 
     def report(self, metric_name: str, value: Any, event_time: float | None = None) -> None:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`)."""
         metric = self.registry[metric_name]
         cohort, report = self.privatizer.privatize(metric, value)
-        payload = payloads_of(metric.mechanism.report_kind, np.asarray(report)[None, ...])
+        payload = payloads_from_reports(metric.mechanism, np.asarray(report)[None, ...])
         when = int(event_time if event_time is not None else time.time())
         if not 0 <= when <= 0xFFFFFFFF:
             # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).

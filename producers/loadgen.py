@@ -16,10 +16,9 @@ import numpy as np
 
 from ldpstream.device import privatize_population, value_table
 from ldpstream.distributions import parse_distribution
-from ldpstream.producers.client import payloads_of
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import MetricConfig
-from ldpstream.wire import encode_records
+from ldpstream.wire import encode_records, payloads_from_reports
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
         true_counts += np.bincount(values, minlength=len(names))
         cohorts, reports = privatize_population(metric, values, rng, table)
         rows = encode_records(metric.id, metric.fingerprint, cohorts,
-                              payloads_of(metric.mechanism.report_kind, reports),
+                              payloads_from_reports(metric.mechanism, reports),
                               event_time=int(time.time()) if event_time is None else event_time)
         messages += publisher.publish(metric.topic, rows, per_message=per_message)
         sent += n

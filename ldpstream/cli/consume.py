@@ -10,7 +10,7 @@ import threading
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume = subparsers.add_parser(
         "consume", help="run a consumer-group member that folds reports into Redis, exactly once",
         description="Joins the consumer group, decodes report batches, folds them into per-cohort count "

@@ -10,7 +10,7 @@ import threading
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     decode = subparsers.add_parser(
         "decode", help="periodically decode the sketches and publish estimates",
         description="Every --interval seconds, reads each metric's count sketches from Redis as one snapshot, "

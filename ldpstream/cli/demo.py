@@ -17,6 +17,7 @@ import tomllib
 import uuid
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from ldpstream.config import RedisConfig, ServiceConfig, add_service_arguments
 DEMO_REGISTRY = Path(str(files("ldpstream.deploy") / "metrics.toml"))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser(
         "demo", help="run the whole pipeline on the local stack and show live estimates",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,7 +134,7 @@ def _acked(produced: dict[str, object]) -> int:
     return int(result.records_acked) if result is not None else 1 << 62  # type: ignore[attr-defined]
 
 
-def _show(published: dict | None, truth: np.ndarray, plain: bool) -> None:
+def _show(published: dict[str, Any] | None, truth: np.ndarray, plain: bool) -> None:
     from ldpstream.decoder.watch import render
 
     text = "waiting for the first estimate ..." if published is None else render(published, truth=truth)

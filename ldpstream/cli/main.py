@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,12 +51,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except LdpStreamError as exc:
-        print(f"ldpstream {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        message = describe_error(exc)
+        if message is None or os.environ.get("LDPSTREAM_DEBUG"):
+            raise
+        print(f"ldpstream {args.command}: error: {message}", file=sys.stderr)
+        return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def describe_error(exc: BaseException) -> str | None:
+    """One line naming what went wrong, for the errors a user can cause or meet (bad input, a file that is
+    not one, a service that does not answer); None for anything else (a bug: its traceback is shown).
+    ``LDPSTREAM_DEBUG=1`` shows the traceback in every case."""
+    if isinstance(exc, LdpStreamError):
+        return str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return f"an input file is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.strerror or exc}: {exc.filename}"
+    module = type(exc).__module__.split(".")[0]
+    if module == "redis":
+        return f"Redis: {exc}"
+    if module in ("confluent_kafka", "cimpl"):
+        return f"Kafka: {exc}"
+    if isinstance(exc, OSError | MemoryError):
+        return f"{type(exc).__name__}: {exc}"
+    return None

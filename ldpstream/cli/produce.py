@@ -8,7 +8,7 @@ import json
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     produce = subparsers.add_parser(
         "produce", help="simulate a population of clients publishing privatized reports to Kafka",
         description="Draws --clients values from --dist over METRIC's values, privatizes them in batches with a "

@@ -1,4 +1,4 @@
-"""``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.interop.rappor_files`).
+"""``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.interop.rappor`).
 
 Sub-commands, in pipeline order::
 
@@ -25,8 +25,8 @@ least squares under ``p >= 0``, ``Σp <= 1``, like Google's constrained fit) and
 with N the total number of reports, ``prop_std_error``, and the 95% Wald interval
 ``proportion ± Φ⁻¹(0.975)·prop_std_error`` clipped to [0, 1] (as Google's ``prop_low_95``/``prop_high_95``).
 Rows are sorted by estimate, largest first; ``--significant`` keeps only the candidates whose estimate is
-significantly positive with a Bonferroni correction over the candidates (formula sheet, "RAPPOR"
-detection threshold), like Google's output of detected strings.
+significantly positive with a Bonferroni correction over the candidates (docs/math/estimators.md,
+"Bonferroni and Benjamini-Hochberg"), like Google's output of detected strings.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.interop.rappor_files import (
-    ParamsCsv,
+from ldpstream.interop.rappor import (
+    ParamsFile,
     Reports,
     read_candidates,
     read_counts,
@@ -61,7 +61,7 @@ from ldpstream.interop.rappor_files import (
 CLIENT_SECRET_PREFIX = b"ldpstream/rappor-client/v1"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``rappor`` and its sub-subcommands."""
     parser = subparsers.add_parser(
         "rappor",
@@ -102,7 +102,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     dec.add_argument("--out", default="-", help="results.csv path ('-' = stdout)")
     dec.set_defaults(func=run_decode)
 
-    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    def usage(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=usage)
 
 
 def client_secret(master: bytes, client: str) -> bytes:
@@ -123,7 +127,7 @@ def _master_secret(path: str | None) -> bytes:
 
 
 def encode_values(
-    params: ParamsCsv,
+    params: ParamsFile,
     clients: list[str],
     cohorts: np.ndarray,
     values: list[str],
@@ -191,7 +195,7 @@ def run_hash_candidates(args: argparse.Namespace) -> int:
 
 
 def decode_counts(
-    params: ParamsCsv, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
+    params: ParamsFile, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
     other: bool = True,
 ) -> Any:
     """Run the candidate decoder on a counts sketch; returns the :class:`Estimate`."""

@@ -11,17 +11,17 @@
     Open alphabet (default): symbol s is the string ``"s{s}"`` hashed per cohort. ``--closed``: the
     symbols are integers mapped through per-cohort permutations. k-RR and k-RAPPOR always encode the
     symbols directly (k = S). For O-RR/O-RAPPOR an unset ``--k``, ``--cohorts``, ``--hashes`` is chosen
-    by the tuner's analytic prediction (:func:`ldpstream.simulation.tuning.best_predicted`).
+    by the tuner's analytic prediction (:func:`ldpstream.simulation.grid_search.best_predicted`).
 
     RAPPOR: ``--epsilon E`` sets f = 0 and q = e^{E/(2h)}/(1 + e^{E/(2h)}), p = 1 − q, so one report is
-    exactly E-LDP (:func:`ldpstream.simulation.tuning.rappor_rates_for_epsilon`); or give ``--p --q [--f]``
+    exactly E-LDP (:func:`ldpstream.simulation.setups.rappor_rates_for_epsilon`); or give ``--p --q [--f]``
     explicitly (then ε is derived). Defaults: k = next power of two ≥ S, h = 2, C = 32.
 
 ``tune``
-    Recommends a mechanism and parameters for ``(ε, S, n, distribution)`` (:func:`ldpstream.simulation.tuning.tune`).
+    Recommends a mechanism and parameters for ``(ε, S, n, distribution)`` (:func:`ldpstream.simulation.recommend.tune`).
     The analytic variance model is the primary criterion: for decoders on the simplex (``project``,
     ``nnls``, ``mle``, ``truncate``) the predicted ℓ1 of the *projected* estimate
-    (:func:`ldpstream.simulation.tuning.projected_l1`, within ±4% of simulation at n = 10^6, S = 256), for ``ls`` /
+    (:func:`ldpstream.simulation.error_model.projected_l1`, within ±4% of simulation at n = 10^6, S = 256), for ``ls`` /
     ``unbiased`` that of the unprojected one. Each family's grid is searched (O-RR: k ∈ {2..6, 8, 16, …},
     C up to 4096), and its ``--keep`` best points of distinct k are simulated on ``--trials`` shared
     populations; simulation overrides the model only when the difference exceeds ``--z`` standard errors.
@@ -39,11 +39,15 @@ import numpy as np
 
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
-from ldpstream.simulation.tuning import DECODERS, MECHANISM_NAMES, build_setup, criterion, run_trials, tune
+from ldpstream.simulation.recommend import tune
+from ldpstream.simulation.scenarios import build_setup
+from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES
+from ldpstream.simulation.trials import run_trials
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``simulate`` and ``tune`` subcommands."""
     sim = subparsers.add_parser(
         "simulate",
@@ -75,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tune",
         help="recommend a mechanism and its parameters for ε, support and n",
         description="Predict (analytic variance model) and simulate the error of candidate mechanisms and "
-        "parameters, and mark the recommendation. See ldpstream.simulation.tuning for the model.",
+        "parameters, and mark the recommendation. See ldpstream.simulation.error_model for the model.",
     )
     tn.add_argument("--epsilon", type=float, required=True)
     tn.add_argument("--support", type=int, required=True)

@@ -7,7 +7,7 @@ import argparse
 from ldpstream.deploy import stack
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stack",
         help="start, stop or inspect the local Kafka (KRaft) and Redis services",

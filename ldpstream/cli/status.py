@@ -8,7 +8,7 @@ import json
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = subparsers.add_parser(
         "status", help="what an operator checks first: counts, offsets and lag, dead letters, last decode",
         description="Per metric: reports counted in Redis (total and per time bucket); per partition: the "

@@ -19,6 +19,11 @@ import numpy as np
 #: The bucket number of the all-time rollup sketch (real buckets are ≥ 0).
 ALL_TIME = -1
 
+#: Cells one sketch may hold: a Redis string holds at most 2^32 bits, 64 bits a cell.
+MAX_CELLS = 2**26
+#: The latest expiry a batch may set (9999-12-31T23:59:59Z); Redis refuses expiries that overflow in ms.
+MAX_EXPIRE_AT = 253_402_300_799
+
 
 @dataclass(frozen=True)
 class SketchKey:
@@ -66,6 +71,23 @@ class MetricSnapshot:
         return self.total if self.total is not None else sum_buckets(self, None, shape)
 
 
+def check_batch(batch: PartitionBatch) -> None:
+    """Refuse, before anything is written, a batch no store could apply whole: offsets that are not
+    non-negative integers, sketches wider than :data:`MAX_CELLS`, expiries outside ``0..MAX_EXPIRE_AT``.
+
+    Raises :class:`ValueError` naming the problem. Every store calls it first: a store that failed
+    half-way through a batch would count the applied half again when the batch is retried.
+    """
+    if batch.next_offset < 0 or (batch.expected_offset is not None and batch.expected_offset < 0):
+        raise ValueError(f"batch of {batch.topic}[{batch.partition}]: offsets must be non-negative")
+    for key, counts in batch.increments.items():
+        if np.size(counts) > MAX_CELLS:
+            raise ValueError(f"sketch {key} has {np.size(counts):,} cells; a sketch holds at most {MAX_CELLS:,}")
+        expire_at = batch.expire_at.get(key, 0)
+        if not 0 <= expire_at <= MAX_EXPIRE_AT:
+            raise ValueError(f"sketch {key}: expiry {expire_at} is outside 0..{MAX_EXPIRE_AT} (Unix seconds)")
+
+
 class SketchStore(Protocol):
     """What consumers, the decoder and ``status`` need of a store."""
 
@@ -79,7 +101,8 @@ class SketchStore(Protocol):
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:
-        """Every sketch of the metric as of one instant (buckets below ``expired_before`` left out)."""
+        """Every sketch of the metric as of one instant. Buckets below ``expired_before`` have expired: they
+        are left out, and forgotten (later snapshots do not show them either)."""
         ...
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
@@ -130,4 +153,4 @@ def sum_buckets(snapshot: MetricSnapshot, buckets: Iterable[int] | None = None,
         if shape is None:
             raise ValueError("no buckets to sum and no shape given")
         return np.zeros(shape, dtype=np.int64)
-    return np.sum(list(chosen.values()), axis=0)
+    return np.asarray(np.sum(list(chosen.values()), axis=0), dtype=np.int64)

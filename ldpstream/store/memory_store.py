@@ -5,26 +5,33 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch
+from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch, check_batch
 
 
 class InMemorySketchStore:
     """The same contract in process memory: the twin unit tests use instead of Redis."""
 
-    def __init__(self) -> None:
-        self._estimates: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        self._latest: dict[tuple[str, str], dict[str, Any]] = {}
-        self._last_decode: dict[str, Any] | None = None
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the Unix time against which sketches' ``expire_at`` is checked (Redis' own clock)."""
+        self._clock = clock
+        self._estimates: dict[tuple[str, str], list[str]] = {}
+        self._latest: dict[tuple[str, str], str] = {}
+        self._last_decode: str | None = None
         self._offsets: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
-        self._sketches: dict[tuple[str, int], dict[int, np.ndarray]] = {}
+        #: (metric, fingerprint) → (topic, partition, bucket) → flat int64 counters, like Redis' sketch keys
+        #: (the sketches of one partition), so that expiry and retention behave as they do there.
+        self._sketches: dict[tuple[str, int], dict[tuple[str, int, int], np.ndarray]] = {}
+        #: Unix time at which a partition's sketch expires (as Redis' EXPIREAT).
+        self._expire_at: dict[tuple[str, int, str, int, int], int] = {}
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
+        check_batch(batch)
         where = (batch.topic, batch.partition)
         stored = self._offsets.get(where)
         if stored != batch.expected_offset:
@@ -32,23 +39,55 @@ class InMemorySketchStore:
         stats = self._stats.setdefault(where, {})
         for name, value in batch.stats.items():
             stats[name] = stats.get(name, 0) + int(value)
+        now = self._clock()
         for key, counts in batch.increments.items():
-            per_bucket = self._sketches.setdefault((key.metric, key.fingerprint), {})
-            current = per_bucket.get(key.bucket)
-            per_bucket[key.bucket] = counts.astype(np.int64) if current is None else current + counts
+            flat = np.asarray(counts, dtype=np.int64).reshape(-1)
+            if not flat.any():
+                continue  # as on Redis: an all-zero increment writes no sketch
+            per_metric = self._sketches.setdefault((key.metric, key.fingerprint), {})
+            sketch = (batch.topic, batch.partition, key.bucket)
+            self._drop_if_expired(key.metric, key.fingerprint, sketch, now)
+            current = per_metric.get(sketch)
+            if current is None:
+                per_metric[sketch] = flat.copy()
+            else:
+                size = max(current.size, flat.size)
+                per_metric[sketch] = _padded(current, size) + _padded(flat, size)
+            expire_at = int(batch.expire_at.get(key, 0))
+            if expire_at > 0:
+                self._expire_at[(key.metric, key.fingerprint, *sketch)] = expire_at
         self._offsets[where] = batch.next_offset
         return ApplyResult(True, batch.next_offset)
+
+    def _drop_if_expired(self, metric: str, fingerprint: int, sketch: tuple[str, int, int], now: float) -> None:
+        expiry = self._expire_at.get((metric, fingerprint, *sketch))
+        if expiry is not None and expiry <= now:
+            self._sketches[(metric, fingerprint)].pop(sketch, None)
+            del self._expire_at[(metric, fingerprint, *sketch)]
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         return {p: self._offsets.get((topic, p)) for p in partitions}
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:
-        stored = self._sketches.get((metric, fingerprint), {})
-        buckets = {b: c.reshape(shape).copy() for b, c in stored.items()
-                   if b != ALL_TIME and (expired_before is None or b >= expired_before)}
-        total = stored.get(ALL_TIME)
-        return MetricSnapshot(buckets, None if total is None else total.reshape(shape).copy())
+        """``expired_before``: buckets below it have expired and are forgotten (as on Redis)."""
+        per_metric = self._sketches.get((metric, fingerprint), {})
+        now = self._clock()
+        for sketch in list(per_metric):
+            self._drop_if_expired(metric, fingerprint, sketch, now)
+            if expired_before is not None and 0 <= sketch[2] < expired_before:
+                per_metric.pop(sketch, None)
+                self._expire_at.pop((metric, fingerprint, *sketch), None)
+        size = shape[0] * shape[1]
+        buckets: dict[int, np.ndarray] = {}
+        total: np.ndarray | None = None
+        for (_, _, bucket), flat in per_metric.items():
+            counts = _padded(flat, size).reshape(shape)
+            if bucket == ALL_TIME:
+                total = counts if total is None else total + counts
+            else:
+                buckets[bucket] = counts if bucket not in buckets else buckets[bucket] + counts
+        return MetricSnapshot(buckets, total)
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -60,23 +99,35 @@ class InMemorySketchStore:
     # ------------------------------------------------------------------ published estimates
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
-        value = json.loads(body)
-        self._latest[(metric, window)] = value
+        if history < 1:
+            raise ValueError(f"history must keep at least one estimate, got {history}")
+        json.loads(body)  # Redis would take anything; reading it back would fail
+        self._latest[(metric, window)] = body
         past = self._estimates.setdefault((metric, window), [])
-        past.insert(0, value)
+        past.insert(0, body)
         del past[history:]
 
     def retract_estimate(self, metric: str, window: str) -> bool:
         return self._latest.pop((metric, window), None) is not None
 
     def latest_estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
-        return self._latest.get((metric, window))
+        body = self._latest.get((metric, window))
+        return None if body is None else dict(json.loads(body))
 
     def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
-        return list(self._estimates.get((metric, window), []))
+        return [json.loads(body) for body in self._estimates.get((metric, window), [])]
 
     def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:
-        self._last_decode = {"time": time.time() if when is None else when, "failed": list(failed)}
+        self._last_decode = json.dumps({"time": time.time() if when is None else when, "failed": list(failed)})
 
     def last_decode(self) -> dict[str, Any] | None:
-        return self._last_decode
+        return None if self._last_decode is None else dict(json.loads(self._last_decode))
+
+
+def _padded(flat: np.ndarray, size: int) -> np.ndarray:
+    """``flat`` cut or padded with zeros to ``size`` cells (Redis reads missing trailing cells as 0)."""
+    if flat.size >= size:
+        return flat[:size].copy()
+    out = np.zeros(size, dtype=np.int64)
+    out[: flat.size] = flat
+    return out

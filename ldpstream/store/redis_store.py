@@ -21,21 +21,75 @@ from typing import Any
 import numpy as np
 import redis
 
+from ldpstream.errors import ServiceError
 from ldpstream.store import keys
-from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch
+from ldpstream.store.contract import (
+    ALL_TIME,
+    MAX_CELLS,
+    MAX_EXPIRE_AT,
+    ApplyResult,
+    MetricSnapshot,
+    PartitionBatch,
+    check_batch,
+)
 
 #: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
 #: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment) pairs.
-#: Returns {1, new next offset} or {0, stored next offset or ''}.
+#: Returns {1, new next offset}, {0, stored next offset or ''} (refused: another offset is stored), or
+#: {-1, reason} (refused: the batch is invalid).
+#:
+#: Redis does not roll back a script that fails after its first write, so the script checks everything that
+#: could make a write fail (the offset, every key's type, every number, every expiry and cell index) before
+#: it writes anything; the writes that follow cannot fail on their arguments. :func:`check_batch` makes the
+#: same checks in Python first, with a clearer message.
 APPLY_SCRIPT = """
 local stored = redis.call('GET', KEYS[1]) or ''
 if stored ~= ARGV[1] then
   return {0, stored}
 end
+local function is_int(text, low, high)
+  local n = tonumber(text)
+  return n ~= nil and n == math.floor(n) and n >= low and n <= high
+end
+if not is_int(ARGV[2], 0, 9007199254740991) then
+  return {-1, 'next offset is not a non-negative integer'}
+end
+local t = redis.call('TYPE', KEYS[2]).ok
+if t ~= 'none' and t ~= 'hash' then
+  return {-1, 'stats key holds a ' .. t}
+end
 local a = 4
 local nstats = tonumber(ARGV[3])
+if nstats == nil then
+  return {-1, 'stats count is not a number'}
+end
+for s = 1, nstats do
+  if not is_int(ARGV[a + 1], -9007199254740991, 9007199254740991) then
+    return {-1, 'stats increment is not an integer'}
+  end
+  a = a + 2
+end
+local first_sketch_arg = a
+for i = 3, #KEYS do
+  t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' and t ~= 'string' then
+    return {-1, 'sketch key holds a ' .. t}
+  end
+  if not is_int(ARGV[a], 0, MAX_CELLS) or not is_int(ARGV[a + 1], 0, MAX_EXPIRE_AT) then
+    return {-1, 'sketch cell count or expiry out of range'}
+  end
+  local cells = tonumber(ARGV[a])
+  a = a + 2
+  for c = 1, cells do
+    if not is_int(ARGV[a], 0, MAX_CELLS - 1) or not is_int(ARGV[a + 1], -9007199254740991, 9007199254740991) then
+      return {-1, 'sketch cell index or increment out of range'}
+    end
+    a = a + 2
+  end
+end
+a = 4
 for s = 1, nstats do
   redis.call('HINCRBY', KEYS[2], ARGV[a], ARGV[a + 1])
   a = a + 2
@@ -64,7 +118,7 @@ for i = 3, #KEYS do
 end
 redis.call('SET', KEYS[1], ARGV[2])
 return {1, ARGV[2]}
-"""
+""".replace("MAX_CELLS", str(MAX_CELLS)).replace("MAX_EXPIRE_AT", str(MAX_EXPIRE_AT))
 
 
 class RedisSketchStore:
@@ -86,6 +140,7 @@ class RedisSketchStore:
         return self._redis
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
+        check_batch(batch)
         script_keys = [keys.offset_key(self.prefix, batch.topic, batch.partition),
                        keys.stats_key(self.prefix, batch.topic, batch.partition)]
         expected = "" if batch.expected_offset is None else str(batch.expected_offset)
@@ -113,6 +168,9 @@ class RedisSketchStore:
                 pipe.sadd(index, *members)
             pipe.execute()
         applied, next_offset = self._apply(keys=script_keys, args=args)
+        if applied == -1:  # nothing was written
+            reason = next_offset.decode() if isinstance(next_offset, bytes) else str(next_offset)
+            raise ServiceError(f"Redis refused the batch of {batch.topic}[{batch.partition}]: {reason}")
         return ApplyResult(bool(applied), int(next_offset) if next_offset not in (b"", "") else None)
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
@@ -155,7 +213,7 @@ class RedisSketchStore:
         with self._redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(index)
+                    pipe.watch(index)  # type: ignore[no-untyped-call]
                     keys = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
                     pipe.multi()
                     for key in keys:
@@ -179,6 +237,8 @@ class RedisSketchStore:
     # ------------------------------------------------------------------ published estimates
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
+        if history < 1:  # LTRIM 0 -1 would keep the whole history
+            raise ValueError(f"history must keep at least one estimate, got {history}")
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(keys.estimate_key(self.prefix, metric, window), body)
         pipe.lpush(keys.history_key(self.prefix, metric, window), body)

@@ -14,7 +14,7 @@ from ldpstream.consumers.fold import fold_messages
 from ldpstream.errors import ServiceError
 from ldpstream.producers.client import LdpClient
 from ldpstream.registry import Registry
-from ldpstream.wire import decode_messages
+from ldpstream.wire import decode_messages, payload_size, reports_from_payloads
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_boo
             metric = by_id[int(metric_id)]
             rows = batch.metric_id == metric_id
             assert (batch.fingerprint[rows] == metric.fingerprint).all()
-            assert batch.payloads.shape[1] == metric.payload_size
+            assert batch.payloads.shape[1] == payload_size(metric.mechanism)
             assert (batch.cohort[rows] < metric.mechanism.cohorts).all()
 
     # The consumer's validation accepts every record, per metric.
@@ -102,7 +102,7 @@ def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_boo
 
     # With ε = 30 k-RR keeps the true symbol: the label → symbol mapping survives the trip.
     exact = registry["exact_language"]
-    symbols = np.concatenate([exact.reports_from_payloads(b.payloads[b.metric_id == exact.id])
+    symbols = np.concatenate([reports_from_payloads(exact.mechanism, b.payloads[b.metric_id == exact.id])
                               for b in decoded.batches if (b.metric_id == exact.id).any()])
     expected = [i % len(LABELS) for i in range(REPORTS_PER_METRIC)]
     assert sorted(symbols.tolist()) == sorted(expected)

@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from ldpstream.config import KafkaConfig
@@ -147,3 +148,47 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
     assert prometheus.get_sample_value("ldpstream_reports_applied_total", {"metric": "lang"}) == 300
     assert prometheus.get_sample_value("ldpstream_reports_applied_total", {"metric": "flags"}) == 50
     assert prometheus.get_sample_value("ldpstream_messages_consumed_total") == len(messages)
+
+
+def test_producer_chosen_kafka_timestamps_cannot_scatter_sketch_keys(kafka_bootstrap, redis_url, fresh_topic,
+                                                                       key_prefix):
+    """Regression: records without their own event time take the Kafka timestamp, which the producer picks.
+    Scattered over the far future (once 5,000 such messages made 5,001 sketch keys that never expired),
+    they are now refused with their reason, and the keys are those of the valid reports alone."""
+    # Kafka 4 brokers refuse timestamps more than an hour ahead by default; a topic may allow any, and the
+    # consumer must hold on its own. (Timestamps far in the past are accepted by default.)
+    topic = f"test-ts-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"message.timestamp.after.max.ms": str(2**63 - 1)})])[
+        topic].result(30)
+    dead_letter_topic = fresh_topic(partitions=1, stem="dlq")
+    registry = registry_for(topic, {"lang": METRICS["lang"]})
+    lang = registry["lang"]
+    row = encode_records(lang.id, lang.fingerprint, 0, symbol_payloads([3]), event_time=0).tobytes()
+    now_ms = int(time.time() * 1000)
+    hostile = [now_ms + (i + 2) * 86_400_000 for i in range(1000)]  # one per day, from tomorrow on
+    hostile += [1000 + i * 3_600_000 for i in range(1000)]          # hourly, in 1970
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "acks": "all"})
+    errors: list[str] = []
+
+    def on_delivery(err: object, _message: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for stamp in [now_ms] * 10 + hostile:
+        producer.produce(topic, row, timestamp=stamp, on_delivery=on_delivery)
+    assert producer.flush(15) == 0 and not errors, errors[:3]
+
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    consumer = SketchConsumer(registry, store, ConsumerSettings(
+        KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic),
+        metrics=ConsumerMetrics(registry=CollectorRegistry()))
+    consumer.run(idle_exit=4.0)
+    assert consumer.reports_applied == 10
+    assert store.stats(topic, [0])["rejected:event_time_out_of_range"] == len(hostile)
+    sketch_keys = [k for k in store.client.scan_iter(f"{key_prefix}:*") if b":sk:" in k]
+    assert len(sketch_keys) == 2  # the valid reports' bucket and the all-time rollup
+    dead = _read_all(kafka_bootstrap, dead_letter_topic, expected=len(hostile))
+    assert len(dead) == len(hostile)
+    assert {dict(m.headers())["reason"] for m in dead} == {b"event_time_out_of_range"}
+    admin.delete_topics([topic])

@@ -21,11 +21,10 @@ from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.device import privatize_population
-from ldpstream.producers.client import payloads_of
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
-from ldpstream.wire import encode_records
+from ldpstream.wire import encode_records, payloads_from_reports
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +53,7 @@ def _publish(publisher: ReportPublisher, metric, values: np.ndarray, event_time:
     rng = np.random.default_rng(seed)
     cohorts, reports = privatize_population(metric, values, rng)
     rows = encode_records(metric.id, metric.fingerprint, cohorts,
-                          payloads_of(metric.mechanism.report_kind, reports), event_time=event_time)
+                          payloads_from_reports(metric.mechanism, reports), event_time=event_time)
     publisher.publish(metric.topic, rows, per_message=50)
 
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from ldpstream.cli import main
-from ldpstream.interop.rappor_files import read_counts, read_reports, read_results, sum_bits
+from ldpstream.interop.rappor import read_counts, read_reports, read_results, sum_bits
 
 HEADER = '"string","estimate","std_error","proportion","prop_std_error","prop_low_95","prop_high_95"'
 
@@ -77,7 +77,7 @@ def test_round_trip_finds_heavy_hitters(pipeline):
         assert res["estimate"][row] == pytest.approx(prop * n, rel=1e-9)
         assert res["std_error"][row] == pytest.approx(se * n, rel=1e-9)
         assert res["prop_low_95"][row] == pytest.approx(max(prop - 1.959964 * se, 0), abs=1e-6)
-        # a heavy hitter is detected: Bonferroni over the 30 candidates (formula sheet)
+        # a heavy hitter is detected: Bonferroni over the 30 candidates (docs/math/estimators.md)
         assert prop / se > stats.norm.isf(0.05 / 30)
 
     # --significant keeps the heavy hitters only among the strong ones
@@ -99,7 +99,7 @@ def test_prr_is_permanent_per_client_secret(pipeline):
 
 
 def test_encode_prr_rate(pipeline):
-    """PRR bits that differ from the Bloom filter occur w.p. f/2 per bit (formula sheet)."""
+    """PRR bits that differ from the Bloom filter occur w.p. f/2 per bit (docs/math/mechanisms.md, "RAPPOR")."""
     d, _, _ = pipeline
     assert run("encode", "--params", str(d / "params.csv"), "--values", str(d / "values.csv"), "--secret-file",
                str(d / "secret.bin"), "--insecure-seed", "3", "--out", str(d / "r.csv")) == 0

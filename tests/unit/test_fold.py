@@ -123,9 +123,50 @@ def test_bucket_sketches_of_a_metric_with_retention_expire_after_it_and_the_roll
     folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), registry, now=2000)
     fp = metric.fingerprint
     assert folded.expire_at == {SketchKey("m", fp, 10): 1100 + 3600, SketchKey("m", fp, 12): 1300 + 3600}
-    store = InMemorySketchStore()
+    store = InMemorySketchStore(clock=lambda: 2000)  # the store's clock agrees with the fold's ``now``
     assert store.apply(PartitionBatch("t", 0, None, 1, folded.increments, expire_at=folded.expire_at)).applied
     snapshot = store.snapshot("m", fp, (1, 4), expired_before=11)  # bucket 10 has expired
     assert list(snapshot.buckets) == [12]
     np.testing.assert_array_equal(snapshot.all_time((1, 4)), [[0, 1, 1, 0]])
 
+
+
+def test_the_kafka_timestamp_is_bounded_like_an_event_time():
+    """A record without its own event time takes its message's Kafka timestamp, which the producer chooses:
+    it is range-checked the same way (a far-future or ancient timestamp must not create sketch keys)."""
+    from ldpstream.consumers.fold import MAX_CLOCK_SKEW, MAX_EVENT_AGE
+
+    now = 10**9
+    values = [_sym_rows([1], [0]).tobytes() for _ in range(4)]
+    stamps = np.array([now, now + MAX_CLOCK_SKEW + 1, now - MAX_EVENT_AGE - 1, 2**40])
+    folded = fold_messages(values, stamps, REGISTRY, now=now)
+    assert [(r.message_index, r.reason) for r in folded.rejections] == [
+        (1, "event_time_out_of_range"), (2, "event_time_out_of_range"), (3, "event_time_out_of_range")]
+    assert folded.applied == {"sym": 1}
+    assert {k.bucket for k in folded.increments} == {now // 100, ALL_TIME}
+
+
+def test_a_metric_with_retention_accepts_no_data_older_than_its_retention():
+    registry = Registry.from_dict({"defaults": {"bucket_seconds": 3600, "retention": "1d"},
+                                   "metrics": {"sym": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
+    metric = registry["sym"]
+    now = 10**9
+    rows = [encode_records(metric.id, metric.fingerprint, [0], symbol_payloads([1]), event_time=t).tobytes()
+            for t in (now - 86400 + 10, now - 86400 - 10)]
+    folded = fold_messages(rows, np.zeros(2, dtype=np.int64), registry, now=now)
+    assert [(r.message_index, r.reason) for r in folded.rejections] == [(1, "event_time_out_of_range")]
+
+
+def test_one_batch_creates_at_most_max_buckets_per_batch_buckets_and_refuses_the_oldest():
+    from ldpstream.consumers.fold import MAX_BUCKETS_PER_BATCH
+
+    now = 10**9
+    spread = MAX_BUCKETS_PER_BATCH + 44
+    times = now - 100 * np.arange(spread)  # one message per bucket, newest first
+    values = [_sym_rows([1], [0], event_time=int(t)).tobytes() for t in times]
+    folded = fold_messages(values, np.zeros(spread, dtype=np.int64), REGISTRY, now=now)
+    assert len([k for k in folded.increments if k.bucket != ALL_TIME]) == MAX_BUCKETS_PER_BATCH
+    refused = sorted(r.message_index for r in folded.rejections)
+    assert refused == list(range(MAX_BUCKETS_PER_BATCH, spread))  # the oldest 44
+    assert {r.reason for r in folded.rejections} == {"too_many_buckets"}
+    assert folded.applied == {"sym": MAX_BUCKETS_PER_BATCH}

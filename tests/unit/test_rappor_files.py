@@ -1,4 +1,4 @@
-"""Tests for ldpstream.interop.rappor_files: Google RAPPOR file formats, read literally as Google's tools write them."""
+"""Tests for ldpstream.interop.rappor: Google RAPPOR file formats, read literally as Google's tools write them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ldpstream.errors import ParameterError, ReportFormatError
-from ldpstream.interop.rappor_files import (
-    ParamsCsv,
+from ldpstream.interop.rappor import (
+    ParamsFile,
     Reports,
     Values,
     bits_from_strings,
@@ -47,20 +47,20 @@ def _write(tmp_path, name, data: bytes):
 def test_params_as_r_writes_them(tmp_path):
     # Google's apps/rappor-analysis/params.csv: quoted header (R write.csv), LF
     path = _write(tmp_path, "params.csv", b'"k","h","m","p","q","f"\n128,2,8,0.5,0.75,0\n')
-    assert read_params(path) == ParamsCsv(128, 2, 8, 0.5, 0.75, 0.0)
+    assert read_params(path) == ParamsFile(128, 2, 8, 0.5, 0.75, 0.0)
 
 
 def test_params_python2_crlf_no_trailing_newline(tmp_path):
     path = _write(tmp_path, "params.csv", b"k,h,m,p,q,f\r\n32,2,32,0.25,0.75,0.5")
     p = read_params(path)
     assert (p.k, p.h, p.m, p.p, p.q, p.f) == (32, 2, 32, 0.25, 0.75, 0.5)
-    # effective rates of the formula sheet
+    # effective rates q*, p* (docs/math/mechanisms.md, "RAPPOR")
     assert p.q_star == pytest.approx(0.75 * 0.75 + 0.25 * 0.25)
     assert p.p_star == pytest.approx(0.75 * 0.25 + 0.25 * 0.75)
 
 
 def test_params_roundtrip_and_errors(tmp_path):
-    p = ParamsCsv(16, 2, 4, 0.25, 0.75, 0.5)
+    p = ParamsFile(16, 2, 4, 0.25, 0.75, 0.5)
     path = tmp_path / "params.csv"
     write_params(path, p)
     assert path.read_text() == "k,h,m,p,q,f\n16,2,4,0.25,0.75,0.5\n"
@@ -72,7 +72,7 @@ def test_params_roundtrip_and_errors(tmp_path):
     with pytest.raises(ReportFormatError, match="k must be an integer"):
         read_params(bad2)
     with pytest.raises(ParameterError):
-        ParamsCsv(16, 2, 4, 1.5, 0.75, 0.5)
+        ParamsFile(16, 2, 4, 1.5, 0.75, 0.5)
 
 
 # --- counts.csv ---------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def test_params_roundtrip_and_errors(tmp_path):
 def test_counts_python2_crlf(tmp_path):
     # sum_bits.py output (Python 2 csv.writer: CRLF), m = 2 cohorts, k = 4 bits
     path = _write(tmp_path, "counts.csv", b"10,1,2,3,4\r\n5,0,5,1,0\r\n")
-    params = ParamsCsv(4, 1, 2, 0.25, 0.75, 0.5)
+    params = ParamsFile(4, 1, 2, 0.25, 0.75, 0.5)
     counts = read_counts(path, params)
     np.testing.assert_array_equal(counts, [[10, 1, 2, 3, 4], [5, 0, 5, 1, 0]])
     assert counts.dtype == np.int64
@@ -93,9 +93,9 @@ def test_counts_python2_crlf(tmp_path):
 def test_counts_shape_checks(tmp_path):
     path = _write(tmp_path, "counts.csv", b"10,1,2,3,4\n")
     with pytest.raises(ReportFormatError, match="expected m = 2"):
-        read_counts(path, ParamsCsv(4, 1, 2, 0.25, 0.75, 0.5))
+        read_counts(path, ParamsFile(4, 1, 2, 0.25, 0.75, 0.5))
     with pytest.raises(ReportFormatError, match="k \\+ 1 = 6"):
-        read_counts(path, ParamsCsv(5, 1, 1, 0.25, 0.75, 0.5))
+        read_counts(path, ParamsFile(5, 1, 1, 0.25, 0.75, 0.5))
     bad = _write(tmp_path, "bad.csv", b"3,1,4\n2,x,1\n")
     with pytest.raises(ReportFormatError, match=":2: counts must be integers"):
         read_counts(bad)
@@ -114,7 +114,7 @@ def google_bloom_bits(word: str, cohort: int, h: int, k: int) -> list[int]:
 
 
 def test_map_written_like_hash_candidates(tmp_path):
-    params = ParamsCsv(16, 2, 3, 0.25, 0.75, 0.5)
+    params = ParamsFile(16, 2, 3, 0.25, 0.75, 0.5)
     words = ["apple", "banana, split"]
     table = np.array(
         [[google_bloom_bits(w, c, params.h, params.k) for w in words] for c in range(params.m)]
@@ -142,7 +142,7 @@ def test_map_as_r_writes_it(tmp_path):
     # CRLF line ends and no newline at the end.
     text = b'"V_1",3,7,18,20\r\n"V_2",5,,17,32\r\n"V_1",1,2,17,18\r\n"",1,2,17,18'
     path = _write(tmp_path, "map.csv", text)
-    params = ParamsCsv(16, 2, 2, 0.25, 0.75, 0.5)
+    params = ParamsFile(16, 2, 2, 0.25, 0.75, 0.5)
     cmap = read_map(path, params)
     assert cmap.strings == ["V_1", "V_2", ""]
     X = cmap.matrix.toarray()
@@ -152,7 +152,7 @@ def test_map_as_r_writes_it(tmp_path):
 
 
 def test_map_errors(tmp_path):
-    params = ParamsCsv(16, 2, 2, 0.25, 0.75, 0.5)
+    params = ParamsFile(16, 2, 2, 0.25, 0.75, 0.5)
     short = _write(tmp_path, "m1.csv", b"a,1,2,3\n")
     with pytest.raises(ReportFormatError, match="m·h = 4"):
         read_map(short, params)

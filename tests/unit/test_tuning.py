@@ -1,4 +1,4 @@
-"""Tests of ldpstream.simulation.tuning: set-ups, the analytic variance model against simulation, and the tuner.
+"""Tests of ldpstream.simulation: set-ups, the analytic error model against simulation, the grid search and the tuner.
 
 Statistical checks use fixed seeds and tolerances from the spread of the simulated trials (5 standard
 errors of the mean), plus, where the model is an approximation, its documented approximation.
@@ -16,21 +16,13 @@ from ldpstream.errors import ParameterError
 from ldpstream.estimators.direct import krappor_expected_l2sq, krr_expected_l2sq
 from ldpstream.estimators.simplex import project_simplex
 from ldpstream.mechanisms.rappor import Rappor
-from ldpstream.simulation.tuning import (
-    Alternative,
-    _hashed_setup,
-    build_setup,
-    cost,
-    grid,
-    predict,
-    predicted_variances,
-    projected_l1,
-    ranked_predictions,
-    rappor_rates_for_epsilon,
-    run_trials,
-    select,
-    tune,
-)
+from ldpstream.simulation.error_model import predict, predicted_variances, projected_l1
+from ldpstream.simulation.grid_search import cost, grid, ranked_predictions
+from ldpstream.simulation.hash_tables import cached_table_count
+from ldpstream.simulation.recommend import Alternative, select, tune
+from ldpstream.simulation.scenarios import build_setup
+from ldpstream.simulation.setups import hashed_setup, rappor_rates_for_epsilon
+from ldpstream.simulation.trials import run_trials
 
 
 @pytest.mark.parametrize(("eps", "h"), [(0.5, 1), (1.0743, 2), (4.0, 4)])
@@ -41,7 +33,7 @@ def test_rappor_rates_give_epsilon(eps, h):
 
 
 @pytest.mark.parametrize("eps", [0.5, 2.0, 5.0])
-def test_direct_predictions_match_formula_sheet(eps):
+def test_direct_predictions_match_expected_l2sq(eps):
     S, n = 64, 10**5
     p = parse_distribution("zipf:1", S)
     sampling = (1 - np.sum(p * p)) / n
@@ -109,10 +101,9 @@ def test_grid_identifiable_and_ranked():
 def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
     """The tuner slices cached tables: cohort c's hash must not depend on the number of cohorts."""
     from ldpstream.mechanisms.factory import make_mechanism
-    from ldpstream.simulation.tuning import _TABLE_CACHE
 
-    big = _hashed_setup(name, 1.0, 40, closed, 8, 16, h)
-    small = _hashed_setup(name, 1.0, 40, closed, 8, 4, h)  # sliced from the cached 16-cohort table
+    big = hashed_setup(name, 1.0, 40, closed, 8, 16, h)
+    small = hashed_setup(name, 1.0, 40, closed, 8, 4, h)  # sliced from the cached 16-cohort table
     spec = {"mechanism": name, "k": 8, "epsilon": 1.0, "cohorts": 4}
     if h:
         spec["hashes"] = h
@@ -123,7 +114,7 @@ def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
         big.candidates)
     assert np.array_equal(small.table, fresh)
     assert np.array_equal(big.table[:4], fresh)
-    assert _TABLE_CACHE  # cached
+    assert cached_table_count() > 0
 
 
 def test_projected_l1_matches_monte_carlo_projection():
@@ -221,7 +212,7 @@ def test_every_decoder_runs():
 
 def test_tune_recommends_sensibly():
     """At large ε on a closed alphabet k-RR-like mechanisms win; at tiny ε (ε = 0.5) k-RR loses to
-    k-RAPPOR (formula sheet crossover for k = 256 is ε ≈ 3.67)."""
+    k-RAPPOR (their expected errors cross at ε ≈ 3.67 for k = 256; docs/math/estimators.md)."""
     S, n = 256, 10**6
     p = parse_distribution("geometric", S)
     res = tune(0.5, S, n, p, closed=True, trials=2, keep=2, seed=1)
@@ -258,16 +249,12 @@ def test_tune_model_only_and_errors():
         tune(2.0, 32, 10**5, p, reference="both")
 
 
-def test_dense_and_sparse_orr_predictions_agree(monkeypatch):
+def test_dense_and_sparse_orr_predictions_agree():
     """Small-k O-RR is predicted with dense products; the sparse path must give the same numbers."""
-    import ldpstream.simulation.tuning as tuning
-
     p = parse_distribution("geometric", 64)
     for closed in (False, True):
-        setup = _hashed_setup("orr", 1.0, 64, closed, 4, 64, None)
-        dense = predict(setup, p, 10**5)
-        monkeypatch.setattr(tuning, "_DENSE_K", 0)
-        sparse = predict(setup, p, 10**5)
-        monkeypatch.setattr(tuning, "_DENSE_K", 8)
-        for key in dense:
-            assert dense[key] == pytest.approx(sparse[key], rel=1e-9)
+        setup = hashed_setup("orr", 1.0, 64, closed, 4, 64, None)
+        dense_var, dense_bias = predicted_variances(setup, p, 10**5, dense_max_k=8)
+        sparse_var, sparse_bias = predicted_variances(setup, p, 10**5, dense_max_k=0)
+        assert dense_var == pytest.approx(sparse_var, rel=1e-9)
+        assert dense_bias == pytest.approx(sparse_bias, rel=1e-9, abs=1e-15)

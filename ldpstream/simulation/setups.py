@@ -1,0 +1,152 @@
+"""Set-ups: a mechanism ready to simulate and decode populations over the symbols 0..S−1.
+
+A :class:`Setup` holds the mechanism (from :mod:`ldpstream.mechanisms`), the candidate list and hash table
+of hashed mechanisms, and the design matrix the decoders need. Symbols are the candidate indices 0..S−1.
+On an *open* alphabet the candidates are the strings ``"s0" .. "s{S-1}"`` hashed per cohort (O-RR: SHA-256
+hash mod k; O-RAPPOR/RAPPOR: Google's MD5 Bloom bits); on a *closed* alphabet the candidates are the
+integers with per-cohort permutations (``support=S``). k-RR and k-RAPPOR are closed by nature (k = S).
+Channels and hash constructions: docs/math/mechanisms.md.
+
+:meth:`Setup.simulate_sketch` draws the count sketch of a whole population at once through the mechanisms'
+``simulate_sketch`` (exact in distribution, O(C·k) per trial, no per-report work; docs/math/mechanisms.md,
+"Count sketches"). :meth:`Setup.decode` runs a decoder of :mod:`ldpstream.estimators` (see
+:data:`DECODERS`; docs/math/estimators.md).
+
+:func:`hashed_setup` builds the set-up of an O-RR / O-RAPPOR with all parameters given, its hash table
+from the cache of :mod:`ldpstream.simulation.hash_tables`. :func:`ldpstream.simulation.scenarios.build_setup`
+builds any set-up, choosing free parameters by the error model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ldpstream.distributions import candidate_strings
+from ldpstream.errors import ParameterError
+from ldpstream.estimators.candidates import decode_bits, decode_orr
+from ldpstream.estimators.direct import estimate_krappor, estimate_krr
+from ldpstream.estimators.simplex import truncate_normalize
+from ldpstream.mechanisms.base import BitMechanism, Mechanism
+from ldpstream.mechanisms.factory import make_mechanism
+from ldpstream.simulation.hash_tables import cached_table
+
+#: Mechanism names accepted by :func:`ldpstream.simulation.scenarios.build_setup`.
+MECHANISM_NAMES: tuple[str, ...] = ("krr", "krappor", "orr", "orappor", "rappor")
+#: Mechanisms that encode the symbols 0..S−1 directly (k = S, no hashing, no cohorts).
+DIRECT_MECHANISMS: tuple[str, ...] = ("krr", "krappor")
+#: Decoder names accepted by :meth:`Setup.decode`.
+DECODERS: tuple[str, ...] = ("unbiased", "truncate", "project", "ls", "nnls", "mle")
+
+
+def require_epsilon(epsilon: float | None) -> float:
+    """``epsilon`` as a float, checked to be given, finite and > 0."""
+    if epsilon is None:
+        raise ParameterError("--epsilon is required for this mechanism")
+    e = float(epsilon)
+    if not e > 0 or not math.isfinite(e):
+        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon}")
+    return e
+
+
+def rappor_rates_for_epsilon(epsilon: float, hashes: int) -> tuple[float, float, float]:
+    """``(p, q, f)`` of a one-time RAPPOR with per-report privacy exactly ε: ``f = 0``,
+    ``q = e^{ε/(2h)}/(1 + e^{ε/(2h)})``, ``p = 1 − q``.
+
+    With f = 0, q* = q and p* = p, so ε_1 = h ln(q(1 − p)/(p(1 − q))) = 2h ln(q/(1 − q)) = ε
+    (docs/math/mechanisms.md, "RAPPOR"); these are O-RAPPOR's per-bit rates. Without a PRR, repeated
+    reports of one client compose (ε_∞ is unbounded): this choice is for one-report simulations.
+    """
+    if not epsilon > 0 or not math.isfinite(epsilon):
+        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon}")
+    q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
+    return 1.0 - q, q, 0.0
+
+
+@dataclass
+class Setup:
+    """A mechanism ready to simulate and decode populations over the symbols 0..S−1."""
+
+    name: str
+    mechanism: Mechanism
+    support: int
+    closed: bool
+    table: np.ndarray | None = None
+    candidates: list[str] | None = None
+    _design: sp.csr_matrix | None = field(default=None, repr=False)
+
+    @property
+    def design(self) -> sp.csr_matrix:
+        """The ``(C·k, S)`` 0/1 design matrix (cohort-major rows) of the mechanism's hashing."""
+        if self._design is None:
+            m: Any = self.mechanism
+            self._design = m.design_matrix() if self.name in DIRECT_MECHANISMS else m.design_matrix(self.table)
+        return self._design
+
+    def parameters(self) -> dict[str, Any]:
+        """The mechanism's parameters plus the alphabet (JSON-friendly)."""
+        out: dict[str, Any] = dict(self.mechanism.parameters())
+        out["support"] = self.support
+        out["closed"] = self.closed
+        out["epsilon"] = float(self.mechanism.epsilon)
+        return out
+
+    def simulate_sketch(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The count sketch of a population with ``counts[s]`` clients holding symbol s (one draw)."""
+        m: Any = self.mechanism
+        sketch: np.ndarray
+        if self.name in DIRECT_MECHANISMS:
+            sketch = m.simulate_sketch(counts, rng)
+        else:
+            sketch = m.simulate_sketch(counts, rng, table=self.table)
+        return sketch
+
+    def decode(self, sketch: np.ndarray, decoder: str) -> np.ndarray:
+        """Decoded frequencies of the S symbols.
+
+        Direct mechanisms (k-RR, k-RAPPOR): ``unbiased``, ``truncate``, ``project``, ``mle``; ``ls`` is
+        ``unbiased`` (least squares on an invertible channel is the inversion estimator) and ``nnls`` is
+        ``project`` (the simplex-constrained least squares with identity design is the projection).
+        Hashed mechanisms: ``ls`` (weighted least squares), ``project`` (LS then simplex projection, the
+        paper's decoder), ``nnls``, ``mle``; ``unbiased`` is ``ls`` and ``truncate`` is ``ls`` followed by
+        truncation and renormalization. The candidate list is complete here, so no "other" term.
+        """
+        if decoder not in DECODERS:
+            raise ParameterError(f"unknown decoder {decoder!r}; expected one of {DECODERS}")
+        eps = float(self.mechanism.epsilon)
+        if self.name in DIRECT_MECHANISMS:
+            method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
+            fn = estimate_krr if self.name == "krr" else estimate_krappor
+            return fn(sketch, eps, method).frequencies  # type: ignore[arg-type]
+        method = {"unbiased": "ls", "truncate": "ls"}.get(decoder, decoder)
+        if isinstance(self.mechanism, BitMechanism):
+            mech = self.mechanism
+            est = decode_bits(sketch, self.design, mech.q_star, mech.p_star, method, other=False)  # type: ignore[arg-type]
+        else:
+            est = decode_orr(sketch, self.design, eps, method, other=False)  # type: ignore[arg-type]
+        freq = est.frequencies
+        return truncate_normalize(freq) if decoder == "truncate" else freq
+
+
+
+def hashed_setup(
+    name: str, epsilon: float, support: int, closed: bool, k: int, cohorts: int, hashes: int | None
+) -> Setup:
+    """The :class:`Setup` of an ``orr`` or ``orappor`` with every parameter given (``hashes`` only for
+    ``orappor``, default 1); the hash table comes from :func:`ldpstream.simulation.hash_tables.cached_table`."""
+    spec: dict[str, Any] = {"mechanism": name, "k": k, "epsilon": epsilon, "cohorts": cohorts}
+    if name == "orappor":
+        spec["hashes"] = 1 if hashes is None else int(hashes)
+    if closed:
+        spec["support"] = support
+    mech: Any = make_mechanism(spec)
+    cands = None if closed else candidate_strings(support)
+    table, design = cached_table(
+        name, mech, k=k, cohorts=cohorts, hashes=spec.get("hashes"), support=support, closed=closed,
+        candidates=cands,
+    )
+    return Setup(name, mech, support, closed, table, cands, design)

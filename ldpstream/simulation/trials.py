@@ -1,0 +1,83 @@
+"""Monte Carlo trials: populations drawn from a distribution, privatized and decoded, with their losses.
+
+Each trial draws ``n`` clients from ``p`` (:func:`ldpstream.distributions.sample_counts`), draws the count
+sketch of that population through the exact aggregate simulation
+(:meth:`~ldpstream.simulation.setups.Setup.simulate_sketch`; docs/math/mechanisms.md, "Count sketches") and
+decodes it with every requested decoder. Losses (:mod:`ldpstream.simulation.losses`; docs/math/tuning.md,
+"Losses") are measured against the sample's empirical distribution and against the true ``p``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpstream.distributions import empirical_distribution, sample_counts
+from ldpstream.errors import ParameterError
+from ldpstream.simulation.losses import LOSSES
+from ldpstream.simulation.setups import Setup
+
+
+@dataclass
+class TrialResults:
+    """Losses of every trial: ``losses[reference][loss]`` is a ``(T,)`` array; reference is ``empirical``
+    (the sample's distribution) or ``true``."""
+
+    losses: dict[str, dict[str, np.ndarray]]
+    seconds: float
+
+    def summary(self) -> dict[str, dict[str, dict[str, float]]]:
+        """``{reference: {loss: {"mean": …, "median": …}}}``."""
+        return {
+            ref: {name: {"mean": float(np.mean(v)), "median": float(np.median(v))} for name, v in per.items()}
+            for ref, per in self.losses.items()
+        }
+
+    def median_l1(self, reference: str = "empirical") -> float:
+        return float(np.median(self.losses[reference]["l1"]))
+
+
+def run_trials(
+    setup: Setup,
+    p: np.ndarray,
+    n: int,
+    decoders: str | Sequence[str],
+    trials: int,
+    rng: np.random.Generator,
+) -> dict[str, TrialResults]:
+    """``trials`` independent populations of ``n`` clients from ``p``, each privatized (through the exact
+    aggregate simulation) and decoded by every decoder in ``decoders`` (the same sketch for all decoders).
+
+    Returns ``{decoder: TrialResults}``; ``seconds`` counts sampling + simulation + that decoder.
+    """
+    names = [decoders] if isinstance(decoders, str) else list(decoders)
+    if trials < 1:
+        raise ParameterError(f"trials must be >= 1, got {trials}")
+    if n < 1:
+        raise ParameterError(f"n must be >= 1, got {n}")
+    est: dict[str, list[np.ndarray]] = {d: [] for d in names}
+    secs = dict.fromkeys(names, 0.0)
+    emp = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        counts = sample_counts(p, n, rng)
+        sketch = setup.simulate_sketch(counts, rng)
+        shared = time.perf_counter() - t0
+        emp.append(empirical_distribution(counts))
+        for d in names:
+            t1 = time.perf_counter()
+            est[d].append(setup.decode(sketch, d))
+            secs[d] += shared + time.perf_counter() - t1
+    emp_arr = np.asarray(emp)
+    out = {}
+    for d in names:
+        e = np.asarray(est[d])
+        losses = {
+            "empirical": {name: fn(e, emp_arr) for name, fn in LOSSES.items()},
+            "true": {name: fn(e, p) for name, fn in LOSSES.items()},
+        }
+        out[d] = TrialResults(losses, secs[d])
+    return out

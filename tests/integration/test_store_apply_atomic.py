@@ -1,0 +1,58 @@
+"""Regression: a batch that used to fail half-way through the apply script (after its first writes, which
+Redis does not roll back, so the retried batch counted twice) is now refused before anything is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import redis
+
+from ldpstream.errors import ServiceError
+from ldpstream.store import APPLY_SCRIPT, PartitionBatch, RedisSketchStore, SketchKey, keys
+from ldpstream.store.contract import MAX_EXPIRE_AT
+
+pytestmark = pytest.mark.integration
+
+
+def _written(client: redis.Redis, prefix: str) -> list[bytes]:
+    return sorted(client.scan_iter(f"{prefix}:*"))
+
+
+def test_a_sketch_key_of_the_wrong_type_refuses_the_whole_batch(redis_url, key_prefix):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    good, bad = SketchKey("m", 1, 0), SketchKey("m", 1, 1)
+    bad_name = keys.sketch_key(key_prefix, "t", 0, bad)
+    store.client.hset(bad_name, "not", "a sketch")  # the old script wrote stats and `good`, then failed here
+    before = _written(store.client, key_prefix)
+    batch = PartitionBatch("t", 0, None, 10, increments={good: np.array([[1, 2]]), bad: np.array([[3, 4]])},
+                           stats={"reports_applied": 10})
+    with pytest.raises(ServiceError, match="sketch key holds a hash"):
+        store.apply(batch)
+    index = keys.index_key(key_prefix, "m", 1)
+    assert [k for k in _written(store.client, key_prefix) if k.decode() != index] == before  # nothing counted
+    store.client.delete(bad_name)
+    assert store.apply(batch).applied  # and once the key is fixed, the same batch applies exactly once
+    assert store.stats("t", [0]) == {"reports_applied": 10}
+    assert not store.apply(batch).applied
+
+
+@pytest.mark.parametrize(("expire_at", "cell"), [(MAX_EXPIRE_AT + 1, 0), (10**17, 0), (0, 2**26), (-1, 0)])
+def test_the_script_itself_checks_expiry_and_cell_range_before_writing(redis_url, key_prefix, expire_at, cell):
+    client = redis.Redis.from_url(redis_url)
+    script = client.register_script(APPLY_SCRIPT)
+    names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
+             keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
+             keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 1))]
+    args = ["", 5, 1, "reports_applied", 5, 1, 0, 0, 5, 1, expire_at, cell, 5]
+    status, reason = script(keys=names, args=args)
+    assert status == -1 and b"out of range" in reason
+    assert _written(client, key_prefix) == []
+
+
+def test_python_refuses_an_expiry_no_store_could_set(redis_url, key_prefix):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    key = SketchKey("m", 1, 0)
+    batch = PartitionBatch("t", 0, None, 1, increments={key: np.array([[1]])}, expire_at={key: MAX_EXPIRE_AT + 1})
+    with pytest.raises(ValueError, match="expiry"):
+        store.apply(batch)
+    assert _written(store.client, key_prefix) == []

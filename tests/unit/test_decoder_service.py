@@ -1,0 +1,239 @@
+"""The decoder service (:class:`ldpstream.decoder.service.DecoderService`) against the in-memory store: no
+Redis, no Kafka. Window selection, publishing with a bounded history, retraction of windows that became
+empty, top-N gauges, the record of the last pass, and a failing metric that does not stop the others."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ldpstream.consumers.fold import fold_messages
+from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.service import DecoderService
+from ldpstream.device import privatize_population
+from ldpstream.registry import Registry
+from ldpstream.store import InMemorySketchStore, PartitionBatch
+from ldpstream.wire import encode_records, payloads_from_reports
+
+LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
+BUCKET = 600
+NOW = 1_750_000_200 // BUCKET * BUCKET
+OLD_TIME = NOW - 3 * 3600 + 100   # three hours before NOW
+RECENT_TIME = NOW - 120           # two minutes before NOW
+OLD, RECENT, FLAGS = 3000, 2000, 1000
+TOP_N = 3
+
+
+def make_registry() -> Registry:
+    return Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"]},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 8.0, "labels": LABELS,
+                     "estimator": "unbiased"},
+            "flags": {"id": 2, "mechanism": "krappor", "k": 4, "epsilon": 3.0},
+        }})
+
+
+def concentrated(n: int, on: list[int], k: int, seed: int) -> np.ndarray:
+    """n values in 0..k-1: 90% on ``on`` (decreasing weights), 10% uniform."""
+    rng = np.random.default_rng(seed)
+    p = np.full(k, 0.1 / k)
+    weights = np.arange(len(on), 0, -1, dtype=float)
+    p[on] += 0.9 * weights / weights.sum()
+    return rng.choice(k, size=n, p=p)
+
+
+class Feeder:
+    """Privatizes values, folds them as a consumer does, and applies them to the store (partition 0)."""
+
+    def __init__(self, registry: Registry, store: InMemorySketchStore) -> None:
+        self.registry, self.store, self.offset = registry, store, None
+
+    def add(self, metric_name: str, values: np.ndarray, event_time: int, seed: int) -> None:
+        metric = self.registry[metric_name]
+        cohorts, reports = privatize_population(metric, values, np.random.default_rng(seed))
+        rows = encode_records(metric.id, metric.fingerprint, cohorts,
+                              payloads_from_reports(metric.mechanism, reports), event_time=event_time)
+        folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), self.registry, now=NOW)
+        assert folded.applied == {metric_name: len(values)}
+        next_offset = (self.offset or 0) + 1
+        assert self.store.apply(PartitionBatch("reports", 0, self.offset, next_offset, folded.increments,
+                                               expire_at=folded.expire_at)).applied
+        self.offset = next_offset
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return make_registry()
+
+
+@pytest.fixture
+def store(registry) -> InMemorySketchStore:
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    feed.add("lang", concentrated(OLD, [0, 1, 2], 8, seed=1), OLD_TIME, seed=11)
+    feed.add("lang", concentrated(RECENT, [5, 6, 7], 8, seed=2), RECENT_TIME, seed=12)
+    feed.add("flags", concentrated(FLAGS, [3], 4, seed=3), OLD_TIME, seed=13)
+    return store
+
+
+@pytest.fixture
+def prometheus() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def service(registry, store, prometheus) -> DecoderService:
+    return DecoderService(registry, store, metrics=DecoderMetrics(prometheus), history=2, top_n=TOP_N)
+
+
+def shown_values(prometheus: CollectorRegistry, metric: str, window: str) -> set[str]:
+    """The ``value`` labels of the frequency gauge's series of one metric and window."""
+    return {s.labels["value"] for family in prometheus.collect() if family.name == "ldpstream_estimate_ratio"
+            for s in family.samples if s.labels["metric"] == metric and s.labels["window"] == window}
+
+
+def top(estimate: dict, n: int = TOP_N) -> set[str]:
+    ordered = sorted(estimate["values"], key=lambda v: -v["frequency"])
+    return {v["value"] for v in ordered[:n]}
+
+
+# ------------------------------------------------------------------------------------------ windows
+
+
+def test_window_all_sums_every_bucket_and_1h_only_the_buckets_it_overlaps(service, registry):
+    results = {r.window: r for r in service.decode_metric(registry["lang"], now=NOW)}
+    assert set(results) == {"all", "1h"}
+    every, hour = results["all"], results["1h"]
+    assert every.estimate.n_reports == OLD + RECENT and every.buckets == 2
+    assert hour.estimate.n_reports == RECENT and hour.buckets == 1
+    recent_bucket = RECENT_TIME // BUCKET
+    assert hour.covers == (recent_bucket * BUCKET, (recent_bucket + 1) * BUCKET)
+    assert every.covers == (OLD_TIME // BUCKET * BUCKET, (recent_bucket + 1) * BUCKET)
+    assert top(hour.to_json()) == {"pt", "bn", "ru"}
+    assert every.names == tuple(LABELS)
+
+
+def test_an_earlier_1h_window_sees_only_the_reports_of_its_hour(service, registry):
+    results = {r.window: r for r in service.decode_metric(registry["lang"], now=OLD_TIME + 300)}
+    assert results["1h"].estimate.n_reports == OLD
+    assert top(results["1h"].to_json()) == {"en", "es", "zh"}
+
+
+def test_a_window_without_reports_is_not_decoded(service, registry):
+    assert [r.window for r in service.decode_metric(registry["flags"], now=NOW)] == ["all"]
+
+
+# ------------------------------------------------------------------------------------------ publishing
+
+
+def test_run_once_publishes_the_latest_estimate_and_a_bounded_history(service, store):
+    for i in range(3):
+        published = service.run_once(now=NOW + i)
+        assert {(p.metric, p.window) for p in published} == {("lang", "all"), ("lang", "1h"), ("flags", "all")}
+    latest = store.latest_estimate("lang", "all")
+    assert latest is not None
+    assert latest["metric"] == "lang" and latest["window"] == "all" and latest["snapshot_time"] == NOW + 2
+    assert latest["n_reports"] == OLD + RECENT
+    assert [v["value"] for v in latest["values"]] == LABELS
+    assert abs(sum(v["frequency"] for v in latest["values"]) - 1) < 1e-6
+    assert [e["snapshot_time"] for e in store.estimate_history("lang", "all")] == [NOW + 2, NOW + 1]
+    assert store.latest_estimate("lang", "1h")["n_reports"] == RECENT
+    assert store.latest_estimate("flags", "all")["n_reports"] == FLAGS
+    assert store.latest_estimate("flags", "1h") is None
+
+
+def test_a_window_that_became_empty_is_retracted_and_its_gauges_removed(service, store, prometheus):
+    service.run_once(now=NOW)
+    assert store.latest_estimate("lang", "1h") is not None
+    assert shown_values(prometheus, "lang", "1h")
+    assert prometheus.get_sample_value("ldpstream_estimate_reports", {"metric": "lang", "window": "1h"}) == RECENT
+
+    later = NOW + 5 * 3600  # no report in the last hour any more
+    published = service.run_once(now=later)
+    assert ("lang", "1h") not in {(p.metric, p.window) for p in published}
+    assert store.latest_estimate("lang", "1h") is None
+    assert len(store.estimate_history("lang", "1h")) == 1  # the history stays
+    assert shown_values(prometheus, "lang", "1h") == set()
+    assert prometheus.get_sample_value("ldpstream_estimate_reports", {"metric": "lang", "window": "1h"}) is None
+    assert store.latest_estimate("lang", "all")["n_reports"] == OLD + RECENT  # all-time keeps everything
+    assert len(shown_values(prometheus, "lang", "all")) == TOP_N
+
+
+# ------------------------------------------------------------------------------------------ gauges
+
+
+def test_gauges_exist_for_the_top_n_values_only_and_leave_with_them(service, store, prometheus):
+    service.run_once(now=OLD_TIME + 300)
+    assert shown_values(prometheus, "lang", "1h") == {"en", "es", "zh"}
+    first = store.latest_estimate("lang", "1h")
+    for value in first["values"]:
+        sample = prometheus.get_sample_value("ldpstream_estimate_ratio",
+                                             {"metric": "lang", "window": "1h", "value": value["value"]})
+        if value["value"] in {"en", "es", "zh"}:
+            assert sample == pytest.approx(value["frequency"])
+            low = prometheus.get_sample_value("ldpstream_estimate_low_95_ratio",
+                                              {"metric": "lang", "window": "1h", "value": value["value"]})
+            assert low == pytest.approx(value["low_95"])
+        else:
+            assert sample is None
+
+    service.run_once(now=NOW)  # the last hour now holds other values: the old series are removed
+    assert shown_values(prometheus, "lang", "1h") == {"pt", "bn", "ru"}
+    for family in prometheus.collect():
+        if family.name in ("ldpstream_estimate_low_95_ratio", "ldpstream_estimate_high_95_ratio"):
+            assert {s.labels["value"] for s in family.samples if s.labels["window"] == "1h"
+                    and s.labels["metric"] == "lang"} == {"pt", "bn", "ru"}
+    assert len(shown_values(prometheus, "flags", "all")) == TOP_N
+
+
+# ------------------------------------------------------------------------------------------ last pass
+
+
+def test_the_last_decode_is_recorded(service, store, prometheus):
+    assert store.last_decode() is None
+    service.run_once(now=NOW)
+    last = store.last_decode()
+    assert last is not None and last["failed"] == []
+    assert prometheus.get_sample_value("ldpstream_decoder_last_run_timestamp_seconds") > 0
+
+
+class FailingStore(InMemorySketchStore):
+    """The in-memory store whose snapshot of some metrics raises."""
+
+    def __init__(self, failing: set[str], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.failing = failing
+
+    def snapshot(self, metric, fingerprint, shape, expired_before=None):
+        if metric in self.failing:
+            raise RuntimeError(f"snapshot of {metric} failed")
+        return super().snapshot(metric, fingerprint, shape, expired_before)
+
+
+def failing_service(registry, prometheus, failing: set[str]) -> tuple[DecoderService, FailingStore]:
+    store = FailingStore(failing, clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    feed.add("lang", concentrated(RECENT, [5, 6, 7], 8, seed=2), RECENT_TIME, seed=12)
+    feed.add("flags", concentrated(FLAGS, [3], 4, seed=3), OLD_TIME, seed=13)
+    return DecoderService(registry, store, metrics=DecoderMetrics(prometheus), top_n=TOP_N), store
+
+
+def test_a_failing_metric_is_counted_and_does_not_stop_the_others(registry, prometheus, caplog):
+    service, store = failing_service(registry, prometheus, {"flags"})
+    published = service.run_once(now=NOW)
+    assert {(p.metric, p.window) for p in published} == {("lang", "all"), ("lang", "1h")}
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "flags"}) == 1
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) is None
+    assert store.latest_estimate("lang", "all") is not None and store.latest_estimate("flags", "all") is None
+    assert store.last_decode()["failed"] == ["flags"]
+    assert "decoding metric flags failed" in caplog.text
+
+
+def test_a_pass_where_every_metric_failed_is_not_recorded_as_a_decode(registry, prometheus):
+    service, store = failing_service(registry, prometheus, {"flags", "lang"})
+    assert service.run_once(now=NOW) == []
+    assert store.last_decode() is None
+    assert prometheus.get_sample_value("ldpstream_decoder_last_run_timestamp_seconds") == 0
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) == 1
