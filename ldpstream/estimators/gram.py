@@ -115,18 +115,22 @@ class WeightedGram:
             self._precond = np.where(self.diag > 0, 1.0 / np.where(self.diag > 0, self.diag, 1.0), 0.0)
 
     # ---------------------------------------------------------------------------------------------
-    def _dense_setup(self) -> None:
+    def _dense_setup(self) -> np.ndarray:
+        """Form ``G`` densely and factor it; returns the exact ``diag(G⁻¹)``."""
         G = weighted_gram(self.X, self.w)
         self.diag = np.diag(G).copy()
+        dinv: np.ndarray
         try:
-            self._factor, self._dinv = cholesky_inverse_diagonal(G)
+            self._factor, dinv = cholesky_inverse_diagonal(G)
         except np.linalg.LinAlgError:
             self._pinv = np.linalg.pinv(G, hermitian=True)
-            self._dinv = np.diag(self._pinv).copy()
+            dinv = np.diag(self._pinv).copy()
             self.info["se_method"] = "pinv"
+        self._dinv = dinv
         self._G = G
         self.info.setdefault("se_method", "exact")
         self.exact = True
+        return dinv
 
     def matvec(self, V: np.ndarray) -> np.ndarray:
         """``G V`` (V of shape (S,) or (S, m))."""
@@ -161,9 +165,7 @@ class WeightedGram:
             # Nearly rank-deficient design: fall back to the dense exact computation (O(S²) memory).
             self.info["cavity_converged"] = False
             self._XT = None
-            self._dense_setup()
-            assert self._dinv is not None
-            return self._dinv
+            return self._dense_setup()
         rng = np.random.default_rng(self.seed)
         top_idx = np.unique(np.asarray(top, dtype=np.int64))
         pool = np.setdiff1d(np.arange(self.S), top_idx)
