@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         mech = ORappor(k=k, epsilon=args.epsilon, cohorts=C, hashes=args.hashes)
     cands = [f"s{i}" for i in range(S)]
     t0 = time.perf_counter()
-    table = mech.symbol_table(cands) if isinstance(mech, ORR) else mech.bloom_table(cands)
+    table = mech.value_table(cands)
     t_hash = time.perf_counter() - t0
     t0 = time.perf_counter()
     X = mech.design_matrix(table)
@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(max(args.repeat, 1)):
             tracemalloc.start()
             t0, c0 = time.perf_counter(), time.process_time()
-            if isinstance(mech, ORR):
-                est = decode_orr(sketch, X, mech.epsilon, method, other=args.other)  # type: ignore[arg-type]
+            if mech.decoder_family == "candidates_symbol":
+                est = decode_orr(sketch, X, mech.epsilon, method, other=args.other)
             else:
-                est = decode_orappor(sketch, X, mech.q_star, mech.p_star, method, other=args.other)  # type: ignore[arg-type]
+                est = decode_orappor(sketch, X, mech.q_star, mech.p_star, method, other=args.other)  # type: ignore[union-attr]
             secs = min(secs, time.perf_counter() - t0)
             cpu = min(cpu, time.process_time() - c0)
             _, pk = tracemalloc.get_traced_memory()

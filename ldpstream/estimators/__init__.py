@@ -3,7 +3,8 @@
 Equations: ``shared/reference/formulas.md``. Entry point: :func:`estimate`.
 """
 
-from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor, fista_constrained_ls
+from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor
+from .channels import AffineChannel, MatrixChannel
 from .direct import (
     DirectMethod,
     estimate_krappor,
@@ -11,27 +12,25 @@ from .direct import (
     krappor_expected_l1,
     krappor_expected_l2sq,
     krappor_unbiased,
-    krappor_variance,
     krr_channel,
     krr_expected_l1,
     krr_expected_l2sq,
     krr_unbiased,
-    krr_variance,
 )
 from .dispatch import clear_design_cache, design_matrix, estimate
-from .em import (
-    AffineChannel,
-    EMResult,
-    MatrixChannel,
-    affine_constrained_variances,
-    constrained_variances,
-    em_multinomial,
-    log_likelihood,
-    weighted_gram,
-)
+from .em import EMResult, em_multinomial, log_likelihood
 from .estimate import ConfidenceInterval, Estimate, bonferroni_z, detection_floor
 from .gram import WeightedGram
+from .least_squares import fista_constrained_ls
+from .linalg import weighted_gram
 from .simplex import project_capped_simplex, project_simplex, truncate_normalize
+from .variance import (
+    affine_constrained_variances,
+    bit_variance,
+    constrained_variances,
+    krappor_variance,
+    krr_variance,
+)
 
 __all__ = [
     "AffineChannel",
@@ -43,6 +42,7 @@ __all__ = [
     "MatrixChannel",
     "WeightedGram",
     "affine_constrained_variances",
+    "bit_variance",
     "bonferroni_z",
     "clear_design_cache",
     "constrained_variances",

@@ -35,12 +35,12 @@ Methods:
   (cohort, symbol) with ``P(y, c | s) = Q(y | h_c(s))/C`` and ``P(y, c | other) = 1/(C k)``. Bits: the
   composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors from the observed information restricted to the
-  simplex (:func:`ldpstream.estimators.em.affine_constrained_variances`); for bits this is the naive composite
+  simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`); for bits this is the naive composite
   information (no Godambe sandwich). EM starts from the uniform distribution, runs SQUAREM
   (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
-  1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate
-  are merged into one cell per block (:func:`_compressed_channel`): at k = 4096, C = 64, S = 256 that removes
-  94% of the outputs.
+  1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate are merged into one cell per
+  block (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that
+  removes 94% of the outputs.
 
 Cost and memory. ``G = XᵀWX`` (and the information matrix of ``"mle"``) are handled by
 :class:`ldpstream.estimators.gram.WeightedGram`: dense, exact Cholesky up to ``exact_se_max`` candidates
@@ -61,14 +61,16 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
-from scipy.sparse.linalg import lsqr
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms import check_epsilon
 
-from .em import AffineChannel, affine_constrained_variances, em_multinomial
+from .channels import AffineChannel, compressed_affine_channel
+from .em import em_multinomial
 from .estimate import Estimate, detection_floor
-from .gram import WeightedGram
+from .least_squares import WeightedLeastSquares, fista_constrained_ls
 from .simplex import project_capped_simplex, project_simplex
+from .variance import affine_constrained_variances, bit_variance, krr_variance
 
 __all__ = [
     "CandidateMethod",
@@ -76,7 +78,6 @@ __all__ = [
     "decode_orappor",
     "decode_orr",
     "decode_rappor",
-    "fista_constrained_ls",
 ]
 
 CandidateMethod = Literal["ls", "nnls", "project", "mle"]
@@ -90,175 +91,12 @@ def _design(design: Any, rows: int) -> sp.csr_matrix:
     return X
 
 
-def fista_constrained_ls(
-    G: np.ndarray | Callable[[np.ndarray], np.ndarray],
-    b: np.ndarray,
-    project: Callable[[np.ndarray], np.ndarray],
-    x0: np.ndarray,
-    *,
-    tol: float = 1e-10,
-    max_iter: int = 5000,
-    lipschitz: float | None = None,
-) -> tuple[np.ndarray, int]:
-    """Minimize ``½ xᵀGx − bᵀx`` over a convex set given by its Euclidean ``project``ion (FISTA with restart).
-
-    ``G`` is a dense matrix or a function ``v ↦ G v`` (then pass ``lipschitz``). Step ``1/L`` with ``L`` =
-    largest absolute row sum of ``G`` (≥ its largest eigenvalue) unless given. Stops when the largest change
-    of ``x`` is below ``tol`` times ``max(1, max|x|)``.
-    """
-    if callable(G):
-        mv = G
-        if lipschitz is None:
-            raise ParameterError("pass lipschitz when G is an operator")
-        L = float(lipschitz)
-    else:
-        Gm = np.asarray(G)
-        mv = Gm.__matmul__
-        L = float(np.max(np.abs(Gm).sum(axis=1))) if lipschitz is None else float(lipschitz)
-    if L <= 0:
-        return project(x0), 0
-    x = project(x0)
-    y = x.copy()
-    t = 1.0
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
-        grad_y = mv(y) - b
-        x_new = project(y - grad_y / L)
-        change = float(np.max(np.abs(x_new - x)))
-        t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
-        y_next = x_new + ((t - 1) / t_new) * (x_new - x)
-        # gradient restart (O'Donoghue and Candès): momentum against the gradient mapping at y
-        if np.einsum("i,i->", y - x_new, x_new - x) > 0:
-            y_next, t_new = x_new.copy(), 1.0
-        y = y_next
-        x, t = x_new, t_new
-        if change < tol * max(1.0, float(np.max(np.abs(x)))):
-            break
-    return x, it
-
-
-class _WLS:
-    """Weighted least squares ``z ≈ X β (+ o β_o)`` with the fitted-value weights, and ``diag Cov``.
-
-    ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.gram.WeightedGram` (dense and exact up to
-    ``exact_max`` candidates, sparse CG and the calibrated cavity diagonal beyond). The "other" column ``o``
-    is eliminated exactly by its Schur complement ``σ = oᵀWo − gᵀG⁻¹g`` (``g = XᵀWo``):
-    ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``, ``Var β_o = 1/σ``,
-    ``diag Cov(β) = diag(G⁻¹) + (G⁻¹g)²/σ``. The O-RR rank-one term uses ``u = Ga⁻¹ 1`` of the augmented
-    Gram, obtained the same way. Three right-hand sides (``b``, ``g``, ``1``) in one block solve.
-    """
-
-    def __init__(
-        self,
-        z: np.ndarray,
-        X: sp.csr_matrix,
-        other_col: np.ndarray | None,
-        var_fn: Callable[[np.ndarray], np.ndarray],
-        rank_one: float | None,
-        *,
-        exact_max: int = 1024,
-    ) -> None:
-        Xa = sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr") if other_col is not None else X
-        null_var = var_fn(np.zeros_like(z))
-        ok = np.isfinite(null_var) & (null_var > 0)
-        sw = np.where(ok, 1 / np.sqrt(np.where(ok, null_var, 1.0)), 0.0)
-        pilot = lsqr(sp.diags(sw) @ Xa, sw * z, atol=1e-10, btol=1e-10, iter_lim=100)[0]
-        v = var_fn(Xa @ pilot)
-        ok = np.isfinite(v) & (v > 0)
-        w = np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
-        self.w, self.z, self.X, self.o = w, z, X, other_col
-        self.gram = WeightedGram(X, w, exact_max=exact_max)
-        S = X.shape[1]
-        self.b_x = X.T @ (w * z)
-        rhs = [self.b_x]
-        if other_col is not None:
-            self.g = X.T @ (w * other_col)
-            self.gamma = float(np.dot(other_col, w * other_col))
-            self.b_o = float(np.dot(other_col, w * z))
-            rhs.append(self.g)
-        if rank_one:
-            rhs.append(np.ones(S))
-        Y = self.gram.solve(np.column_stack(rhs))
-        y_b = Y[:, 0]
-        self.rank_one = rank_one
-        if other_col is not None:
-            self.y_g = Y[:, 1]
-            self.sigma = max(self.gamma - float(np.dot(self.g, self.y_g)), 1e-300)
-            beta_o = (self.b_o - float(np.dot(self.g, y_b))) / self.sigma
-            self.beta = np.concatenate([y_b - self.y_g * beta_o, [beta_o]])
-            self.b = np.concatenate([self.b_x, [self.b_o]])
-            if rank_one:
-                y_1 = Y[:, 2]
-                u_o = (1.0 - float(np.dot(self.g, y_1))) / self.sigma
-                self.u = np.concatenate([y_1 - self.y_g * u_o, [u_o]])
-        else:
-            self.beta = y_b
-            self.b = self.b_x
-            if rank_one:
-                self.u = Y[:, 1]
-
-    def variances(self, top: Sequence[int] | np.ndarray = ()) -> np.ndarray:
-        """``diag Cov(β)`` (candidates, then "other" if present); ``top`` candidates get exact values."""
-        dinv = self.gram.inverse_diagonal(top)
-        if self.o is not None:
-            var = np.concatenate([dinv + self.y_g**2 / self.sigma, [1.0 / self.sigma]])
-        else:
-            var = dinv.copy()
-        if self.rank_one:
-            var = var - self.rank_one * self.u**2
-        return np.maximum(var, 0.0)
-
-    def matvec(self, v: np.ndarray) -> np.ndarray:
-        """``Ga v`` for the augmented Gram (with the "other" column when present)."""
-        if self.o is None:
-            return self.gram.matvec(v)
-        vs, vo = v[:-1], v[-1]
-        return np.concatenate([self.gram.matvec(vs) + self.g * vo, [float(np.dot(self.g, vs)) + self.gamma * vo]])
-
-    def lipschitz(self) -> float:
-        """Largest row sum of ``Ga`` (its entries are non-negative: X, o >= 0, w >= 0)."""
-        return float(np.max(np.abs(self.matvec(np.ones(self.beta.size)))))
-
-
 def _top(values: np.ndarray, S: int, n_top: int) -> np.ndarray:
     """Indices of the ``n_top`` largest of the first ``S`` values."""
     n_top = min(int(n_top), S)
     if n_top <= 0:
         return np.zeros(0, dtype=np.int64)
     return np.argpartition(-values[:S], n_top - 1)[:n_top]
-
-
-def _compressed_channel(
-    X: sp.csr_matrix,
-    scales: Sequence[float],
-    offsets: Sequence[float],
-    extra: Sequence[float] | None,
-    counts: Sequence[np.ndarray],
-) -> tuple[AffineChannel, np.ndarray, float]:
-    """An :class:`AffineChannel` with constant per-block ``scales``, ``offsets`` and "other" probabilities
-    ``extra`` (scalars), its rows with no candidate merged into one row per block.
-
-    Rows of ``X`` with no nonzero have the same output probability ``o_b Σp + e_b p_o`` within a block, so
-    merging them (summed counts, summed offsets and extras) leaves the EM fixed-point map, the observed
-    information and the maximizer unchanged; the log-likelihood drops by ``n_merged,b · log(rows merged)``
-    per block, which is returned (to add back). With k = 4096 bits, C = 64 and S = 256 candidates, 94% of
-    the C·k rows are empty.
-    """
-    nonempty = np.diff(X.indptr) > 0
-    n_empty = int(nonempty.size - nonempty.sum())
-    if n_empty == 0:
-        ext = None if extra is None else np.concatenate([np.full(X.shape[0], e) for e in extra])
-        return AffineChannel(X, list(scales), list(offsets), ext), np.concatenate(list(counts)), 0.0
-    keep = np.flatnonzero(nonempty)
-    Xc = sp.vstack([X[keep], sp.csr_matrix((1, X.shape[1]))], format="csr")
-    mult = np.ones(keep.size + 1)
-    mult[-1] = n_empty
-    offs = [o * mult for o in offsets]
-    scl = [np.full(keep.size + 1, s) for s in scales]
-    ext = None if extra is None else np.concatenate([e * mult for e in extra])
-    cnt = np.concatenate([np.append(c[keep], c[~nonempty].sum()) for c in counts])
-    shift = float(sum(c[~nonempty].sum() for c in counts)) * np.log(n_empty)
-    return AffineChannel(Xc, scl, offs, ext), cnt, -shift
 
 
 def _decode(
@@ -303,7 +141,7 @@ def _decode(
         se = se[:S]
         info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood + ll_shift)
     else:
-        wls = _WLS(z, X, other_col if other else None, var_fn, rank_one, exact_max=exact_se_max)
+        wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, rank_one, exact_max=exact_se_max)
         beta = wls.beta
         if method == "ls":
             est = beta
@@ -346,9 +184,7 @@ def decode_orr(
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
         raise ParameterError("O-RR sketch must be (C, k)")
-    eps = float(epsilon)
-    if not np.isfinite(eps) or eps <= 0:
-        raise ParameterError(f"epsilon must be positive, got {epsilon}")
+    eps = check_epsilon(epsilon)
     C, k = counts.shape
     X = _design(design, C * k)
     Nc = counts.sum(axis=1)
@@ -363,13 +199,12 @@ def decode_orr(
     Nrow = np.repeat(Nc, k)
 
     def var_fn(fit: np.ndarray) -> np.ndarray:
-        m = (1 + (e - 1) * np.clip(fit, 0.0, 1.0)) / (e + k - 1)
-        with np.errstate(divide="ignore"):
-            return np.where(Nrow > 0, c * c * m * (1 - m) / np.where(Nrow > 0, Nrow, 1.0), np.inf)
+        var = krr_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), eps, k)
+        return np.where(Nrow > 0, var, np.inf)
 
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         extra = [1.0 / (C * k)] if with_other else None
-        return _compressed_channel(X, [(e - 1) / (C * (e + k - 1))], [1 / (C * (e + k - 1))], extra,
+        return compressed_affine_channel(X, [(e - 1) / (C * (e + k - 1))], [1 / (C * (e + k - 1))], extra,
                                    [counts.ravel()])
 
     return _decode(
@@ -421,9 +256,8 @@ def decode_bits(
     Nrow = np.repeat(Nc, k)
 
     def var_fn(fit: np.ndarray) -> np.ndarray:
-        r = p_star + delta * np.clip(fit, 0.0, 1.0)
-        with np.errstate(divide="ignore"):
-            return np.where(Nrow > 0, r * (1 - r) / (np.where(Nrow > 0, Nrow, 1.0) * delta**2), np.inf)
+        var = bit_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), q_star, p_star)
+        return np.where(Nrow > 0, var, np.inf)
 
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         R = C * k
@@ -431,7 +265,7 @@ def decode_bits(
         if with_other:
             r_other = p_star + delta * hbar / k
             extra = [r_other / R, (1 - r_other) / R]
-        return _compressed_channel(X, [delta / R, -delta / R], [p_star / R, (1 - p_star) / R], extra,
+        return compressed_affine_channel(X, [delta / R, -delta / R], [p_star / R, (1 - p_star) / R], extra,
                                    [bits.ravel(), (Nc[:, None] - bits).ravel()])
 
     return _decode(

@@ -13,7 +13,7 @@ Standard errors are analytic. For the unbiased estimator, ``Var(p̂_i) = c² m_i
 for k-RR and ``c = 1/(q* − p*) = (e^{ε/2} + 1)/(e^{ε/2} − 1)`` for k-RAPPOR. ``"truncate"`` and
 ``"project"`` report the same standard errors (those of the estimator they post-process: conservative
 near the interior, not exact at the boundary); ``"mle"`` reports the observed-information standard errors
-(see :func:`ldpstream.estimators.em.constrained_variances`).
+(see :func:`ldpstream.estimators.variance.constrained_variances`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,14 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms import KRR
+from ldpstream.mechanisms import KRR, check_epsilon
+from ldpstream.mechanisms.rates import bit_rates
 
-from .em import AffineChannel, constrained_variances, em_multinomial
+from .channels import AffineChannel
+from .em import em_multinomial
 from .estimate import Estimate, detection_floor
 from .simplex import project_simplex, truncate_normalize
+from .variance import bit_variance, constrained_variances, krr_variance
 
 __all__ = [
     "DirectMethod",
@@ -40,30 +43,21 @@ __all__ = [
     "krappor_expected_l1",
     "krappor_expected_l2sq",
     "krappor_unbiased",
-    "krappor_variance",
     "krr_channel",
     "krr_expected_l1",
     "krr_expected_l2sq",
     "krr_unbiased",
-    "krr_variance",
 ]
 
 DirectMethod = Literal["unbiased", "truncate", "project", "mle"]
 _METHODS = ("unbiased", "truncate", "project", "mle")
 
 
-def _check_eps(epsilon: float) -> float:
-    eps = float(epsilon)
-    if not np.isfinite(eps) or eps <= 0:
-        raise ParameterError(f"epsilon must be a positive finite number, got {epsilon}")
-    return eps
-
-
 # ------------------------------------------------------------------------------------------------ k-RR
 def krr_channel(k: int, epsilon: float) -> np.ndarray:
     """The k-RR channel ``Q(y|x) = e^ε/(e^ε + k − 1)`` if ``y = x`` else ``1/(e^ε + k − 1)`` (k × k): the
     mechanism's own (:meth:`ldpstream.mechanisms.KRR.channel`)."""
-    return KRR(k, _check_eps(epsilon)).channel()
+    return KRR(k, epsilon).channel()
 
 
 def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:
@@ -73,25 +67,16 @@ def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:
     n = c.sum(axis=-1, keepdims=True)
     if np.any(n <= 0):
         raise ParameterError("no reports to decode")
-    e = np.exp(_check_eps(epsilon))
-    return ((e + k - 1) * (c / n) - 1.0) / (e - 1.0)
-
-
-def krr_variance(p: ArrayLike, n: float, epsilon: float) -> np.ndarray:
-    """Per-coordinate variance of the unbiased k-RR estimator:
-    ``((e^ε + k − 1)/(e^ε − 1))² m_i (1 − m_i)/n`` with ``m = ((e^ε − 1) p + 1)/(e^ε + k − 1)``."""
-    p = np.asarray(p, dtype=np.float64)
-    k = p.shape[-1]
-    e = np.exp(_check_eps(epsilon))
-    m = ((e - 1) * p + 1) / (e + k - 1)
-    return ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
+    e = np.exp(epsilon)
+    p_hat: np.ndarray = ((e + k - 1) * (c / n) - 1.0) / (e - 1.0)
+    return p_hat
 
 
 def krr_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
     """``E‖p̂ − p‖² = (1 − Σ p_i²)/n + (k − 1)(k + 2(e^ε − 1)) / (n (e^ε − 1)²)`` (unbiased k-RR)."""
     p = np.asarray(p, dtype=np.float64)
     k = p.size
-    em1 = np.expm1(_check_eps(epsilon))
+    em1 = np.expm1(epsilon)
     return float((1 - np.sum(p * p)) / n + (k - 1) * (k + 2 * em1) / (n * em1**2))
 
 
@@ -99,20 +84,16 @@ def krr_expected_l1(p: ArrayLike, n: float, epsilon: float) -> float:
     """``E‖p̂ − p‖₁ ≈ Σ_i sqrt(2((e^ε − 1)p_i + 1)((e^ε − 1)(1 − p_i) + k − 1) / (π n (e^ε − 1)²))``."""
     p = np.asarray(p, dtype=np.float64)
     k = p.size
-    em1 = np.expm1(_check_eps(epsilon))
+    em1 = np.expm1(epsilon)
     return float(np.sum(np.sqrt(2 * (em1 * p + 1) * (em1 * (1 - p) + k - 1) / (np.pi * n * em1**2))))
 
 
 # -------------------------------------------------------------------------------------------- k-RAPPOR
-def _krappor_rates(epsilon: float) -> tuple[float, float]:
-    a = np.exp(_check_eps(epsilon) / 2)
-    return float(a / (1 + a)), float(1 / (1 + a))
-
-
 def krappor_channel(k: int, epsilon: float) -> tuple[float, float]:
-    """``(q*, p*) = (e^{ε/2}/(1 + e^{ε/2}), 1/(1 + e^{ε/2}))``: each one-hot bit kept w.p. q*, flipped w.p. p*."""
+    """``(q*, p*) = (e^{ε/2}/(1 + e^{ε/2}), 1/(1 + e^{ε/2}))``: each one-hot bit kept w.p. q*, flipped w.p. p*
+    (:func:`ldpstream.mechanisms.rates.bit_rates` at ε/2)."""
     del k
-    return _krappor_rates(epsilon)
+    return bit_rates(epsilon / 2)
 
 
 def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.ndarray:
@@ -121,31 +102,23 @@ def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.
     n_arr = np.asarray(n, dtype=np.float64)
     if np.any(n_arr <= 0):
         raise ParameterError("no reports to decode")
-    a = np.exp(_check_eps(epsilon) / 2)
-    return ((a + 1) * T / n_arr - 1) / (a - 1)
-
-
-def krappor_variance(p: ArrayLike, n: float, epsilon: float) -> np.ndarray:
-    """Per-coordinate variance of the unbiased k-RAPPOR estimator: ``m_j (1 − m_j) / (n (q* − p*)²)``
-    with ``m_j = ((e^{ε/2} − 1) p_j + 1)/(e^{ε/2} + 1)``."""
-    p = np.asarray(p, dtype=np.float64)
-    q_star, p_star = _krappor_rates(epsilon)
-    m = p_star + (q_star - p_star) * p
-    return m * (1 - m) / (n * (q_star - p_star) ** 2)
+    a = np.exp(epsilon / 2)
+    p_hat: np.ndarray = ((a + 1) * T / n_arr - 1) / (a - 1)
+    return p_hat
 
 
 def krappor_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
     """``E‖p̂ − p‖² = (1 − Σ p_i²)/n + k e^{ε/2} / (n (e^{ε/2} − 1)²)`` (unbiased k-RAPPOR)."""
     p = np.asarray(p, dtype=np.float64)
     k = p.size
-    a = np.exp(_check_eps(epsilon) / 2)
+    a = np.exp(epsilon / 2)
     return float((1 - np.sum(p * p)) / n + k * a / (n * (a - 1) ** 2))
 
 
 def krappor_expected_l1(p: ArrayLike, n: float, epsilon: float) -> float:
     """``E‖p̂ − p‖₁ ≈ Σ_i sqrt(2((e^{ε/2} − 1)p_i + 1)((e^{ε/2} − 1)(1 − p_i) + 1) / (π n (e^{ε/2} − 1)²))``."""
     p = np.asarray(p, dtype=np.float64)
-    am1 = np.expm1(_check_eps(epsilon) / 2)
+    am1 = np.expm1(epsilon / 2)
     return float(np.sum(np.sqrt(2 * (am1 * p + 1) * (am1 * (1 - p) + 1) / (np.pi * n * am1**2))))
 
 
@@ -181,11 +154,10 @@ def estimate_krr(
         raise ParameterError("no reports to decode")
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
-    e = np.exp(_check_eps(epsilon))
-    scale = ((e + k - 1) / (e - 1)) ** 2
-    m0 = 1 / (e + k - 1)
-    floor = detection_floor(np.sqrt(scale * m0 * (1 - m0) / n), k)
-    info: dict[str, Any] = {"epsilon": float(epsilon), "k": k}
+    epsilon = check_epsilon(epsilon)
+    e = np.exp(epsilon)
+    floor = detection_floor(float(np.sqrt(krr_variance(0.0, n, epsilon, k))), k)
+    info: dict[str, Any] = {"epsilon": epsilon, "k": k}
     if method == "mle":
         ch = AffineChannel(sp.identity(k, format="csr"), [(e - 1) / (e + k - 1)], [1 / (e + k - 1)])
         res = em_multinomial(counts, ch, tol=tol, max_iter=max_iter)
@@ -198,10 +170,9 @@ def estimate_krr(
     else:
         unbiased = krr_unbiased(counts, epsilon)
         p = _post_process(unbiased, method)
-        # Var p̂_i = scale · m_i(1 − m_i)/n at the fitted report distribution m = ((e^ε − 1)p + 1)/(e^ε + k − 1)
-        # of the projected estimate: m_i ≥ 1/(e^ε + k − 1) > 0, where the empirical m̂_i can be 0 or 1.
-        m_fit = ((e - 1) * project_simplex(unbiased) + 1) / (e + k - 1)
-        var = scale * m_fit * (1 - m_fit) / n
+        # Var p̂_i at the fitted report distribution m = ((e^ε − 1)p + 1)/(e^ε + k − 1) of the projected
+        # estimate: m_i ≥ 1/(e^ε + k − 1) > 0, where the empirical m̂_i can be 0 or 1.
+        var = krr_variance(project_simplex(unbiased), n, epsilon)
     return Estimate(p, np.sqrt(var), round(n), f"krr/{method}", labels, None, None, floor, info)
 
 
@@ -232,10 +203,11 @@ def estimate_krappor(
         raise ParameterError("no reports to decode")
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
-    q_star, p_star = _krappor_rates(epsilon)
+    epsilon = check_epsilon(epsilon)
+    q_star, p_star = bit_rates(epsilon / 2)
     delta = q_star - p_star
-    floor = detection_floor(np.sqrt(p_star * (1 - p_star) / n) / delta, k)
-    info: dict[str, Any] = {"epsilon": float(epsilon), "k": k}
+    floor = detection_floor(float(np.sqrt(bit_variance(0.0, n, q_star, p_star))), k)
+    info: dict[str, Any] = {"epsilon": epsilon, "k": k}
     if method == "mle":
         ch = AffineChannel(
             sp.identity(k, format="csr"), [delta / k, -delta / k], [p_star / k, (1 - p_star) / k]
@@ -249,8 +221,7 @@ def estimate_krappor(
     else:
         unbiased = krappor_unbiased(T, n, epsilon)
         p = _post_process(unbiased, method)
-        # Var p̂_j = π_j(1 − π_j)/(n (q* − p*)²) at the fitted bit rate π = p* + (q* − p*) p of the projected
-        # estimate, which lies in [p*, q*], where the empirical T_j/n can be 0 or 1.
-        r = p_star + delta * project_simplex(unbiased)
-        var = r * (1 - r) / (n * delta**2)
+        # Var p̂_j at the fitted bit rate π = p* + (q* − p*) p of the projected estimate, which lies in
+        # [p*, q*], where the empirical T_j/n can be 0 or 1.
+        var = bit_variance(project_simplex(unbiased), n, q_star, p_star)
     return Estimate(p, np.sqrt(var), round(n), f"krappor/{method}", labels, None, None, floor, info)

@@ -1,9 +1,9 @@
-"""One entry point that picks the decoder from the mechanism (duck-typed)."""
+"""One entry point that picks the decoder from the mechanism's ``decoder_family`` (no type dispatch)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,38 @@ def clear_design_cache() -> None:
     _cached_design.cache_clear()
 
 
+def _decode_direct_symbol(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+    return estimate_krr(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+
+
+def _decode_direct_bits(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+    return estimate_krappor(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+
+
+def _decode_candidates_symbol(
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+) -> Estimate:
+    return decode_orr(arr, design, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+
+
+def _decode_candidates_bits(
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+) -> Estimate:
+    return decode_bits(arr, design, mechanism.q_star, mechanism.p_star, method, **options)  # type: ignore[arg-type]
+
+
+#: Decoders by :data:`~ldpstream.mechanisms.base.DecoderFamily`: over the closed alphabet ``0..k-1`` ...
+_DIRECT: dict[str, Callable[..., Estimate]] = {
+    "direct_symbol": _decode_direct_symbol,
+    "direct_bits": _decode_direct_bits,
+}
+#: ... or against a design matrix (candidates, or a closed alphabet's own).
+_CANDIDATES: dict[str, Callable[..., Estimate]] = {
+    "candidates_symbol": _decode_candidates_symbol,
+    "candidates_bits": _decode_candidates_bits,
+}
+
+
 def estimate(
     sketch: ArrayLike,
     mechanism: Any,
@@ -64,54 +96,47 @@ def estimate(
     candidates: Sequence[Any] | None = None,
     **options: Any,
 ) -> Estimate:
-    """Decode ``sketch`` produced by ``mechanism``.
+    """Decode ``sketch`` produced by ``mechanism``, by its ``decoder_family``
+    (:data:`~ldpstream.mechanisms.base.DecoderFamily`).
 
     Without ``candidates``:
 
-    - closed-alphabet O-RR / O-RAPPOR (``mechanism.closed`` true, ``support = S``): decoded against the
-      mechanism's own ``design_matrix(None)`` over the symbols ``0..S−1`` (labels ``0..S−1``), with the
-      candidate decoders below and ``other=False`` by default (nothing lies outside a closed alphabet).
-      (Summing cohorts and treating the sketch as k-RR / k-RAPPOR would be
-      wrong: each cohort permutes the symbols differently and ``mod k`` merges them.)
-    - open-alphabet O-RR / O-RAPPOR and RAPPOR: :class:`~ldpstream.errors.ParameterError` (their
-      hashes are only defined on a candidate list).
-    - k-RR (``report_kind == "symbol"``): :func:`estimate_krr` (``mechanism.epsilon``).
-    - k-RAPPOR (``report_kind == "bits"``): :func:`estimate_krappor`.
+    - ``"direct_symbol"`` (k-RR): :func:`estimate_krr` (``mechanism.epsilon``); ``"direct_bits"`` (k-RAPPOR):
+      :func:`estimate_krappor`.
+    - ``"candidates_*"`` with a closed alphabet (``mechanism.closed`` true, ``support = S``: O-RR, O-RAPPOR):
+      decoded against the mechanism's own ``design_matrix(None)`` over the symbols ``0..S−1`` (labels
+      ``0..S−1``), with the candidate decoders below and ``other=False`` by default (nothing lies outside a
+      closed alphabet). (Summing cohorts and treating the sketch as k-RR / k-RAPPOR would be wrong: each cohort
+      permutes the symbols differently and ``mod k`` merges them.)
+    - ``"candidates_*"`` with an open alphabet (O-RR, O-RAPPOR, RAPPOR): :class:`~ldpstream.errors.ParameterError`
+      (their hashes are only defined on a candidate list).
 
-    With ``candidates``: O-RR (:func:`decode_orr`) or O-RAPPOR / RAPPOR (:func:`decode_bits` with
-    ``mechanism.q_star``, ``mechanism.p_star``) against ``mechanism.design_matrix(candidates)``, which is
-    cached (:func:`design_matrix`).
+    With ``candidates``: ``"candidates_symbol"`` (O-RR, :func:`decode_orr`) or ``"candidates_bits"`` (O-RAPPOR /
+    RAPPOR: :func:`decode_bits` with ``mechanism.q_star``, ``mechanism.p_star``) against
+    ``mechanism.design_matrix(candidates)``, which is cached (:func:`design_matrix`).
 
     Methods: ``"unbiased" | "truncate" | "project" | "mle"`` for k-RR / k-RAPPOR,
     ``"ls" | "nnls" | "project" | "mle"`` for the candidate decoders. ``options`` go to the decoder.
     """
-    kind = getattr(mechanism, "report_kind", None)
-    if kind not in ("symbol", "bits"):
-        raise ParameterError(f"mechanism {mechanism!r} has no usable report_kind")
+    family = getattr(mechanism, "decoder_family", None)
+    if family not in _DIRECT and family not in _CANDIDATES:
+        raise ParameterError(f"mechanism {mechanism!r} has no usable decoder_family")
     arr = np.asarray(sketch)
     if candidates is None:
-        if getattr(mechanism, "closed", False):
-            support = int(mechanism.support)
-            labels = options.pop("labels", list(range(support)))
-            # The alphabet is complete: no mass can fall outside it, so no "other" term unless asked.
-            options.setdefault("other", False)
-            design = design_matrix(mechanism, None)
-        else:
-            hashed = hasattr(mechanism, "closed") or hasattr(mechanism, "hashes")
-            if hashed or getattr(mechanism, "cohorts", 1) != 1:
-                name = getattr(mechanism, "name", type(mechanism).__name__)
-                raise ParameterError(
-                    f"{name}: an open-alphabet hashed mechanism (O-RR, O-RAPPOR, RAPPOR) needs a candidate "
-                    "list to decode against; pass candidates=[...]"
-                )
-            if kind == "symbol":
-                return estimate_krr(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
-            return estimate_krappor(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+        if family in _DIRECT:
+            return _DIRECT[family](arr, mechanism, method, **options)
+        if not mechanism.closed:
+            raise ParameterError(
+                f"{mechanism.name}: an open-alphabet hashed mechanism (O-RR, O-RAPPOR, RAPPOR) needs a candidate "
+                "list to decode against; pass candidates=[...]"
+            )
+        labels = options.pop("labels", list(range(int(mechanism.support))))
+        # The alphabet is complete: no mass can fall outside it, so no "other" term unless asked.
+        options.setdefault("other", False)
+        design = design_matrix(mechanism, None)
     else:
+        if family not in _CANDIDATES:
+            raise ParameterError(f"{mechanism.name}: a {family} mechanism is decoded without a candidate list")
         labels = options.pop("labels", list(candidates))
         design = design_matrix(mechanism, candidates)
-    if kind == "symbol":
-        return decode_orr(arr, design, mechanism.epsilon, method, labels=labels, **options)  # type: ignore[arg-type]
-    return decode_bits(
-        arr, design, mechanism.q_star, mechanism.p_star, method, labels=labels, **options  # type: ignore[arg-type]
-    )
+    return _CANDIDATES[family](arr, design, mechanism, method, labels=labels, **options)

@@ -16,237 +16,30 @@ Stopping rule: the largest absolute change of ``p`` over one (accelerated) itera
 thousands of candidates are decoded) or ``max_iter`` iterations; optionally also when an iteration gains
 less than ``ll_tol`` nats of log-likelihood (the candidate decoders use 1e-7).
 
-Channels are given as a dense or scipy.sparse (inputs × outputs) matrix, or as an
-:class:`AffineChannel`, a structured operator that never materializes the channel of a hashed design.
+Channels are given as a dense or scipy.sparse (inputs × outputs) matrix, or as a channel operator of
+:mod:`ldpstream.estimators.channels`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
-import scipy.linalg as sl
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 
-__all__ = [
-    "AffineChannel",
-    "ChannelOperator",
-    "EMResult",
-    "MatrixChannel",
-    "affine_constrained_variances",
-    "as_channel",
-    "cholesky_inverse_diagonal",
-    "constrained_variances",
-    "em_multinomial",
-    "log_likelihood",
-    "weighted_gram",
-]
+from .channels import ChannelOperator, as_channel
+from .linalg import TINY, dot
 
-_TINY = 1e-300
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """Inner product without BLAS. OpenBLAS threads ``ddot`` above ~10⁴ elements; on a loaded machine the
-    second thread's wake-up then costs milliseconds per call (measured: 7 ms for 16k elements instead of
-    3 µs), which dominated EM. ``einsum`` runs a single-threaded loop."""
-    return float(np.einsum("i,i->", a, b))
-
-
-class ChannelOperator(Protocol):
-    """What the EM needs from a channel ``Q`` (inputs × outputs)."""
-
-    @property
-    def n_inputs(self) -> int: ...
-
-    @property
-    def n_outputs(self) -> int: ...
-
-    def forward(self, p: np.ndarray) -> np.ndarray:
-        """``m = p Q`` (length n_outputs)."""
-        ...
-
-    def adjoint(self, w: np.ndarray) -> np.ndarray:
-        """``Q w`` (length n_inputs)."""
-        ...
-
-    def information(self, d: np.ndarray) -> np.ndarray:
-        """Dense ``Q diag(d) Qᵀ`` (n_inputs × n_inputs)."""
-        ...
-
-
-class MatrixChannel:
-    """A channel given explicitly as a dense or sparse (inputs × outputs) matrix."""
-
-    def __init__(self, Q: ArrayLike | sp.spmatrix | sp.sparray) -> None:
-        self.Q = sp.csr_matrix(Q) if sp.issparse(Q) else np.asarray(Q, dtype=np.float64)
-        if self.Q.ndim != 2:
-            raise ParameterError("channel must be a 2-D (inputs x outputs) matrix")
-
-    @property
-    def n_inputs(self) -> int:
-        return int(self.Q.shape[0])
-
-    @property
-    def n_outputs(self) -> int:
-        return int(self.Q.shape[1])
-
-    def forward(self, p: np.ndarray) -> np.ndarray:
-        return np.asarray(self.Q.T @ p).ravel()
-
-    def adjoint(self, w: np.ndarray) -> np.ndarray:
-        return np.asarray(self.Q @ w).ravel()
-
-    def information(self, d: np.ndarray) -> np.ndarray:
-        if sp.issparse(self.Q):
-            return weighted_gram(sp.csr_matrix(self.Q.T), d)
-        return (self.Q * d) @ self.Q.T
-
-
-class AffineChannel:
-    """A channel whose transpose is stacked blocks ``A_b = diag(scale_b) X + offset_b 1ᵀ`` plus extra columns.
-
-    ``X`` is a sparse (R × S) 0/1 design (row ``c*k + y``: cohort ``c``, symbol or bit ``y``). Output
-    ``b*R + r`` has probability ``Σ_s p_s (scale_b[r] X[r, s] + offset_b[r]) + Σ_e p_e extra[b*R + r, e]``.
-    The inputs are the S columns of ``X`` followed by the ``extra`` columns (e.g. an "other" string).
-
-    - O-RR: one block, ``scale = (e^ε − 1)/(C(e^ε + k − 1))``, ``offset = 1/(C(e^ε + k − 1))``.
-    - Bit mechanisms (composite likelihood): block 1 = "bit set" with ``scale = (q* − p*)/(Ck)``,
-      ``offset = p*/(Ck)``; block 0 = "bit clear" with ``scale = −(q* − p*)/(Ck)``, ``offset = (1 − p*)/(Ck)``.
-    """
-
-    def __init__(
-        self,
-        X: sp.spmatrix | sp.sparray,
-        scales: Sequence[ArrayLike],
-        offsets: Sequence[ArrayLike],
-        extra: ArrayLike | None = None,
-    ) -> None:
-        self.X = sp.csr_matrix(X, dtype=np.float64)
-        self.XT = sp.csr_matrix(self.X.T)
-        R = self.X.shape[0]
-        if len(scales) != len(offsets) or not scales:
-            raise ParameterError("need one scale and one offset per block")
-        self.scales = [np.broadcast_to(np.asarray(s, dtype=np.float64), (R,)) for s in scales]
-        self.offsets = [np.broadcast_to(np.asarray(o, dtype=np.float64), (R,)) for o in offsets]
-        self.n_blocks = len(scales)
-        if extra is None:
-            self.extra = np.zeros((R * self.n_blocks, 0))
-        else:
-            e = np.asarray(extra, dtype=np.float64)
-            self.extra = e.reshape(-1, 1) if e.ndim == 1 else e
-            if self.extra.shape[0] != R * self.n_blocks:
-                raise ParameterError("extra columns must have one row per output")
-
-    @property
-    def n_candidates(self) -> int:
-        return int(self.X.shape[1])
-
-    @property
-    def n_inputs(self) -> int:
-        return self.n_candidates + int(self.extra.shape[1])
-
-    @property
-    def n_outputs(self) -> int:
-        return int(self.X.shape[0]) * self.n_blocks
-
-    def forward(self, p: np.ndarray) -> np.ndarray:
-        S = self.n_candidates
-        pc = p[:S]
-        xp = self.X @ pc
-        total = pc.sum()
-        m = np.concatenate([s * xp + o * total for s, o in zip(self.scales, self.offsets, strict=True)])
-        if self.extra.shape[1] == 1:
-            m += self.extra[:, 0] * p[S]
-        elif self.extra.shape[1]:
-            m += np.einsum("ie,e->i", self.extra, p[S:])
-        return m
-
-    def adjoint(self, w: np.ndarray) -> np.ndarray:
-        R = self.X.shape[0]
-        blocks = w.reshape(self.n_blocks, R)
-        sw = sum(s * wb for s, wb in zip(self.scales, blocks, strict=True))
-        ow = sum(_dot(o, wb) for o, wb in zip(self.offsets, blocks, strict=True))
-        out = self.XT @ sw + ow
-        if self.extra.shape[1]:
-            out = np.concatenate([out, np.einsum("ie,i->e", self.extra, w)])
-        return out
-
-    def information(self, d: np.ndarray) -> np.ndarray:
-        """``Σ_b A_bᵀ diag(d_b) A_b`` with ``A_b`` the block's (outputs × inputs) matrix, dense."""
-        R = self.X.shape[0]
-        S = self.n_candidates
-        blocks = d.reshape(self.n_blocks, R)
-        w_gram = sum(s * s * db for s, db in zip(self.scales, blocks, strict=True))
-        cross = sum(s * o * db for s, o, db in zip(self.scales, self.offsets, blocks, strict=True))
-        const = float(sum(np.dot(o * o, db) for o, db in zip(self.offsets, blocks, strict=True)))
-        u = self.XT @ cross
-        n_in = self.n_inputs
-        info = np.empty((n_in, n_in))
-        info[:S, :S] = weighted_gram(self.X, w_gram)
-        info[:S, :S] += u[:, None] + u[None, :] + const
-        if n_in > S:
-            E = self.extra
-            dE = d[:, None] * E
-            xe = sum(
-                s[:, None] * dEb for s, dEb in zip(self.scales, dE.reshape(self.n_blocks, R, -1), strict=True)
-            )
-            oe = sum(o @ dEb for o, dEb in zip(self.offsets, dE.reshape(self.n_blocks, R, -1), strict=True))
-            ce = self.XT @ xe + oe[None, :]
-            info[:S, S:] = ce
-            info[S:, :S] = ce.T
-            info[S:, S:] = E.T @ dE
-        return info
-
-
-def as_channel(Q: ArrayLike | sp.spmatrix | sp.sparray | ChannelOperator) -> ChannelOperator:
-    """Wrap a matrix as a :class:`MatrixChannel`; channel operators pass through."""
-    if hasattr(Q, "forward") and hasattr(Q, "adjoint"):
-        return Q  # type: ignore[return-value]
-    return MatrixChannel(Q)  # type: ignore[arg-type]
-
-
-def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_000_000) -> np.ndarray:
-    """Dense ``Xᵀ diag(w) X`` for a sparse (R × S) ``X`` without densifying ``X``.
-
-    Each row with ``L`` nonzeros contributes an ``L × L`` outer product; when there are at most
-    ``max_pairs`` such pairs they are generated vectorized and accumulated with ``np.bincount`` straight
-    into the dense S × S result, otherwise scipy's sparse product is used and then densified.
-    """
-    X = sp.csr_matrix(X, dtype=np.float64)
-    R, S = X.shape
-    w = np.broadcast_to(np.asarray(w, dtype=np.float64), (R,))
-    lengths = np.diff(X.indptr).astype(np.int64)
-    if int(np.sum(lengths**2)) > max_pairs:
-        # Many pairs: scipy's sparse product is faster than generating them explicitly.
-        return np.asarray((sp.csr_matrix(X.T) @ (sp.diags(w) @ X)).toarray())
-    X.sum_duplicates()
-    lengths = np.diff(X.indptr).astype(np.int64)
-    sq = lengths**2
-    n_pairs = int(sq.sum())
-    out = np.zeros(S * S)
-    if n_pairs:
-        block_start = np.repeat(np.cumsum(sq) - sq, sq)
-        local = np.arange(n_pairs) - block_start
-        Lr = np.repeat(lengths, sq)
-        a = local // Lr
-        b = local - a * Lr
-        base = np.repeat(X.indptr[:-1], sq)
-        i = X.indices[base + a].astype(np.int64)
-        j = X.indices[base + b].astype(np.int64)
-        vals = X.data[base + a] * X.data[base + b] * np.repeat(w, sq)
-        out = np.bincount(i * S + j, weights=vals, minlength=S * S).astype(np.float64, copy=False)
-    return out.reshape(S, S)
+__all__ = ["EMResult", "em_multinomial", "log_likelihood"]
 
 
 def log_likelihood(counts: np.ndarray, m: np.ndarray) -> float:
     """``Σ_y n_y log m_y`` (terms with ``n_y = 0`` contribute 0)."""
     pos = counts > 0
-    return _dot(counts[pos], np.log(np.maximum(m[pos], _TINY)))
+    return dot(counts[pos], np.log(np.maximum(m[pos], TINY)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -310,16 +103,16 @@ def em_multinomial(
     # the deviance): O(outputs) in size instead of O(N log N), so that gains of 1e-7 nats stay resolvable in
     # floating point. The constant Σ n log m̂ is added back to everything reported.
     log_emp = np.log(n_pos / total)
-    ll_const = _dot(n_pos, log_emp)
+    ll_const = dot(n_pos, log_emp)
 
     def step(q: np.ndarray) -> tuple[np.ndarray, float]:
-        m = np.maximum(ch.forward(q), _TINY)
+        m = np.maximum(ch.forward(q), TINY)
         ratio = np.zeros_like(m)
         mp = m[pos]
         ratio[pos] = n_pos / mp
         new = q * ch.adjoint(ratio) / total
         new /= new.sum()
-        return new, _dot(n_pos, np.log(mp) - log_emp)
+        return new, dot(n_pos, np.log(mp) - log_emp)
 
     history: list[float] = []
     converged = False
@@ -335,10 +128,10 @@ def em_multinomial(
             p2, ll1 = step(p1)
             r = p1 - p
             v = p2 - 2 * p1 + p
-            nv = np.sqrt(_dot(v, v))
+            nv = np.sqrt(dot(v, v))
             accepted = False
             if nv > 0:
-                alpha = min(-np.sqrt(_dot(r, r)) / nv, -1.0)
+                alpha = min(-np.sqrt(dot(r, r)) / nv, -1.0)
                 for _ in range(6):
                     if alpha >= -1.0 - 1e-9:
                         break
@@ -364,104 +157,3 @@ def em_multinomial(
         history.append(ll + ll_const)
     return EMResult(p, ll + ll_const, it, converged, history)
 
-
-def cholesky_inverse_diagonal(G: np.ndarray, ridge: float = 0.0) -> tuple[object, np.ndarray]:
-    """Cholesky factor of a symmetric positive definite ``G`` and ``diag(G⁻¹)``.
-
-    The diagonal is the column sums of squares of ``L⁻¹`` (LAPACK ``trtri``), about a third of the cost of
-    the full inverse. Raises ``numpy.linalg.LinAlgError`` if ``G`` (plus ``ridge·max diag``) is not positive
-    definite.
-    """
-    A = np.array(G, dtype=np.float64, order="F")
-    if ridge:
-        A[np.diag_indices(A.shape[0])] += ridge * max(float(np.max(np.abs(np.diag(A)))), _TINY)
-    factor = sl.cho_factor(A, lower=True, check_finite=False, overwrite_a=True)
-    L = np.tril(factor[0])
-    Linv, info = sl.lapack.dtrtri(L, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError("singular Cholesky factor")
-    return factor, np.einsum("ij,ij->j", Linv, Linv)
-
-
-def constrained_variances(information: np.ndarray, ridge: float = 1e-12) -> np.ndarray:
-    """Variances of an estimate on the simplex from the (observed) information ``I`` of the free ``p``.
-
-    ``Cov = I⁻¹ − (I⁻¹ 1)(I⁻¹ 1)ᵀ / (1ᵀ I⁻¹ 1)``: the inverse information restricted to the tangent space
-    ``Σ p = 1`` (Aitchison and Silvey). For the multinomial likelihood at an interior maximum ``I p = N 1``,
-    which makes this ``I⁻¹ − p pᵀ / N``; with ``Q`` the identity it is the multinomial covariance
-    ``(diag(p) − p pᵀ) / N``. A tiny ridge keeps the factorization defined along flat directions; if it
-    still fails, the pseudo-inverse is used. Returns the diagonal only (clipped at 0).
-    """
-    info_m = np.asarray(information, dtype=np.float64)
-    try:
-        factor, dinv = cholesky_inverse_diagonal(info_m, ridge)
-        u = sl.cho_solve(factor, np.ones(info_m.shape[0]), check_finite=False)
-    except np.linalg.LinAlgError:
-        inv = np.linalg.pinv(info_m, hermitian=True)
-        dinv, u = np.diag(inv).copy(), inv.sum(axis=1)
-    total = float(u.sum())
-    out = dinv - (u * u / total if total > 0 else 0.0)
-    return np.maximum(out, 0.0)
-
-
-def affine_constrained_variances(
-    ch: AffineChannel,
-    d: np.ndarray,
-    *,
-    exact_max: int = 1024,
-    top: Sequence[int] | np.ndarray = (),
-    info: dict | None = None,
-) -> np.ndarray:
-    """:func:`constrained_variances` of ``ch.information(d)`` without forming the information matrix.
-
-    Only valid for an :class:`AffineChannel` with at most one extra column ("other"). Write the channel's
-    (outputs × inputs) matrix as ``A = [A_S, e]`` with ``A_S = stack_b(diag(s_b) X + o_b 1ᵀ)``. On the
-    tangent space of the simplex, ``d_o = −1ᵀ d_S``, so ``A d = B d_S`` with
-    ``B = stack_b(diag(s_b) X + f_b 1ᵀ)``, ``f_b = o_b − e_b`` (``e = 0`` without "other"). The constrained
-    covariance of the candidates is then ``J⁻¹`` with ``J = Bᵀ D B = G + g 1ᵀ + 1 gᵀ + c 11ᵀ``, where
-    ``G = Xᵀ diag(Σ_b s_b² d_b) X`` (sparse Gram, :class:`~ldpstream.estimators.gram.WeightedGram`),
-    ``g = Xᵀ Σ_b s_b d_b f_b`` and ``c = Σ_b f_bᵀ D_b f_b``; the variance of "other" is ``1ᵀ J⁻¹ 1``.
-    ``diag(J⁻¹)`` follows from ``diag(G⁻¹)`` by Woodbury with ``U = [1, g]``, ``N = [[c, 1], [1, 0]]``:
-    ``J⁻¹ = G⁻¹ − Y N (I + Uᵀ Y N)⁻¹ Yᵀ``, ``Y = G⁻¹ U`` (two solves). Without "other" the ``1``
-    direction is removed instead: ``Cov = G⁻¹ − y yᵀ / (1ᵀ y)``, ``y = G⁻¹ 1`` (Aitchison–Silvey, as in
-    :func:`constrained_variances`: the terms in ``1`` vanish on the tangent space). ``diag(G⁻¹)`` is exact up
-    to ``exact_max`` candidates and the calibrated cavity approximation above (exact at ``top``).
-    """
-    from .gram import WeightedGram
-
-    R = ch.X.shape[0]
-    S = ch.n_candidates
-    n_extra = int(ch.extra.shape[1])
-    if n_extra > 1:
-        raise ParameterError("affine_constrained_variances handles at most one extra column")
-    blocks = np.asarray(d, dtype=np.float64).reshape(ch.n_blocks, R)
-    extra = ch.extra[:, 0].reshape(ch.n_blocks, R) if n_extra else np.zeros((ch.n_blocks, R))
-    w = sum(s * s * db for s, db in zip(ch.scales, blocks, strict=True))
-    gram = WeightedGram(ch.X, np.asarray(w), exact_max=exact_max)
-    ones = np.ones(S)
-    if not n_extra:
-        y = gram.solve(ones)
-        dinv = gram.inverse_diagonal(top)
-        total = float(y.sum())
-        out = dinv - (y * y / total if total > 0 else 0.0)
-    else:
-        f = [o - e for o, e in zip(ch.offsets, extra, strict=True)]
-        g = ch.XT @ sum(s * db * fb for s, db, fb in zip(ch.scales, blocks, f, strict=True))
-        c = float(sum(np.dot(fb * fb, db) for fb, db in zip(f, blocks, strict=True)))
-        U = np.column_stack([ones, g])
-        Y = gram.solve(U)
-        N = np.array([[c, 1.0], [1.0, 0.0]])
-        K = np.eye(2) + np.einsum("ij,ik->jk", U, Y) @ N
-        try:
-            M = N @ np.linalg.inv(K)
-        except np.linalg.LinAlgError:
-            M = N @ np.linalg.pinv(K)
-        dinv = gram.inverse_diagonal(top)
-        YM = np.einsum("ij,jk->ik", Y, M)
-        var_s = dinv - np.einsum("ij,ij->i", YM, Y)
-        s1 = Y.sum(axis=0)
-        var_o = float(Y[:, 0].sum() - s1 @ M @ s1)
-        out = np.concatenate([var_s, [var_o]])
-    if info is not None:
-        info.update(gram.info)
-    return np.maximum(out, 0.0)

@@ -98,7 +98,7 @@ class Estimate:
 
     def p_values(self) -> np.ndarray:
         """One-sided p-values of ``H0: frequency = 0`` against ``frequency > 0``."""
-        return stats.norm.sf(self.z_scores())
+        return np.asarray(stats.norm.sf(self.z_scores()))
 
     def ci(self, level: float = 0.95, clip: bool = False) -> ConfidenceInterval:
         """Normal (Wald) intervals ``frequency ± Φ⁻¹((1 + level)/2) · std_error``; ``clip`` intersects with [0, 1]."""

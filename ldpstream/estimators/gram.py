@@ -46,47 +46,9 @@ import numpy as np
 import scipy.linalg as sl
 import scipy.sparse as sp
 
-__all__ = ["WeightedGram", "block_pcg", "cavity_inverse_diagonal"]
+from .linalg import block_pcg, cholesky_inverse_diagonal, weighted_gram
 
-_TINY = 1e-300
-
-
-def block_pcg(
-    matvec: Any, B: np.ndarray, precond: np.ndarray, *, rtol: float = 1e-10, max_iter: int = 2000
-) -> tuple[np.ndarray, int, bool]:
-    """Conjugate gradients on each column of ``B`` at once (``matvec`` maps S×m to S×m), Jacobi ``precond``
-    (the inverse diagonal). Stops when every column's relative residual is below ``rtol``.
-    Returns ``(X, iterations, converged)``."""
-    Bm = np.asarray(B, dtype=np.float64)
-    one_d = Bm.ndim == 1
-    if one_d:
-        Bm = Bm[:, None]
-    Xs = np.zeros_like(Bm)
-    R = Bm.copy()
-    bn = np.linalg.norm(Bm, axis=0)
-    bn[bn == 0] = 1.0
-    if not np.any(np.linalg.norm(R, axis=0) > 0):
-        return (Xs[:, 0] if one_d else Xs), 0, True
-    Z = precond[:, None] * R
-    P = Z.copy()
-    rz = np.einsum("ij,ij->j", R, Z)
-    converged = False
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
-        AP = matvec(P)
-        pap = np.einsum("ij,ij->j", P, AP)
-        alpha = np.where(pap > 0, rz / np.where(pap > 0, pap, 1.0), 0.0)
-        Xs += alpha * P
-        R -= alpha * AP
-        if np.max(np.linalg.norm(R, axis=0) / bn) < rtol:
-            converged = True
-            break
-        Z = precond[:, None] * R
-        rz_new = np.einsum("ij,ij->j", R, Z)
-        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
-        P = Z + beta * P
-        rz = rz_new
-    return (Xs[:, 0] if one_d else Xs), it, converged
+__all__ = ["WeightedGram", "cavity_inverse_diagonal"]
 
 
 def cavity_inverse_diagonal(
@@ -153,35 +115,40 @@ class WeightedGram:
             self._precond = np.where(self.diag > 0, 1.0 / np.where(self.diag > 0, self.diag, 1.0), 0.0)
 
     # ---------------------------------------------------------------------------------------------
-    def _dense_setup(self) -> None:
-        from .em import cholesky_inverse_diagonal, weighted_gram
-
+    def _dense_setup(self) -> np.ndarray:
+        """Form ``G`` densely and factor it; returns the exact ``diag(G⁻¹)``."""
         G = weighted_gram(self.X, self.w)
         self.diag = np.diag(G).copy()
+        dinv: np.ndarray
         try:
-            self._factor, self._dinv = cholesky_inverse_diagonal(G)
+            self._factor, dinv = cholesky_inverse_diagonal(G)
         except np.linalg.LinAlgError:
             self._pinv = np.linalg.pinv(G, hermitian=True)
-            self._dinv = np.diag(self._pinv).copy()
+            dinv = np.diag(self._pinv).copy()
             self.info["se_method"] = "pinv"
+        self._dinv = dinv
         self._G = G
         self.info.setdefault("se_method", "exact")
         self.exact = True
+        return dinv
 
     def matvec(self, V: np.ndarray) -> np.ndarray:
         """``G V`` (V of shape (S,) or (S, m))."""
         if self.exact and self._XT is None:
-            return self._G @ V
+            GV: np.ndarray = self._G @ V
+            return GV
         assert self._XT is not None
         XV = self.X @ V
-        return self._XT @ (self.w[:, None] * XV if XV.ndim == 2 else self.w * XV)
+        out: np.ndarray = self._XT @ (self.w[:, None] * XV if XV.ndim == 2 else self.w * XV)
+        return out
 
     def solve(self, B: np.ndarray, rtol: float = 1e-11) -> np.ndarray:
         """``G⁻¹ B`` (pseudo-inverse when the dense ``G`` is singular; minimum-norm-like CG otherwise)."""
         B = np.asarray(B, dtype=np.float64)
         if self.exact:
             if self._pinv is not None:
-                return self._pinv @ B
+                solved: np.ndarray = self._pinv @ B
+                return solved
             return sl.cho_solve(self._factor, B, check_finite=False)
         out, it, ok = block_pcg(self.matvec, B, self._precond, rtol=rtol, max_iter=max(2000, 4 * self.S))
         self.info["cg_iterations"] = self.info.get("cg_iterations", 0) + it
@@ -198,9 +165,7 @@ class WeightedGram:
             # Nearly rank-deficient design: fall back to the dense exact computation (O(S²) memory).
             self.info["cavity_converged"] = False
             self._XT = None
-            self._dense_setup()
-            assert self._dinv is not None
-            return self._dinv
+            return self._dense_setup()
         rng = np.random.default_rng(self.seed)
         top_idx = np.unique(np.asarray(top, dtype=np.int64))
         pool = np.setdiff1d(np.arange(self.S), top_idx)

@@ -10,11 +10,13 @@ Every mechanism: ``encode`` (one value, :data:`SECURE` randomness), ``encode_bat
 (round-trips through :func:`make_mechanism`). Equations: ``shared/reference/formulas.md``.
 """
 
+from ldpstream.mechanisms._common import check_epsilon
 from ldpstream.mechanisms.base import (
     BitMechanism,
     Mechanism,
     SymbolMechanism,
     pack_bits,
+    sum_bits,
     unpack_bits,
 )
 from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
@@ -40,6 +42,7 @@ from ldpstream.mechanisms.rappor import (
     get_prr_masks,
     int_to_bits,
 )
+from ldpstream.mechanisms.rates import bit_rates, krr_channel, krr_keep_probability, rappor_rates
 
 __all__ = [
     "KRR",
@@ -56,17 +59,23 @@ __all__ = [
     "RapporParams",
     "SecureRandomness",
     "SymbolMechanism",
+    "bit_rates",
     "bit_string",
     "bits_to_int",
     "bloom_bits",
     "bloom_table",
+    "check_epsilon",
     "closed_permutation",
     "get_prr_masks",
     "int_to_bits",
+    "krr_channel",
+    "krr_keep_probability",
     "make_mechanism",
     "orr_hash",
     "orr_table",
     "pack_bits",
     "permutation_table",
+    "rappor_rates",
+    "sum_bits",
     "unpack_bits",
 ]

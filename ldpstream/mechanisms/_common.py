@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.randomness import Randomness
+from ldpstream.mechanisms.rates import krr_keep_probability
 
 #: Largest cohort count: cohorts are hashed as big-endian uint32 (Google's RAPPOR convention).
 MAX_COHORTS = 2**32
@@ -27,32 +28,32 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
     """Return ``value`` as a Python int after checking it is an integer in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ParameterError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
+    checked = int(value)
+    if checked < minimum or (maximum is not None and checked > maximum):
         bound = f"[{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ParameterError(f"{name} must be {bound}, got {value}")
-    return value
+        raise ParameterError(f"{name} must be {bound}, got {checked}")
+    return checked
 
 
 def check_epsilon(value: Any, name: str = "epsilon") -> float:
     """Return ε as a float after checking it is a finite positive real number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0.0:
-        raise ParameterError(f"{name} must be finite and > 0, got {value}")
-    return value
+    checked = float(value)
+    if not math.isfinite(checked) or checked <= 0.0:
+        raise ParameterError(f"{name} must be finite and > 0, got {checked}")
+    return checked
 
 
 def check_probability(name: str, value: Any, *, allow_one: bool = True) -> float:
     """Return a probability as a float after checking it lies in [0, 1] (or [0, 1))."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    value = float(value)
-    upper_ok = value <= 1.0 if allow_one else value < 1.0
-    if not (value >= 0.0 and upper_ok):
-        raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {value}")
-    return value
+    checked = float(value)
+    upper_ok = checked <= 1.0 if allow_one else checked < 1.0
+    if not (checked >= 0.0 and upper_ok):
+        raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {checked}")
+    return checked
 
 
 def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:
@@ -82,11 +83,6 @@ def draw_cohorts(cohorts: Any, n: int, num_cohorts: int, rng: Randomness) -> np.
     if arr.size != n:
         raise ParameterError(f"cohorts has {arr.size} entries for {n} values")
     return arr
-
-
-def krr_keep_probability(k: int, epsilon: float) -> float:
-    """k-RR's Q(x|x) = e^ε / (e^ε + k − 1) (formula sheet, "k-ary randomized response")."""
-    return math.exp(epsilon) / (math.exp(epsilon) + k - 1)
 
 
 def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) -> np.ndarray:
@@ -161,14 +157,6 @@ def perturb_bits(true_bits: np.ndarray, q_star: float, p_star: float, rng: Rando
         ones = np.flatnonzero(truth)
         chunk.reshape(-1)[ones] = bernoulli(q_star, ones.size, rng)
     return out
-
-
-def krr_channel(k: int, epsilon: float) -> np.ndarray:
-    """The k×k k-RR matrix Q(y|x), row x (formula sheet, "k-ary randomized response")."""
-    e = math.exp(epsilon)
-    q = np.full((k, k), 1.0 / (e + k - 1))
-    np.fill_diagonal(q, e / (e + k - 1))
-    return q
 
 
 def ensure_generator(rng: Any) -> np.random.Generator:

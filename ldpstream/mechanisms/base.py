@@ -13,6 +13,11 @@ Two families, by the shape of a report:
 Sketches are additive: the sketch of a union of report sets is the sum of their sketches. That is what
 lets consumers fold reports incrementally and the decoder sum per-partition sketches.
 
+Whatever else depends on the mechanism asks it, not its type: :attr:`Mechanism.decoder_family` picks the
+decoder (:mod:`ldpstream.estimators.dispatch`); :meth:`Mechanism.value_table`, :meth:`Mechanism.encode_clients`,
+:attr:`Mechanism.closed`, :attr:`Mechanism.stateful_client`, :meth:`Mechanism.client_encoder` and
+:meth:`Mechanism.encode_report` are what devices and simulations need (:mod:`ldpstream.device`).
+
 Packed bits use little-endian bit order within each byte (bit ``j`` is ``(byte[j // 8] >> (j % 8)) & 1``),
 so the packed bytes read as a little-endian integer are ``sum(bit_j << j)``: the integer whose binary
 string, most significant bit first, is how Google's RAPPOR prints a report.
@@ -21,18 +26,46 @@ string, most significant bit first, is how Google's RAPPOR prints a report.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
+
+from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.randomness import Randomness
 
 ReportKind = Literal["symbol", "bits"]
+
+#: How a sketch is decoded: "direct" = the channel is inverted over the closed alphabet ``0..k-1`` (k-RR,
+#: k-RAPPOR); "candidates" = regression against the design matrix of a candidate list or of a closed alphabet
+#: (O-RR, O-RAPPOR, RAPPOR); "_symbol" / "_bits" = the report kind.
+DecoderFamily = Literal["direct_symbol", "direct_bits", "candidates_symbol", "candidates_bits"]
+
+
+class ReportEncoder(Protocol):
+    """What a device privatizes one value with: a mechanism itself, or a per-client stateful encoder."""
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value with secure randomness."""
+        ...
 
 
 class Mechanism(ABC):
     """An ε-locally differentially private randomizer with a known channel."""
 
+    #: Short name, the ``mechanism`` entry of :meth:`parameters` (see :data:`~ldpstream.mechanisms.MECHANISMS`).
+    name: ClassVar[str]
     report_kind: ClassVar[ReportKind]
+    #: Which decoder family reads this mechanism's sketches (see :data:`DecoderFamily`).
+    decoder_family: ClassVar[DecoderFamily]
+    #: Whether simulating or encoding a population needs a per-cohort table of the value list
+    #: (:meth:`value_table`): hashed mechanisms do, k-RR and k-RAPPOR do not.
+    needs_value_table: ClassVar[bool] = True
+    #: Whether a real client must keep state across reports, derived from a persistent secret (RAPPOR's
+    #: memoized permanent randomized response): then it encodes through :meth:`client_encoder`.
+    stateful_client: ClassVar[bool] = False
 
     #: Output width: number of symbols (symbol mechanisms) or of bits (bit mechanisms).
     k: int
@@ -49,6 +82,34 @@ class Mechanism(ABC):
         """ε of any number of reports of one value by one client (ε_∞); equals ``epsilon`` unless the
         mechanism memoizes a permanent response."""
         return self.epsilon
+
+    @property
+    def closed(self) -> bool:
+        """Whether values are the indices ``0..S-1`` of a closed alphabet (else str/bytes of an open one)."""
+        return False
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray | None:
+        """The per-cohort table (symbols or Bloom bits) of the value list that :meth:`encode_clients` takes:
+        of ``candidates``, or of the closed alphabet; None when :attr:`needs_value_table` is false."""
+        return None
+
+    @abstractmethod
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One report from each client holding value ``value_index[i]`` (an index into the value list of
+        ``table``, see :meth:`value_table`), randomness from ``rng``: ``(cohorts, reports)``, vectorized."""
+
+    @abstractmethod
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value (an index for closed alphabets) with :data:`SECURE` randomness,
+        as a fresh client."""
+
+    def client_encoder(self, secret: bytes, cohort: int) -> ReportEncoder:
+        """The encoder of one real client (its ``secret`` and ``cohort`` matter only for a
+        :attr:`stateful_client` mechanism, which overrides this); stateless mechanisms encode themselves."""
+        del secret, cohort
+        return self
 
     @property
     @abstractmethod
@@ -78,7 +139,8 @@ class SymbolMechanism(Mechanism):
         return self.k
 
     def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
-        return np.asarray(sketch).sum(axis=1)
+        totals: np.ndarray = np.asarray(sketch).sum(axis=1)
+        return totals
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)
@@ -110,18 +172,88 @@ class BitMechanism(Mechanism):
         return np.asarray(sketch)[:, 0]
 
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
-        cohorts = np.asarray(cohorts, dtype=np.int64)
-        reports = np.asarray(reports)
-        out = np.empty((self.cohorts, self.k + 1), dtype=np.int64)
-        out[:, 0] = np.bincount(cohorts, minlength=self.cohorts)
-        if self.cohorts == 1:
-            out[0, 1:] = reports.sum(axis=0, dtype=np.int64)
-        else:
-            # Cohort indicator (C × n, sparse) times reports (n × k): one pass, no sort, no copy per cohort.
-            indicator = sp.csr_matrix((np.ones(cohorts.size, dtype=np.int32), (cohorts, np.arange(cohorts.size))),
-                                      shape=(self.cohorts, cohorts.size))
-            out[:, 1:] = indicator @ reports.astype(np.int32, copy=False)
+        return sum_bits(cohorts, reports, self.cohorts)
+
+
+class DirectEncoding(ABC):
+    """The device hooks of a closed-alphabet, single-cohort mechanism (k-RR, k-RAPPOR): values are the symbols
+    ``0..k-1`` themselves, so no value table; every report is in cohort 0. Listed before the family base."""
+
+    needs_value_table: ClassVar[bool] = False
+
+    @abstractmethod
+    def encode(self, x: int) -> Any:
+        """One report of symbol ``x`` with :data:`SECURE` randomness."""
+
+    @abstractmethod
+    def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
+        """Reports of a batch of symbols with ``rng``."""
+
+    @property
+    def closed(self) -> bool:
+        """The alphabet ``0..k-1`` is closed."""
+        return True
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One cohort: ``(zeros, encode_batch(value_index, rng))``; no table."""
+        return np.zeros(len(value_index), dtype=np.int64), self.encode_batch(value_index, rng)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """``(0, encode(value))``."""
+        return 0, self.encode(value)
+
+
+class HashedEncoding(ABC):
+    """The device hooks of a hashed mechanism with cohorts (O-RR, O-RAPPOR, RAPPOR): values are indices into a
+    per-cohort value table, cohorts are drawn with the randomness. Listed before the family base."""
+
+    @abstractmethod
+    def encode(self, value: Any, cohort: int | None = None) -> tuple[int, Any]:
+        """``(cohort, report)`` of one value with :data:`SECURE` randomness."""
+
+    @abstractmethod
+    def encode_batch(
+        self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(cohorts, reports)`` of clients holding the values ``candidate_index`` of ``table``."""
+
+    def encode_clients(
+        self, value_index: np.ndarray, rng: Randomness, table: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode_batch` with cohorts drawn from ``rng``."""
+        return self.encode_batch(value_index, rng, table=table)
+
+    def encode_report(self, value: Any) -> tuple[int, Any]:
+        """:meth:`encode` (a uniformly drawn cohort; for RAPPOR a fresh client)."""
+        return self.encode(value)
+
+
+def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.ndarray:
+    """The ``(C, k + 1)`` count sketch of ``(n, k)`` 0/1 bit ``reports`` in ``cohorts`` (module docstring's
+    layout; Google's ``sum_bits.py``): row c is ``[#reports of cohort c, #of them with bit 0 set, …, bit k−1]``.
+
+    One pass: the sparse cohort indicator (C × n) times the reports (n × k), no sort, no copy per cohort.
+    """
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    bits = np.asarray(reports)
+    n, k = bits.shape
+    if cohorts.shape != (n,):
+        raise ParameterError(f"{cohorts.shape[0] if cohorts.ndim else 1} cohorts for {n} reports")
+    if n and (cohorts.min() < 0 or cohorts.max() >= num_cohorts):
+        raise ParameterError(f"cohorts must lie in 0..{num_cohorts - 1}")
+    out = np.zeros((num_cohorts, k + 1), dtype=np.int64)
+    out[:, 0] = np.bincount(cohorts, minlength=num_cohorts)
+    if not n:
         return out
+    if num_cohorts == 1:
+        out[0, 1:] = bits.sum(axis=0, dtype=np.int64)
+        return out
+    dtype: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
+    indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
+    out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
+    return out
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:

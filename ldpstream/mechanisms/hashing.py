@@ -88,7 +88,8 @@ def bloom_bits(value: Value, cohort: int, hashes: int, k: int) -> list[int]:
     Google's ``get_bloom_bits(word, cohort, num_hashes, num_bloombits)`` when k <= 256 and h <= 16;
     see the module docstring for the extension.
     """
-    return bloom_table([value], range(cohort, cohort + 1), hashes, k)[0, 0].tolist()
+    bits: list[int] = bloom_table([value], range(cohort, cohort + 1), hashes, k)[0, 0].tolist()
+    return bits
 
 
 def bloom_table(candidates: Sequence[Value], cohorts: int | range, hashes: int, k: int) -> np.ndarray:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,12 +18,13 @@ from ldpstream.mechanisms._common import (
     perturb_bits,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import bit_rates
 
 
 @dataclass(frozen=True)
-class KRappor(BitMechanism):
+class KRappor(DirectEncoding, BitMechanism):
     """k-RAPPOR: one-hot encode x in ``0..k-1`` as k bits, keep each bit w.p. e^{ε/2}/(1 + e^{ε/2}).
 
     So q* = P(bit 1 | true 1) = e^{ε/2}/(1 + e^{ε/2}) and p* = P(bit 1 | true 0) = 1/(1 + e^{ε/2})
@@ -34,6 +34,7 @@ class KRappor(BitMechanism):
 
     name: ClassVar[str] = "krappor"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
+    decoder_family: ClassVar[DecoderFamily] = "direct_bits"
 
     k: int
     epsilon: float
@@ -48,12 +49,12 @@ class KRappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """e^{ε/2} / (1 + e^{ε/2})."""
-        return 1.0 / (1.0 + math.exp(-self.epsilon / 2.0))
+        return bit_rates(self.epsilon / 2.0)[0]
 
     @property
     def p_star(self) -> float:
         """1 / (1 + e^{ε/2})."""
-        return 1.0 / (1.0 + math.exp(self.epsilon / 2.0))
+        return bit_rates(self.epsilon / 2.0)[1]
 
     def design_matrix(self) -> sp.csr_matrix:
         """``(k, k)`` identity: symbol x sets bit x (C = 1)."""
@@ -61,7 +62,8 @@ class KRappor(BitMechanism):
 
     def encode(self, x: int) -> np.ndarray:
         """Privatize one symbol with :data:`SECURE` randomness; returns ``(k,)`` bool."""
-        return self.encode_batch(np.asarray([x]), SECURE)[0]
+        bits: np.ndarray = self.encode_batch(np.asarray([x]), SECURE)[0]
+        return bits
 
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
         """Privatize a batch of symbols with ``rng``; returns ``(n, k)`` bool."""

@@ -13,13 +13,12 @@ from ldpstream.mechanisms._common import (
     check_epsilon,
     check_int,
     ensure_generator,
-    krr_channel,
-    krr_keep_probability,
     krr_perturb,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import SymbolMechanism
+from ldpstream.mechanisms.base import DecoderFamily, DirectEncoding, SymbolMechanism
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import krr_channel, krr_keep_probability
 
 
 def krr_sketch_from_true_counts(
@@ -42,12 +41,13 @@ def krr_sketch_from_true_counts(
 
 
 @dataclass(frozen=True)
-class KRR(SymbolMechanism):
+class KRR(DirectEncoding, SymbolMechanism):
     """k-RR over the alphabet ``0..k-1``: report the true symbol w.p. e^ε/(e^ε + k − 1), every other
     symbol w.p. 1/(e^ε + k − 1) (formula sheet "k-RR", first bullet). ε-LDP, tight."""
 
     name: ClassVar[str] = "krr"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
+    decoder_family: ClassVar[DecoderFamily] = "direct_symbol"
 
     k: int
     epsilon: float

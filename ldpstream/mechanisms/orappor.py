@@ -18,7 +18,6 @@ bits. This equals RAPPOR's ε_1 = h ln(q*(1−p*)/(p*(1−q*))) with q* = 1 − 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,8 +42,9 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import bit_rates
 
 
 def check_bloom_table(table: Any, cohorts: int, hashes: int, k: int) -> np.ndarray:
@@ -85,13 +85,14 @@ def encode_bloom_batch(
 
 
 @dataclass(frozen=True)
-class ORappor(BitMechanism):
+class ORappor(HashedEncoding, BitMechanism):
     """O-RAPPOR with ``cohorts`` cohorts, ``hashes`` (h) Bloom hashes of ``k`` bits, ε per report.
 
     Per-bit rates: q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p* = 1 − q* (module docstring).
     """
 
     name: ClassVar[str] = "orappor"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
 
     k: int
     epsilon: float
@@ -127,12 +128,12 @@ class ORappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """e^{ε/(2h)} / (1 + e^{ε/(2h)})."""
-        return 1.0 / (1.0 + math.exp(-self.epsilon / (2.0 * self.hashes)))
+        return bit_rates(self.epsilon / (2.0 * self.hashes))[0]
 
     @property
     def p_star(self) -> float:
         """1 / (1 + e^{ε/(2h)})."""
-        return 1.0 / (1.0 + math.exp(self.epsilon / (2.0 * self.hashes)))
+        return bit_rates(self.epsilon / (2.0 * self.hashes))[1]
 
     # -- hashing -------------------------------------------------------------------------------------
 
@@ -151,6 +152,10 @@ class ORappor(BitMechanism):
         if candidates is None:
             raise ParameterError("an open-alphabet O-RAPPOR needs a candidate list")
         return hashing.bloom_table(to_value_list(candidates), self.cohorts, self.hashes, self.k)
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`bloom_table` of ``candidates`` (open alphabet) or of the whole closed alphabet."""
+        return self.bloom_table(None if self.closed else candidates)
 
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if candidates_or_table is None and not self.closed:

@@ -24,21 +24,21 @@ from ldpstream.mechanisms._common import (
     check_int,
     draw_cohorts,
     ensure_generator,
-    krr_channel,
     krr_perturb,
     population_by_cohort,
     symbol_design_matrix,
     to_value_list,
 )
-from ldpstream.mechanisms.base import SymbolMechanism
+from ldpstream.mechanisms.base import DecoderFamily, HashedEncoding, SymbolMechanism
 from ldpstream.mechanisms.krr import KRR, krr_sketch_from_true_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import krr_channel
 
 Candidates = Sequence[Any] | np.ndarray | None
 
 
 @dataclass(frozen=True)
-class ORR(SymbolMechanism):
+class ORR(HashedEncoding, SymbolMechanism):
     """O-RR with ``cohorts`` hash cohorts over ``k`` symbols at privacy ``epsilon``.
 
     The report's ε is k-RR's (the cohort is chosen independently of the value, and hashing is a
@@ -48,6 +48,7 @@ class ORR(SymbolMechanism):
     """
 
     name: ClassVar[str] = "orr"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_symbol"
 
     k: int
     epsilon: float
@@ -109,6 +110,10 @@ class ORR(SymbolMechanism):
         if candidates is None:
             raise ParameterError("an open-alphabet O-RR needs a candidate list")
         return hashing.orr_table(to_value_list(candidates), self.cohorts, self.k)
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`symbol_table` of ``candidates`` (open alphabet) or of the whole closed alphabet."""
+        return self.symbol_table(None if self.closed else candidates)
 
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if isinstance(candidates_or_table, np.ndarray) and candidates_or_table.ndim == 2:

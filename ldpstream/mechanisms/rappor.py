@@ -63,9 +63,10 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
 from ldpstream.mechanisms.orappor import check_bloom_table, true_bit_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.rates import rappor_rates
 
 #: Google's PRR reads one HMAC-SHA256 byte per bit from one 4-byte message: k <= 32.
 GOOGLE_MAX_PRR_BITS = 32
@@ -123,7 +124,7 @@ def get_prr_masks(secret: bytes, message: bytes, prob_f: float, num_bits: int) -
 
 
 @dataclass(frozen=True)
-class Rappor(BitMechanism):
+class Rappor(HashedEncoding, BitMechanism):
     """RAPPOR parameters and its one-report channel (Google's ``params.csv``: k, h, m, p, q, f).
 
     ``k`` Bloom bits, ``hashes`` (h), ``cohorts`` (m in Google's files), IRR probabilities ``p``, ``q``
@@ -133,6 +134,8 @@ class Rappor(BitMechanism):
     """
 
     name: ClassVar[str] = "rappor"
+    decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
+    stateful_client: ClassVar[bool] = True
 
     k: int
     hashes: int
@@ -165,12 +168,12 @@ class Rappor(BitMechanism):
     @property
     def q_star(self) -> float:
         """q* = (1 − f/2) q + (f/2) p."""
-        return (1.0 - self.f / 2.0) * self.q + (self.f / 2.0) * self.p
+        return rappor_rates(self.p, self.q, self.f)[0]
 
     @property
     def p_star(self) -> float:
         """p* = (1 − f/2) p + (f/2) q."""
-        return (1.0 - self.f / 2.0) * self.p + (self.f / 2.0) * self.q
+        return rappor_rates(self.p, self.q, self.f)[1]
 
     @property
     def epsilon(self) -> float:  # type: ignore[override]
@@ -197,6 +200,12 @@ class Rappor(BitMechanism):
     def bloom_table(self, candidates: Sequence[Any]) -> np.ndarray:
         """``(C, S, h)`` int64 bit indices of each candidate in each cohort (cohort 0..C-1)."""
         return hashing.bloom_table(to_value_list(candidates), self.cohorts, self.hashes, self.k)
+
+    def value_table(self, candidates: Sequence[Any] | None) -> np.ndarray:
+        """:meth:`bloom_table` of ``candidates`` (RAPPOR's alphabet is open: a candidate list is required)."""
+        if candidates is None:
+            raise ParameterError("RAPPOR needs a candidate list")
+        return self.bloom_table(candidates)
 
     def _table(self, candidates_or_table: Any) -> np.ndarray:
         if candidates_or_table is None:
@@ -250,6 +259,10 @@ class Rappor(BitMechanism):
         cohorts = None if cohort is None else [cohort]
         chosen, bits = self.encode_batch(np.zeros(1, dtype=np.int64), SECURE, cohorts, self._table([value]))
         return int(chosen[0]), bits[0]
+
+    def client_encoder(self, secret: bytes, cohort: int) -> RapporClient:
+        """A :class:`RapporClient` with this ``secret`` and ``cohort``: its PRR memo bounds ε_∞."""
+        return RapporClient(self, secret, cohort)
 
     def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray) -> np.ndarray:
         """``(C, k+1)`` sketch of one report from each of ``sum(counts)`` fresh clients, drawn directly.
@@ -321,3 +334,7 @@ class RapporClient:
     def encode(self, value: Any) -> np.ndarray:
         """One report of ``value``: ``(k,)`` bool IRR bits (SECURE randomness, memoized PRR)."""
         return int_to_bits(self.encode_bits(self.bloom(value)), self.params.k)
+
+    def encode_report(self, value: Any) -> tuple[int, np.ndarray]:
+        """``(cohort, encode(value))``: the :class:`~ldpstream.mechanisms.base.ReportEncoder` of a device."""
+        return self.cohort, self.encode(value)

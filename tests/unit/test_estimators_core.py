@@ -171,7 +171,7 @@ def test_direct_validation():
 def test_affine_constrained_variances_match_dense(with_other):
     """The sparse tangent-space/Woodbury route equals constrained_variances of the dense information."""
     from ldpstream.estimators import constrained_variances
-    from ldpstream.estimators.em import affine_constrained_variances
+    from ldpstream.estimators.variance import affine_constrained_variances
 
     rng = np.random.default_rng(8)
     C, k, S = 6, 16, 25
@@ -190,7 +190,7 @@ def test_affine_constrained_variances_match_dense(with_other):
 @pytest.mark.parametrize("kind", ["orr", "bits"])
 def test_compressed_channel_same_mle(kind):
     """Merging the cells no candidate touches leaves the EM maximizer and log-likelihood unchanged."""
-    from ldpstream.estimators.candidates import _compressed_channel
+    from ldpstream.estimators.channels import compressed_affine_channel as _compressed_channel
 
     rng = np.random.default_rng(9)
     C, k, S = 4, 64, 6  # most of the C·k cells are empty

@@ -9,11 +9,11 @@ with bit j set. Exactly the ``(C, k+1)`` bit sketch of :class:`~ldpstream.mechan
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.interop.rappor.csvio import PathOrFile, csv_rows, is_number, open_text_write, source_name
 from ldpstream.interop.rappor.params import ParamsFile
+from ldpstream.mechanisms.base import sum_bits as sum_bits  # the `sum-bits` tool: BitMechanism.sketch's own
 
 
 def read_counts(source: PathOrFile, params: ParamsFile | None = None) -> np.ndarray:
@@ -56,23 +56,3 @@ def write_counts(target: PathOrFile, counts: np.ndarray) -> None:
         raise ParameterError(f"counts must be (m, k+1), got shape {counts.shape}")
     with open_text_write(target) as f:
         np.savetxt(f, counts.astype(np.int64), fmt="%d", delimiter=",")
-
-
-def sum_bits(cohorts: np.ndarray, irr: np.ndarray, m: int) -> np.ndarray:
-    """The ``(m, k+1)`` counts of Google's ``sum_bits.py``, vectorized: one sparse product.
-
-    Row c: ``[#reports in cohort c, #reports of cohort c with bit 0 set, …, bit k−1]``.
-    """
-    cohorts = np.asarray(cohorts, dtype=np.int64)
-    irr = np.asarray(irr)
-    n, k = irr.shape
-    if cohorts.shape != (n,):
-        raise ParameterError(f"{cohorts.shape[0]} cohorts for {n} reports")
-    if n and (cohorts.min() < 0 or cohorts.max() >= m):
-        raise ParameterError(f"cohorts must lie in 0..{m - 1}")
-    out = np.zeros((m, k + 1), dtype=np.int64)
-    out[:, 0] = np.bincount(cohorts, minlength=m)
-    if n:
-        onehot = sp.csr_matrix((np.ones(n, dtype=np.int64), (cohorts, np.arange(n))), shape=(m, n))
-        out[:, 1:] = np.asarray(onehot @ irr.astype(np.int64, copy=False))
-    return out

@@ -1,0 +1,149 @@
+"""Weighted least squares of the candidate decoders: the unconstrained fit with its covariance diagonal, and
+FISTA for the fit constrained to a convex set (formula sheet, "O-RR" and "RAPPOR" sections; module docstring of
+:mod:`ldpstream.estimators.candidates`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import lsqr
+
+from ldpstream.errors import ParameterError
+
+from .gram import WeightedGram
+
+__all__ = ["WeightedLeastSquares", "fista_constrained_ls"]
+
+
+def fista_constrained_ls(
+    G: np.ndarray | Callable[[np.ndarray], np.ndarray],
+    b: np.ndarray,
+    project: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    *,
+    tol: float = 1e-10,
+    max_iter: int = 5000,
+    lipschitz: float | None = None,
+) -> tuple[np.ndarray, int]:
+    """Minimize ``½ xᵀGx − bᵀx`` over a convex set given by its Euclidean ``project``ion (FISTA with restart).
+
+    ``G`` is a dense matrix or a function ``v ↦ G v`` (then pass ``lipschitz``). Step ``1/L`` with ``L`` =
+    largest absolute row sum of ``G`` (≥ its largest eigenvalue) unless given. Stops when the largest change
+    of ``x`` is below ``tol`` times ``max(1, max|x|)``.
+    """
+    if callable(G):
+        mv = G
+        if lipschitz is None:
+            raise ParameterError("pass lipschitz when G is an operator")
+        L = float(lipschitz)
+    else:
+        Gm = np.asarray(G)
+        mv = Gm.__matmul__
+        L = float(np.max(np.abs(Gm).sum(axis=1))) if lipschitz is None else float(lipschitz)
+    if L <= 0:
+        return project(x0), 0
+    x = project(x0)
+    y = x.copy()
+    t = 1.0
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        grad_y = mv(y) - b
+        x_new = project(y - grad_y / L)
+        change = float(np.max(np.abs(x_new - x)))
+        t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
+        y_next = x_new + ((t - 1) / t_new) * (x_new - x)
+        # gradient restart (O'Donoghue and Candès): momentum against the gradient mapping at y
+        if np.einsum("i,i->", y - x_new, x_new - x) > 0:
+            y_next, t_new = x_new.copy(), 1.0
+        y = y_next
+        x, t = x_new, t_new
+        if change < tol * max(1.0, float(np.max(np.abs(x)))):
+            break
+    return x, it
+
+
+class WeightedLeastSquares:
+    """Weighted least squares ``z ≈ X β (+ o β_o)`` with the fitted-value weights, and ``diag Cov``.
+
+    ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.gram.WeightedGram` (dense and exact up to
+    ``exact_max`` candidates, sparse CG and the calibrated cavity diagonal beyond). The "other" column ``o``
+    is eliminated exactly by its Schur complement ``σ = oᵀWo − gᵀG⁻¹g`` (``g = XᵀWo``):
+    ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``, ``Var β_o = 1/σ``,
+    ``diag Cov(β) = diag(G⁻¹) + (G⁻¹g)²/σ``. The O-RR rank-one term uses ``u = Ga⁻¹ 1`` of the augmented
+    Gram, obtained the same way. Three right-hand sides (``b``, ``g``, ``1``) in one block solve.
+    """
+
+    def __init__(
+        self,
+        z: np.ndarray,
+        X: sp.csr_matrix,
+        other_col: np.ndarray | None,
+        var_fn: Callable[[np.ndarray], np.ndarray],
+        rank_one: float | None,
+        *,
+        exact_max: int = 1024,
+    ) -> None:
+        Xa = sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr") if other_col is not None else X
+        null_var = var_fn(np.zeros_like(z))
+        ok = np.isfinite(null_var) & (null_var > 0)
+        sw = np.where(ok, 1 / np.sqrt(np.where(ok, null_var, 1.0)), 0.0)
+        pilot = lsqr(sp.diags(sw) @ Xa, sw * z, atol=1e-10, btol=1e-10, iter_lim=100)[0]
+        v = var_fn(Xa @ pilot)
+        ok = np.isfinite(v) & (v > 0)
+        w = np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
+        self.w, self.z, self.X, self.o = w, z, X, other_col
+        self.gram = WeightedGram(X, w, exact_max=exact_max)
+        S = X.shape[1]
+        self.b_x = X.T @ (w * z)
+        rhs = [self.b_x]
+        if other_col is not None:
+            self.g = X.T @ (w * other_col)
+            self.gamma = float(np.dot(other_col, w * other_col))
+            self.b_o = float(np.dot(other_col, w * z))
+            rhs.append(self.g)
+        if rank_one:
+            rhs.append(np.ones(S))
+        Y = self.gram.solve(np.column_stack(rhs))
+        y_b = Y[:, 0]
+        self.rank_one = rank_one
+        if other_col is not None:
+            self.y_g = Y[:, 1]
+            self.sigma = max(self.gamma - float(np.dot(self.g, self.y_g)), 1e-300)
+            beta_o = (self.b_o - float(np.dot(self.g, y_b))) / self.sigma
+            self.beta = np.concatenate([y_b - self.y_g * beta_o, [beta_o]])
+            self.b = np.concatenate([self.b_x, [self.b_o]])
+            if rank_one:
+                y_1 = Y[:, 2]
+                u_o = (1.0 - float(np.dot(self.g, y_1))) / self.sigma
+                self.u = np.concatenate([y_1 - self.y_g * u_o, [u_o]])
+        else:
+            self.beta = y_b
+            self.b = self.b_x
+            if rank_one:
+                self.u = Y[:, 1]
+
+    def variances(self, top: Sequence[int] | np.ndarray = ()) -> np.ndarray:
+        """``diag Cov(β)`` (candidates, then "other" if present); ``top`` candidates get exact values."""
+        dinv = self.gram.inverse_diagonal(top)
+        if self.o is not None:
+            var = np.concatenate([dinv + self.y_g**2 / self.sigma, [1.0 / self.sigma]])
+        else:
+            var = dinv.copy()
+        if self.rank_one:
+            var = var - self.rank_one * self.u**2
+        return np.asarray(np.maximum(var, 0.0))
+
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """``Ga v`` for the augmented Gram (with the "other" column when present)."""
+        if self.o is None:
+            return self.gram.matvec(v)
+        vs, vo = v[:-1], v[-1]
+        return np.concatenate([self.gram.matvec(vs) + self.g * vo, [float(np.dot(self.g, vs)) + self.gamma * vo]])
+
+    def lipschitz(self) -> float:
+        """Largest row sum of ``Ga`` (its entries are non-negative: X, o >= 0, w >= 0)."""
+        return float(np.max(np.abs(self.matvec(np.ones(self.beta.size)))))
+
