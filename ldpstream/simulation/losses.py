@@ -33,18 +33,18 @@ def _diff(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def l1(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """``Σ_i |p̂_i − p_i|`` over the last axis."""
-    return np.abs(_diff(estimate, truth)).sum(axis=-1)
+    return np.asarray(np.abs(_diff(estimate, truth)).sum(axis=-1), dtype=np.float64)
 
 
 def l2sq(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """``Σ_i (p̂_i − p_i)²`` over the last axis (squared Euclidean distance)."""
     d = _diff(estimate, truth)
-    return np.einsum("...i,...i->...", d, d)
+    return np.asarray(np.einsum("...i,...i->...", d, d), dtype=np.float64)
 
 
 def linf(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """``max_i |p̂_i − p_i|`` over the last axis."""
-    return np.abs(_diff(estimate, truth)).max(axis=-1)
+    return np.asarray(np.abs(_diff(estimate, truth)).max(axis=-1), dtype=np.float64)
 
 
 def tv(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -57,7 +57,7 @@ def hellinger(estimate: np.ndarray, truth: np.ndarray) -> np.ndarray:
     a = np.sqrt(np.clip(np.asarray(estimate, dtype=np.float64), 0.0, None))
     b = np.sqrt(np.clip(np.asarray(truth, dtype=np.float64), 0.0, None))
     d = a - b
-    return np.sqrt(0.5 * np.einsum("...i,...i->...", d, d))
+    return np.asarray(np.sqrt(0.5 * np.einsum("...i,...i->...", d, d)), dtype=np.float64)
 
 
 #: Every loss by name, in the order reports print them.

@@ -33,7 +33,7 @@ def sdk_registry(topic: str) -> Registry:
                              "hashes": 1, "candidates": CANDIDATES},
         "homepage_rappor": {"id": 5, "mechanism": "rappor", "k": 128, "hashes": 2, "cohorts": 32, "p": 0.25,
                             "q": 0.75, "f": 0.5, "candidates": CANDIDATES},
-        "exact_language": {"id": 6, "mechanism": "krr", "k": 16, "epsilon": 30.0, "labels": LABELS},
+        "exact_language": {"id": 6, "mechanism": "krr", "k": 16, "epsilon": 10.0, "labels": LABELS},
     }})
 
 
@@ -100,12 +100,15 @@ def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_boo
     rappor_cohorts = {int(c) for b in decoded.batches for c in b.cohort[b.metric_id == rappor.id]}
     assert len(rappor_cohorts) == 1
 
-    # With ε = 30 k-RR keeps the true symbol: the label → symbol mapping survives the trip.
+    # With ε = 10 (the registry's largest) k-RR keeps the true symbol but with probability 15/(e^10 + 15)
+    # ≈ 6.8e-4 a report: the label → symbol mapping survives the trip. Beyond 5 changed symbols in these
+    # reports has probability below 1e-9 (Poisson tail), so more means the mapping is wrong.
     exact = registry["exact_language"]
     symbols = np.concatenate([reports_from_payloads(exact.mechanism, b.payloads[b.metric_id == exact.id])
                               for b in decoded.batches if (b.metric_id == exact.id).any()])
-    expected = [i % len(LABELS) for i in range(REPORTS_PER_METRIC)]
-    assert sorted(symbols.tolist()) == sorted(expected)
+    expected = np.bincount([i % len(LABELS) for i in range(REPORTS_PER_METRIC)], minlength=16)
+    changed = np.abs(np.bincount(symbols, minlength=16) - expected).sum() // 2
+    assert changed <= 5
 
 
 def test_an_unreachable_broker_makes_flush_raise_a_service_error_naming_the_bootstrap():
