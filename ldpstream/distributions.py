@@ -7,8 +7,8 @@ by :func:`parse_distribution`:
 spec               probability vector ``p`` (length S, non-negative, sums to 1)
 =================  ============================================================================================
 ``uniform``        ``p_i = 1/S``
-``geometric``      ``p_i ∝ θ(1 − θ)^i`` with ``θ = 1/(1 + S/5)`` (Kairouz et al. 2016, Figure 3; formula sheet,
-                   "Reference results to beat"). ``geometric:T`` uses ``θ = T`` instead (``0 < T < 1``).
+``geometric``      ``p_i ∝ θ(1 − θ)^i`` with ``θ = 1/(1 + S/5)`` (Kairouz et al. 2016, Figure 3;
+                   docs/math/tuning.md#the-figure-3-setting). ``geometric:T`` uses ``θ = T`` instead (``0 < T < 1``).
 ``zipf:A``         ``p_i ∝ (i + 1)^(−A)``, ``A >= 0`` (``zipf`` alone: ``A = 1``)
 ``binomial:P``     ``p_i = C(S−1, i) P^i (1 − P)^(S−1−i)``, the Binomial(S − 1, P) pmf, ``0 <= P <= 1``
 ``dirichlet:A``    one draw from the symmetric Dirichlet(A, …, A), ``A > 0``; needs a random generator
@@ -80,8 +80,8 @@ def uniform(support: int) -> np.ndarray:
 def geometric(support: int, theta: float | None = None) -> np.ndarray:
     """Truncated geometric ``p_i ∝ θ(1 − θ)^i``, i = 0..S−1, default ``θ = 1/(1 + S/5)``.
 
-    The default is the distribution of Kairouz et al. 2016, Figure 3 (formula sheet): at S = 256 and
-    n = 10^6 it gives the figure's non-private ℓ1 baseline ≈ 0.0105.
+    The default is the distribution of Kairouz et al. 2016, Figure 3 (docs/math/tuning.md#the-figure-3-setting):
+    at S = 256 and n = 10^6 it gives the figure's non-private ℓ1 baseline ≈ 0.0105.
     """
     S = _check_support(support)
     t = 1.0 / (1.0 + S / 5.0) if theta is None else float(theta)

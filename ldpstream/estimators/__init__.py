@@ -1,6 +1,6 @@
 """Decoders for locally private count sketches (pure numpy/scipy).
 
-Equations: ``shared/reference/formulas.md``. Entry point: :func:`estimate`.
+Equations: ``docs/math/estimators.md``. Entry point: :func:`estimate`.
 """
 
 from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor

@@ -5,13 +5,14 @@ sparse 0/1 design matrix ``X`` of shape ``(C·k, S)`` with cohort-major rows (ro
 ``y`` of cohort ``c``; ``X[c·k + y, s] = 1`` when candidate ``s`` maps to ``y`` in cohort ``c``), and the
 channel parameters (ε for O-RR; q*, p* for bit mechanisms). ``X`` is never densified.
 
-Responses, per cohort ``c`` with ``N_c`` reports (formula sheet, "O-RR" and "RAPPOR" sections, divided by
+Responses, per cohort ``c`` with ``N_c`` reports (docs/math/estimators.md#design-matrix-and-responses, divided by
 ``N_c`` so that unequal cohort sizes cost no bias):
 
 - O-RR: ``z_cy = ((e^ε + k − 1) n_cy / N_c − 1)/(e^ε − 1)``; ``E z = X p``;
   ``Var z_cy = ((e^ε + k − 1)/(e^ε − 1))² m_cy (1 − m_cy)/N_c``, ``m_cy = (1 + (e^ε − 1)(Xp)_cy)/(e^ε + k − 1)``.
 - bits: ``z_cj = (c_cj / N_c − p*)/(q* − p*)`` (RAPPOR's ``t_ij / N_j``); ``E z = X p``;
-  ``Var z_cj = r (1 − r)/(N_c (q* − p*)²)``, ``r = p* + (q* − p*)(Xp)_cj`` (formula sheet's Var(t_ij) / N_j²).
+  ``Var z_cj = r (1 − r)/(N_c (q* − p*)²)``, ``r = p* + (q* − p*)(Xp)_cj``
+  (docs/math/estimators.md#covariance-of-the-least-squares-estimate).
 
 An optional "other" regressor stands for every string outside the list: it hashes uniformly, so it adds
 ``1/k`` to each O-RR response and ``h̄/k`` to each bit response (``h̄`` = mean bits a string sets per

@@ -1,8 +1,9 @@
 """Channel operators ``Q`` (inputs × outputs, row-stochastic) for the multinomial likelihood of a sketch.
 
-A channel maps a distribution ``p`` over inputs to output probabilities ``m = p Q`` (formula sheet, "Joint
-distributions"). :class:`MatrixChannel` holds ``Q`` explicitly (dense or sparse); :class:`AffineChannel` is a
-structured operator that never materializes the channel of a hashed design; :func:`compressed_affine_channel`
+A channel maps a distribution ``p`` over inputs to output probabilities ``m = p Q``
+(docs/math/estimators.md#maximum-likelihood-by-em). :class:`MatrixChannel` holds ``Q`` explicitly (dense or
+sparse); :class:`AffineChannel` is a structured operator that never materializes the channel of a hashed
+design; :func:`compressed_affine_channel`
 merges the outputs that no candidate reaches.
 """
 

@@ -1,5 +1,5 @@
-"""Closed-alphabet decoders for k-RR and k-RAPPOR (formula sheet, sections "k-RR", "k-RAPPOR",
-"Putting estimates back on the simplex").
+"""Closed-alphabet decoders for k-RR and k-RAPPOR (docs/math/estimators.md: k-RR and k-RAPPOR unbiased
+estimators, back onto the simplex).
 
 Methods:
 
@@ -61,7 +61,8 @@ def krr_channel(k: int, epsilon: float) -> np.ndarray:
 
 
 def krr_unbiased(counts: ArrayLike, epsilon: float) -> np.ndarray:
-    """``p̂ = ((e^ε + k − 1) m̂ − 1)/(e^ε − 1)``, ``m̂ = counts / n`` (formula sheet, k-RR). Last axis = symbols."""
+    """``p̂ = ((e^ε + k − 1) m̂ − 1)/(e^ε − 1)``, ``m̂ = counts / n``
+    (docs/math/estimators.md#k-rr-unbiased-estimator). Last axis = symbols."""
     c = np.asarray(counts, dtype=np.float64)
     k = c.shape[-1]
     n = c.sum(axis=-1, keepdims=True)
@@ -97,7 +98,7 @@ def krappor_channel(k: int, epsilon: float) -> tuple[float, float]:
 
 
 def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.ndarray:
-    """``p̂_j = ((e^{ε/2} + 1) T_j / n − 1)/(e^{ε/2} − 1)`` (formula sheet, k-RAPPOR)."""
+    """``p̂_j = ((e^{ε/2} + 1) T_j / n − 1)/(e^{ε/2} − 1)`` (docs/math/estimators.md#k-rappor-unbiased-estimator)."""
     T = np.asarray(bit_counts, dtype=np.float64)
     n_arr = np.asarray(n, dtype=np.float64)
     if np.any(n_arr <= 0):

@@ -1,6 +1,6 @@
 """Maximum likelihood for a multinomial channel by EM (optionally SQUAREM-accelerated).
 
-Model (formula sheet, "Joint distributions", EM paragraph, specialized to a sketch): outputs ``y`` are
+Model (docs/math/estimators.md#maximum-likelihood-by-em): outputs ``y`` are
 observed with counts ``n_y`` and probabilities ``m = p Q`` where ``Q`` is a row-stochastic
 (inputs × outputs) channel and ``p`` lies on the simplex. The log-likelihood ``Σ_y n_y log m_y`` is
 maximized by the fixed-point iteration

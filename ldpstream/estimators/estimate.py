@@ -1,6 +1,6 @@
 """The result object every decoder returns, shaped like scipy.stats results.
 
-Significance (formula sheet, RAPPOR section): one-sided z-tests of ``frequency > 0`` with
+Significance (docs/math/estimators.md#intervals-and-significance): one-sided z-tests of ``frequency > 0`` with
 ``z_s = frequency_s / std_error_s``; Bonferroni flags ``z_s > Φ⁻¹(1 − α/S)``, Benjamini–Hochberg flags the
 ``r`` smallest p-values where ``r = max{i : p_(i) <= i α / S}``.
 """

@@ -1,5 +1,5 @@
 """Weighted least squares of the candidate decoders: the unconstrained fit with its covariance diagonal, and
-FISTA for the fit constrained to a convex set (formula sheet, "O-RR" and "RAPPOR" sections; module docstring of
+FISTA for the fit constrained to a convex set (docs/math/estimators.md#candidate-decoders; module docstring of
 :mod:`ldpstream.estimators.candidates`).
 """
 

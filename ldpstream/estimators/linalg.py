@@ -1,7 +1,7 @@
 """Dense and sparse linear algebra shared by the decoders: single-threaded inner products, the weighted Gram
 ``Xᵀ diag(w) X`` of a sparse design, Cholesky with ``diag(G⁻¹)``, and block preconditioned conjugate gradients.
 
-Equations: ``shared/reference/formulas.md`` (each function's docstring says which identity it computes).
+Equations: ``docs/math/estimators.md`` (each function's docstring says which identity it computes).
 """
 
 from __future__ import annotations

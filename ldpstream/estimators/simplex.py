@@ -1,6 +1,6 @@
 """Putting unbiased estimates back on the probability simplex.
 
-Formula sheet, section "Putting estimates back on the simplex". Every function works on the last axis, so a
+See docs/math/estimators.md#back-onto-the-simplex. Every function works on the last axis, so a
 2-D input is treated as a stack of independent rows.
 """
 
@@ -15,7 +15,7 @@ __all__ = ["project_capped_simplex", "project_simplex", "truncate_normalize"]
 def project_simplex(v: ArrayLike, total: float = 1.0) -> np.ndarray:
     """Euclidean projection of ``v`` onto ``{x : x >= 0, sum(x) = total}`` along the last axis.
 
-    The sort-based algorithm of the formula sheet: sort ``u`` descending,
+    The sort-based algorithm of docs/math/estimators.md#euclidean-projection-onto-the-simplex: sort ``u`` descending,
     ``rho = max{j : u_j + (total - sum_{r<=j} u_r) / j > 0}``, ``lambda = (total - sum_{r<=rho} u_r) / rho``,
     ``x_i = max(u_i + lambda, 0)``. O(k log k) per row, fully vectorized over rows.
     """

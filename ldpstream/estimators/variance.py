@@ -1,10 +1,10 @@
 """Variances of the estimators: of the unbiased k-RR and bit (k-RAPPOR, O-RAPPOR, RAPPOR) responses, and of
 estimates constrained to the simplex, from the information matrix of a channel.
 
-- Response variances (formula sheet, "k-RR" and "k-RAPPOR"/"RAPPOR"): one home for each, used by the direct and
-  the candidate decoders.
+- Response variances (docs/math/estimators.md#k-rr-unbiased-estimator, #k-rappor-unbiased-estimator): one
+  home for each, used by the direct and the candidate decoders.
 - Aitchison–Silvey: the covariance of a maximum-likelihood estimate on ``Σ p = 1`` is the inverse information
-  restricted to the tangent space (formula sheet, "Putting estimates back on the simplex").
+  restricted to the tangent space (docs/math/estimators.md#standard-errors-of-the-maximum-likelihood-estimate).
 
 Inputs are assumed validated (ε by the public decoders or the mechanisms' constructors).
 """
@@ -29,7 +29,7 @@ __all__ = ["affine_constrained_variances", "bit_variance", "constrained_variance
 
 
 def krr_variance(p: ArrayLike, n: ArrayLike, epsilon: float, k: int | None = None) -> np.ndarray:
-    """Per-coordinate variance of the unbiased k-RR estimator (formula sheet, "k-RR"):
+    """Per-coordinate variance of the unbiased k-RR estimator (docs/math/estimators.md#k-rr-unbiased-estimator):
     ``((e^ε + k − 1)/(e^ε − 1))² m_i (1 − m_i)/n`` with ``m = ((e^ε − 1) p + 1)/(e^ε + k − 1)``.
 
     ``k`` defaults to the length of ``p``'s last axis; give it when ``p`` holds the responses of several cohorts
@@ -44,8 +44,9 @@ def krr_variance(p: ArrayLike, n: ArrayLike, epsilon: float, k: int | None = Non
 
 
 def bit_variance(p: ArrayLike, n: ArrayLike, q_star: float, p_star: float) -> np.ndarray:
-    """Per-coordinate variance of the unbiased bit estimator ``(T/n − p*)/(q* − p*)`` (formula sheet, "k-RAPPOR",
-    "RAPPOR"'s ``Var(t_ij)/N_j²``): ``r (1 − r)/(n (q* − p*)²)`` with ``r = p* + (q* − p*) p``."""
+    """Per-coordinate variance of the unbiased bit estimator ``(T/n − p*)/(q* − p*)``
+    (docs/math/estimators.md#k-rappor-unbiased-estimator): ``r (1 − r)/(n (q* − p*)²)`` with
+    ``r = p* + (q* − p*) p``."""
     delta = q_star - p_star
     r = p_star + delta * np.asarray(p, dtype=np.float64)
     return r * (1 - r) / (np.asarray(n, dtype=np.float64) * delta**2)

@@ -7,7 +7,7 @@
 
 Every mechanism: ``encode`` (one value, :data:`SECURE` randomness), ``encode_batch`` (vectorized, any
 ``rng``), ``simulate_sketch`` (aggregate count sketch, exact in distribution), ``parameters()``
-(round-trips through :func:`make_mechanism`). Equations: ``shared/reference/formulas.md``.
+(round-trips through :func:`make_mechanism`). Equations: ``docs/math/mechanisms.md``.
 """
 
 from ldpstream.mechanisms._common import check_epsilon

@@ -89,7 +89,7 @@ def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) ->
     """Apply k-RR to a vector of true symbols: keep w.p. e^ε/(e^ε+k−1), else a uniform *other* symbol.
 
     The other symbol is ``(x + U) mod k`` with ``U`` uniform on ``1..k-1``, so each y ≠ x has
-    probability (1 − keep)/(k − 1) = 1/(e^ε + k − 1), exactly the channel of the formula sheet.
+    probability (1 − keep)/(k − 1) = 1/(e^ε + k − 1), exactly the channel of docs/math/mechanisms.md#k-rr.
     """
     n = symbols.shape[0]
     keep = np.asarray(rng.random(n)).reshape(n) < krr_keep_probability(k, epsilon)

@@ -10,7 +10,7 @@ Value encoding: a ``str`` value is hashed as its UTF-8 bytes, a ``bytes`` value 
 
 Constructions (all bytes are concatenated with ``‖``):
 
-RAPPOR / O-RAPPOR Bloom filter (formula sheet, "RAPPOR ... as used by Google's reference code")
+RAPPOR / O-RAPPOR Bloom filter (docs/math/mechanisms.md#hash-constructions)
     * **Google's scheme**, used whenever ``k <= 256`` and ``h <= 16``: ``d = MD5(be32(c) ‖ v)``;
       hash ``i`` sets bit ``d[i] mod k`` (``d[i]`` the i-th digest byte). Bit-identical to
       ``get_bloom_bits`` of Google's reference client.
@@ -20,7 +20,7 @@ RAPPOR / O-RAPPOR Bloom filter (formula sheet, "RAPPOR ... as used by Google's r
       most ``k / 2**32``. Identical to Google's bits wherever Google's scheme applies, since the
       extension is only used outside it.
 
-O-RR hash ``HASH_c(s) mod k`` (formula sheet, "O-RR: hashing and cohorts")
+O-RR hash ``HASH_c(s) mod k`` (docs/math/mechanisms.md#hash-constructions)
     ``uint64_be(SHA-256(b"ldpstream/orr/v1" ‖ be32(c) ‖ v)[0:8]) mod k`` (modulo bias at most
     ``k / 2**64``).
 

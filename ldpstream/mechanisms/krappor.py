@@ -1,5 +1,5 @@
-"""k-RAPPOR (basic one-time RAPPOR on a one-hot vector), Kairouz et al. 2016 §3 (formula sheet,
-"k-RAPPOR")."""
+"""k-RAPPOR (basic one-time RAPPOR on a one-hot vector), Kairouz et al. 2016 §3
+(docs/math/mechanisms.md#k-rappor)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class KRappor(DirectEncoding, BitMechanism):
     """k-RAPPOR: one-hot encode x in ``0..k-1`` as k bits, keep each bit w.p. e^{ε/2}/(1 + e^{ε/2}).
 
     So q* = P(bit 1 | true 1) = e^{ε/2}/(1 + e^{ε/2}) and p* = P(bit 1 | true 0) = 1/(1 + e^{ε/2})
-    (formula sheet "k-RAPPOR"). Two inputs differ in two bits, each contributing at most
+    (docs/math/mechanisms.md#k-rappor). Two inputs differ in two bits, each contributing at most
     q*/p* = e^{ε/2} to the likelihood ratio: ε-LDP, tight.
     """
 

@@ -1,4 +1,4 @@
-"""k-ary randomized response (k-RR), Kairouz, Bonawitz, Ramage 2016 §3 (formula sheet, "k-RR")."""
+"""k-ary randomized response (k-RR), Kairouz, Bonawitz, Ramage 2016 §3 (docs/math/mechanisms.md#k-rr)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def krr_sketch_from_true_counts(
 @dataclass(frozen=True)
 class KRR(DirectEncoding, SymbolMechanism):
     """k-RR over the alphabet ``0..k-1``: report the true symbol w.p. e^ε/(e^ε + k − 1), every other
-    symbol w.p. 1/(e^ε + k − 1) (formula sheet "k-RR", first bullet). ε-LDP, tight."""
+    symbol w.p. 1/(e^ε + k − 1) (docs/math/mechanisms.md#k-rr). ε-LDP, tight."""
 
     name: ClassVar[str] = "krr"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]

@@ -1,5 +1,5 @@
 """O-RAPPOR: per-cohort h-hash Bloom filters randomized like k-RAPPOR, Kairouz et al. 2016 §5
-(formula sheet, "O-RAPPOR").
+(docs/math/mechanisms.md#o-rappor).
 
 Bloom filters (see :mod:`ldpstream.mechanisms.hashing` for the exact constructions):
 
@@ -13,7 +13,7 @@ Bloom filters (see :mod:`ldpstream.mechanisms.hashing` for the exact constructio
 Privacy: two Bloom filters with at most h set bits each differ in at most 2h bits. Each bit is kept
 with probability e^{ε/(2h)}/(1 + e^{ε/(2h)}), so each differing bit multiplies the likelihood ratio by
 at most e^{ε/(2h)} and a whole report by at most e^ε: ε-LDP, tight when two inputs set 2h distinct
-bits. This equals RAPPOR's ε_1 = h ln(q*(1−p*)/(p*(1−q*))) with q* = 1 − p* (formula sheet "RAPPOR").
+bits. This equals RAPPOR's ε_1 = h ln(q*(1−p*)/(p*(1−q*))) with q* = 1 − p* (docs/math/mechanisms.md#rappor).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""O-RR: k-RR on hashed values with hash cohorts, Kairouz et al. 2016 §5 (formula sheet, "O-RR").
+"""O-RR: k-RR on hashed values with hash cohorts, Kairouz et al. 2016 §5 (docs/math/mechanisms.md#o-rr).
 
 A client in cohort c (uniform over 0..C-1) reports ``(c, kRR_ε(HASH_c(s) mod k))``. For a closed
 alphabet (``support = S``, values are ints 0..S-1) the cohort hash is a permutation π_c of 0..S-1
@@ -126,7 +126,7 @@ class ORR(HashedEncoding, SymbolMechanism):
     def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
         """``(C*k, S)`` 0/1 csr: row ``c*k + y`` (cohort-major), 1 when candidate s maps to y in c.
 
-        This is the matrix H of the formula sheet ("O-RR"), with exactly C ones per column.
+        This is the matrix H of docs/math/mechanisms.md#o-rr, with exactly C ones per column.
         """
         return symbol_design_matrix(self._table(candidates_or_table), self.k)
 

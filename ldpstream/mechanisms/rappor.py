@@ -1,5 +1,5 @@
-"""RAPPOR (Erlingsson, Pihur, Korolova 2014), compatible with Google's reference client (formula sheet,
-"RAPPOR (Erlingsson et al. 2014), as used by Google's reference code").
+"""RAPPOR (Erlingsson, Pihur, Korolova 2014), compatible with Google's reference client
+(docs/math/mechanisms.md#rappor).
 
 A client in cohort c encodes a value v as:
 

@@ -51,8 +51,9 @@ def test_krr_slice_counts_every_report_and_estimates_within_the_analytic_bound(
     snapshot = store.snapshot("lang", metric.fingerprint, (1, K))
     assert int(sum(s.sum() for s in snapshot.buckets.values())) == CLIENTS
 
-    # Unbiased k-RR: given the sample, p̂_i − p̂_emp,i has sd sqrt(Var_i) (formula sheet, k-RR). Every
-    # coordinate must lie within the Bonferroni-corrected two-sided 99.9% band around the sample's truth.
+    # Unbiased k-RR: given the sample, p̂_i − p̂_emp,i has sd sqrt(Var_i)
+    # (docs/math/estimators.md#k-rr-unbiased-estimator). Every coordinate must lie within the
+    # Bonferroni-corrected two-sided 99.9% band around the sample's truth.
     estimate = np.array([v["frequency"] for v in result["values"]])
     empirical = produced.true_counts / CLIENTS
     sd = np.sqrt(krr_variance(empirical, CLIENTS, EPSILON))

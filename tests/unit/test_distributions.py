@@ -46,7 +46,8 @@ def test_geometric_matches_the_papers_form():
 
 
 def test_geometric_figure3_baseline():
-    """Formula sheet: non-private ℓ1 ≈ 0.0105 and uniform guess ≈ 0.962 at n = 10^6, S = 256."""
+    """docs/math/tuning.md#the-figure-3-setting: non-private ℓ1 ≈ 0.0105 and uniform guess ≈ 0.962 at
+    n = 10^6, S = 256."""
     S, n = 256, 10**6
     p = parse_distribution("geometric", S)
     assert l1(np.full(S, 1 / S), p) == pytest.approx(0.962, abs=0.005)

@@ -1,5 +1,5 @@
-"""ε-LDP of the exact channels: the ratio bound holds to float tolerance and is tight (formula sheet,
-"ε-local differential privacy"; for bit vectors the ratio multiplies over bits)."""
+"""ε-LDP of the exact channels: the ratio bound holds to float tolerance and is tight
+(docs/math/mechanisms.md#local-differential-privacy; for bit vectors the ratio multiplies over bits)."""
 
 import itertools
 import math
