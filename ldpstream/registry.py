@@ -47,6 +47,7 @@ from typing import Any
 
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import Mechanism, make_mechanism
+from ldpstream.mechanisms.base import DECODER_METHODS
 
 #: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
 #: tells the true value 22,026 times more often than any other. The papers' range (ε up to 10) stays usable;
@@ -116,6 +117,10 @@ class MetricConfig:
         if self.retention_seconds is not None and not 0 < self.retention_seconds <= MAX_RETENTION_SECONDS:
             raise ConfigError(f"metric {self.name!r}: retention must be positive and at most 3650d")
         _check_mechanism_fits(self.name, self.mechanism)
+        methods = DECODER_METHODS[self.mechanism.decoder_family]
+        if self.estimator not in methods:
+            raise ConfigError(f"metric {self.name!r}: estimator {self.estimator!r} is not one of {', '.join(methods)} "
+                              f"(the {self.mechanism.name} decoders)")
         if self.labels is not None:
             if not all(isinstance(label, str) for label in self.labels):
                 raise ConfigError(f"metric {self.name!r}: labels must be a list of strings")
@@ -211,6 +216,10 @@ def _check_mechanism_fits(name: str, mechanism: Mechanism) -> None:
                           f"{MAX_COHORTS}")
     if mechanism.report_kind == "bits" and -(-mechanism.k // 8) > MAX_PAYLOAD_BYTES:
         raise ConfigError(f"metric {name!r}: {mechanism.k} bits exceed the report format's payload")
+    try:  # every device must be able to build its encoder (RAPPOR's PRR realizes f with 7 bits, for one)
+        mechanism.client_encoder(bytes(32), 0)
+    except ParameterError as exc:
+        raise ConfigError(f"metric {name!r}: clients could not encode its reports: {exc}") from None
     cells = mechanism.cohorts * mechanism.sketch_width
     if cells > MAX_SKETCH_CELLS:
         raise ConfigError(f"metric {name!r}: its count sketch would have {cells:,} cells (cohorts × width); "

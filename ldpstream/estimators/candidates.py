@@ -65,6 +65,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import check_epsilon
+from ldpstream.mechanisms.base import CANDIDATE_METHODS
 
 from .channels import AffineChannel, compressed_affine_channel
 from .em import em_multinomial
@@ -82,7 +83,7 @@ __all__ = [
 ]
 
 CandidateMethod = Literal["ls", "nnls", "project", "mle"]
-_METHODS = ("ls", "nnls", "project", "mle")
+_METHODS = CANDIDATE_METHODS
 
 
 def _design(design: Any, rows: int) -> sp.csr_matrix:

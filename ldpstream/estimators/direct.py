@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import KRR, check_epsilon
+from ldpstream.mechanisms.base import DIRECT_METHODS
 from ldpstream.mechanisms.rates import bit_rates
 
 from .channels import AffineChannel
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 DirectMethod = Literal["unbiased", "truncate", "project", "mle"]
-_METHODS = ("unbiased", "truncate", "project", "mle")
+_METHODS = DIRECT_METHODS
 
 
 # ------------------------------------------------------------------------------------------------ k-RR

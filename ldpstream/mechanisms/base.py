@@ -43,6 +43,17 @@ ReportKind = Literal["symbol", "bits"]
 #: (O-RR, O-RAPPOR, RAPPOR); "_symbol" / "_bits" = the report kind.
 DecoderFamily = Literal["direct_symbol", "direct_bits", "candidates_symbol", "candidates_bits"]
 
+#: The estimation methods of the direct decoders and of the candidate decoders (a metric's ``estimator``).
+DIRECT_METHODS = ("unbiased", "truncate", "project", "mle")
+CANDIDATE_METHODS = ("ls", "nnls", "project", "mle")
+#: The methods each decoder family offers.
+DECODER_METHODS: dict[str, tuple[str, ...]] = {
+    "direct_symbol": DIRECT_METHODS,
+    "direct_bits": DIRECT_METHODS,
+    "candidates_symbol": CANDIDATE_METHODS,
+    "candidates_bits": CANDIDATE_METHODS,
+}
+
 
 class ReportEncoder(Protocol):
     """What a device privatizes one value with: a mechanism itself, or a per-client stateful encoder."""

@@ -31,6 +31,10 @@ REGISTRY_CASES = {
                                   "cohorts"),
     "retention too long": (f'[metrics.m]\n{GOOD_METRIC}retention = "9999d"\n', "retention"),
     "not TOML": ("[metrics.m\n", "not valid TOML"),
+    "unknown estimator": (f'[metrics.m]\n{GOOD_METRIC}estimator = "magic"\n', "estimator 'magic' is not one of"),
+    "estimator of another family": (f'[metrics.m]\n{GOOD_METRIC}estimator = "nnls"\n', "unbiased, truncate"),
+    "RAPPOR f the encoder cannot realize": ('[metrics.m]\nid = 1\nmechanism = "rappor"\nk = 16\nhashes = 2\n'
+                                            "cohorts = 4\np = 0.25\nq = 0.75\nf = 0.3\n", "128*f"),
     "metrics not a table": ("metrics = 3\n", "no [metrics.NAME]"),
 }
 
