@@ -190,24 +190,37 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return np.unique(values)
 
 
-#: Reports unpacked at a time: bounds the fold's working memory (a 128-bit report unpacks to 128 bytes,
-#: then 512 as int32 counts) whatever the size of the Kafka batch.
+#: Reports unpacked at a time, at most: bounds the fold's working memory whatever the size of the Kafka batch.
 FOLD_CHUNK = 32_768
+#: Report cells (bits, or symbols) unpacked at a time: a k-bit report unpacks to k bytes, then 4k as int32
+#: counts, so wide reports are folded in proportionally fewer rows (2^22 cells: 4 MiB + 16 MiB).
+FOLD_CELLS = 2**22
+#: Sketch cells one batch may hold for one metric across its buckets (2^24 int64 cells: 128 MiB): a wide
+#: metric gets fewer buckets per batch than :data:`MAX_BUCKETS_PER_BATCH`.
+MAX_BATCH_SKETCH_CELLS = 2**24
+
+
+def max_buckets_per_batch(metric: MetricConfig) -> int:
+    """How many time buckets the records of ``metric`` in one batch may touch: :data:`MAX_BUCKETS_PER_BATCH`,
+    fewer for wide sketches so that the batch's increments stay within :data:`MAX_BATCH_SKETCH_CELLS`."""
+    cells = metric.mechanism.cohorts * metric.mechanism.sketch_width
+    return int(min(MAX_BUCKETS_PER_BATCH, max(1, MAX_BATCH_SKETCH_CELLS // cells - 1)))  # - 1: the rollup
 
 
 def _cap_buckets(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> RecordBatch:
     """Refuse the messages whose records fall in buckets beyond the :data:`MAX_BUCKETS_PER_BATCH` most
     recent ones of the batch; returns the records left."""
+    limit = max_buckets_per_batch(metric)
     buckets = records.event_time // metric.bucket_seconds
-    if buckets.max() - buckets.min() < MAX_BUCKETS_PER_BATCH:
+    if buckets.max() - buckets.min() < limit:
         return records
     distinct = np.unique(buckets)
-    if distinct.size <= MAX_BUCKETS_PER_BATCH:
+    if distinct.size <= limit:
         return records
-    cutoff = distinct[-MAX_BUCKETS_PER_BATCH]
+    cutoff = distinct[-limit]
     too_old = buckets < cutoff
     _refuse(refused, records.message_index[too_old], "too_many_buckets",
-            f"metric {metric.name!r}: one batch may touch at most {MAX_BUCKETS_PER_BATCH} time buckets")
+            f"metric {metric.name!r}: one batch may touch at most {limit} time buckets")
     return records.take(~too_old)
 
 
@@ -225,8 +238,9 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, result: FoldResult)
     all_time = np.zeros(shape, dtype=np.int64)
     for bucket, part in parts:
         sketch = np.zeros(shape, dtype=np.int64)
-        for start in range(0, len(part), FOLD_CHUNK):
-            stop = start + FOLD_CHUNK
+        chunk = max(1, min(FOLD_CHUNK, FOLD_CELLS // metric.mechanism.k))
+        for start in range(0, len(part), chunk):
+            stop = start + chunk
             reports = reports_from_payloads(metric.mechanism, part.payloads[start:stop])
             sketch += metric.mechanism.sketch(part.cohort[start:stop], reports)
         key = SketchKey(metric.name, metric.fingerprint, bucket)

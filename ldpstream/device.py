@@ -82,9 +82,14 @@ class ClientPrivatizer:
     @staticmethod
     def _closed_index(metric: MetricConfig, value: Any) -> int:
         """Closed alphabets accept the symbol's index or, when the metric has labels, its label."""
+        # The value is what the device must keep private: errors name its type, never the value itself.
         if isinstance(value, str) and metric.labels is not None:
             try:
                 return metric.labels.index(value)
             except ValueError:
-                raise ParameterError(f"{value!r} is not one of metric {metric.name!r}'s labels") from None
+                raise ParameterError(f"a value given to metric {metric.name!r} is not one of its labels") from None
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ParameterError(f"metric {metric.name!r} takes a symbol number"
+                                 f"{' or one of its labels' if metric.labels is not None else ''}, "
+                                 f"not a {type(value).__name__}")
         return int(value)

@@ -170,3 +170,29 @@ def test_one_batch_creates_at_most_max_buckets_per_batch_buckets_and_refuses_the
     assert refused == list(range(MAX_BUCKETS_PER_BATCH, spread))  # the oldest 44
     assert {r.reason for r in folded.rejections} == {"too_many_buckets"}
     assert folded.applied == {"sym": MAX_BUCKETS_PER_BATCH}
+
+
+def test_the_fold_of_wide_reports_stays_within_a_bounded_working_memory():
+    """A k = 16,384 bit metric once made one batch allocate 1.6 GB (32,768 unpacked reports as int32): the
+    fold now unpacks at most FOLD_CELLS report cells at a time."""
+    import tracemalloc
+
+    from ldpstream.consumers.fold import FOLD_CELLS
+
+    k, n = 16_384, 4_000
+    registry = Registry.from_dict({"metrics": {"wide": {"id": 9, "mechanism": "krappor", "k": k, "epsilon": 1.0}}})
+    metric = registry["wide"]
+    bits = np.zeros((n, k), dtype=np.uint8)
+    bits[np.arange(n), np.arange(n) % k] = 1
+    rows = encode_records(metric.id, metric.fingerprint, np.zeros(n, dtype=np.int64), pack_bits(bits),
+                          event_time=500)
+    values = [rows[i:i + 100].tobytes() for i in range(0, n, 100)]
+    del bits
+    tracemalloc.start()
+    folded = fold_messages(values, np.zeros(len(values), dtype=np.int64), registry, now=1000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert folded.applied == {"wide": n}
+    # Unpacked chunk (1 byte a cell) and its int32 copy, plus the decoded batch and the sketches.
+    budget = 5 * FOLD_CELLS + 3 * len(rows.tobytes()) + 4 * 8 * (k + 1)
+    assert peak < budget, (peak, budget)
