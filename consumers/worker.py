@@ -94,6 +94,7 @@ class SketchConsumer:
     # ------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        self.store.check_safe()
         self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def close(self) -> None:

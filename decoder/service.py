@@ -129,6 +129,7 @@ class DecoderService:
         self.producer.poll(0)
 
     def run(self, interval: float, stop: threading.Event | None = None, iterations: int | None = None) -> None:
+        self.store.check_safe()
         done = 0
         stop = stop or threading.Event()
         while not stop.is_set():

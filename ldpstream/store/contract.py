@@ -91,6 +91,12 @@ def check_batch(batch: PartitionBatch) -> None:
 class SketchStore(Protocol):
     """What consumers, the decoder and ``status`` need of a store."""
 
+    def check_safe(self) -> None:
+        """Raise :class:`~ldpstream.errors.ServiceError` when the store could lose part of its state on its
+        own (a Redis that evicts keys under memory pressure could drop an offset but keep its counts, and the
+        replayed batch would count twice). Consumers and the decoder call it before they start."""
+        ...
+
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         """Apply ``batch`` whole if the stored next offset equals ``batch.expected_offset``; else refuse."""
         ...

@@ -30,6 +30,9 @@ class InMemorySketchStore:
         #: Unix time at which a partition's sketch expires (as Redis' EXPIREAT).
         self._expire_at: dict[tuple[str, int, str, int, int], int] = {}
 
+    def check_safe(self) -> None:
+        """Process memory evicts nothing."""
+
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         check_batch(batch)
         where = (batch.topic, batch.partition)

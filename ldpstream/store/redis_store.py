@@ -14,6 +14,7 @@ README). The decoder sums a metric's sketches over partitions.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -32,6 +33,8 @@ from ldpstream.store.contract import (
     PartitionBatch,
     check_batch,
 )
+
+log = logging.getLogger(__name__)
 
 #: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
@@ -138,6 +141,20 @@ class RedisSketchStore:
     @property
     def client(self) -> redis.Redis:
         return self._redis
+
+    def check_safe(self) -> None:
+        """Refuse a Redis whose ``maxmemory-policy`` may evict keys: eviction drops keys one by one, so it could
+        drop a partition's offset and keep its counts (the batches after the stored offset are then applied
+        again: double counts), or drop counts and keep the offset (lost counts). Only ``noeviction`` keeps the
+        counts and offsets consistent; a Redis that forbids ``CONFIG GET`` is trusted with a warning."""
+        try:
+            policy = self._redis.config_get("maxmemory-policy").get("maxmemory-policy")
+        except redis.ResponseError as exc:
+            log.warning("cannot read Redis maxmemory-policy (%s); make sure it is noeviction", exc)
+            return
+        if policy is not None and policy != "noeviction":
+            raise ServiceError(f"Redis maxmemory-policy is {policy!r}: it may evict count or offset keys and break "
+                               "exactly-once counting; set it to 'noeviction' (and give Redis enough memory)")
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         check_batch(batch)

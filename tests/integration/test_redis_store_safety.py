@@ -1,5 +1,8 @@
-"""Regression: a batch that used to fail half-way through the apply script (after its first writes, which
-Redis does not roll back, so the retried batch counted twice) is now refused before anything is written."""
+"""The Redis store refuses what would break exactly-once counting.
+
+Regression: a batch that used to fail half-way through the apply script (after its first writes, which Redis
+does not roll back, so the retried batch counted twice) is now refused before anything is written. And a
+Redis that may evict keys (an offset without its counts, or the reverse) is refused at start."""
 
 from __future__ import annotations
 
@@ -56,3 +59,26 @@ def test_python_refuses_an_expiry_no_store_could_set(redis_url, key_prefix):
     with pytest.raises(ValueError, match="expiry"):
         store.apply(batch)
     assert _written(store.client, key_prefix) == []
+
+
+def test_consumers_and_the_decoder_refuse_a_redis_that_may_evict_keys(redis_url, key_prefix):
+    from ldpstream.config import KafkaConfig
+    from ldpstream.consumers import ConsumerSettings, SketchConsumer
+    from ldpstream.decoder import DecoderService
+    from ldpstream.registry import Registry
+
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    registry = Registry.from_dict({"metrics": {"m": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
+    before = store.client.config_get("maxmemory-policy")["maxmemory-policy"]
+    store.client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(ServiceError, match="maxmemory-policy is 'allkeys-lru'"):
+            store.check_safe()
+        consumer = SketchConsumer(registry, store, ConsumerSettings(KafkaConfig("127.0.0.1:1"), group_id="g"))
+        with pytest.raises(ServiceError, match="noeviction"):
+            consumer.start()
+        with pytest.raises(ServiceError, match="noeviction"):
+            DecoderService(registry, store).run(1.0, iterations=1)
+    finally:
+        store.client.config_set("maxmemory-policy", before)
+    store.check_safe()
