@@ -25,6 +25,13 @@ class ConsumerMetrics:
             "ldpstream_batches_refused_total",
             "Partition batches refused by Redis because their offsets were already applied (replays, "
             "fenced consumers)", registry=registry)
+        self.store_unavailable = Counter(
+            "ldpstream_store_unavailable_total",
+            "Store calls that failed because Redis could not be reached (each is retried)", registry=registry)
+        self.store_rebuilds = Counter(
+            "ldpstream_store_rebuilds_total",
+            "Partitions found to have lost applied counts in the store (rolled back or emptied) and re-applied "
+            "from Kafka", registry=registry)
         self.batch_seconds = Histogram(
             "ldpstream_batch_seconds", "Time to decode, fold and apply one consume() batch",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),

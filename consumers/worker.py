@@ -17,12 +17,14 @@ committed offsets are written too, after the fact and only for operators' lag to
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from confluent_kafka import (
@@ -38,12 +40,14 @@ from confluent_kafka import (
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.fold import Rejection, fold_messages
 from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
-from ldpstream.errors import ServiceError
+from ldpstream.errors import ServiceError, StoreUnavailableError
 from ldpstream.kafka import produce
 from ldpstream.registry import Registry
 from ldpstream.store import PartitionBatch, SketchStore
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_GROUP = "ldpstream-consumers"
 DEFAULT_DEAD_LETTER_TOPIC = "ldp-dead-letters"
@@ -58,6 +62,8 @@ class ConsumerSettings:
     batch_size: int = 20_000
     poll_timeout: float = 0.5
     lag_interval: float = 5.0
+    #: Longest wait between two tries of a store that is unavailable (the consumer retries until it answers).
+    max_store_backoff: float = 5.0
 
 
 class SketchConsumer:
@@ -90,6 +96,7 @@ class SketchConsumer:
                              or str(config.get("group.protocol", "classic")) == "consumer")
         self.reports_applied = 0
         self.messages_seen = 0
+        self._stop: threading.Event | None = None
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -103,6 +110,7 @@ class SketchConsumer:
 
     def run(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:
         """Consume until ``stop`` is set, or until no message arrived for ``idle_exit`` seconds."""
+        self._stop = stop
         self.start()
         last_message = time.monotonic()
         try:
@@ -119,7 +127,12 @@ class SketchConsumer:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)
-        stored = {topic: self.store.next_offsets(topic, ps) for topic, ps in by_topic.items()}
+        stored = {topic: self._with_store(functools.partial(self.store.next_offsets, topic, ps))
+                  for topic, ps in by_topic.items()}
+        unknown = [TopicPartition(tp.topic, tp.partition) for tp in partitions
+                   if stored[tp.topic][tp.partition] is None]
+        if unknown:
+            self._mark_lost_partitions(consumer, unknown)
         for tp in partitions:
             offset = stored[tp.topic][tp.partition]
             if offset is not None:
@@ -131,6 +144,27 @@ class SketchConsumer:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+
+    def _mark_lost_partitions(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions with no offset in the store but one committed to Kafka by this group were counted before
+        and lost from the store (Redis restarted without its data, or its keys were deleted): they are rebuilt
+        from Kafka from the start, and marked so until they reach the committed offset again, so the decoder
+        does not publish their partial counts as an estimate. (The Kafka commit is informational, written after
+        each applied batch; the store's offset stays the source of truth.)"""
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            log.warning("cannot read the group's committed offsets (%s): a lost store goes unnoticed", exc)
+            return
+        for tp in committed:
+            if tp.error is None and tp.offset is not None and tp.offset > 0:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+                if tp.offset > high:
+                    continue  # the topic was recreated since that commit: nothing of it can be rebuilt
+                log.warning("%s[%d]: the store holds no offset but the group had applied up to %d: the store lost "
+                            "its state; rebuilding from Kafka", tp.topic, tp.partition, tp.offset)
+                self._with_store(functools.partial(self.store.mark_rebuild, tp.topic, tp.partition, tp.offset))
+                self.metrics.store_rebuilds.inc()
 
     def _check_stored_offset(self, consumer: Consumer, tp: TopicPartition, offset: int) -> None:
         """An offset past the partition's end means the topic was recreated or truncated: resuming there
@@ -201,7 +235,7 @@ class SketchConsumer:
         batch = PartitionBatch(topic=topic, partition=partition, expected_offset=self._expected[where],
                                next_offset=last + 1, increments=folded.increments, stats=folded.stats(),
                                expire_at=folded.expire_at)
-        result = self.store.apply(batch)
+        result = self._with_store(lambda: self.store.apply(batch))
         if not result.applied:
             self._resume_from_store(topic, partition, first, last, result.next_offset)
             return
@@ -213,12 +247,37 @@ class SketchConsumer:
         self.reports_applied += folded.reports_applied
         self._consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=True)
 
+    def _with_store(self, call: Callable[[], T]) -> T:
+        """``call()``, retried with exponential backoff (up to ``settings.max_store_backoff`` s between tries)
+        while the store is unavailable, until it answers or the consumer is stopped. Retrying an apply is safe:
+        if the lost attempt did land, the retry is refused by the compare-and-set and the consumer seeks past
+        it. While it waits the consumer reads nothing, so Kafka keeps the rest."""
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except StoreUnavailableError as exc:
+                self.metrics.store_unavailable.inc()
+                if self._stop is not None and self._stop.is_set():
+                    raise
+                log.warning("the sketch store is unavailable (%s); retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+                delay = min(2 * delay, self.settings.max_store_backoff)
+
     def _resume_from_store(self, topic: str, partition: int, first: int, last: int, stored: int | None) -> None:
         """Redis holds another next offset than we expected (another consumer applied batches, or Redis
         rolled back): continue from what Redis holds, forwards or backwards."""
         self.metrics.batches_refused.inc()
         log.info("partition %s-%d: batch %d..%d refused, Redis holds next offset %s; resuming there",
                  topic, partition, first, last, stored)
+        expected = self._expected.get((topic, partition))
+        if expected is not None and (stored is None or stored < expected):
+            # The store went back (a restart that lost its last writes, or all of its state): the counts of
+            # the offsets in between are re-applied from Kafka; until then the decoder withholds estimates.
+            log.warning("partition %s-%d: the store went back from offset %d to %s; rebuilding from Kafka",
+                        topic, partition, expected, stored)
+            self._with_store(lambda: self.store.mark_rebuild(topic, partition, expected))
+            self.metrics.store_rebuilds.inc()
         self._expected[(topic, partition)] = stored
         try:
             self._consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING if stored is None else stored))

@@ -33,6 +33,9 @@ class DecoderMetrics:
         self.estimates_unpublished = Counter(
             "ldpstream_estimates_unpublished_total", "Estimates the Kafka topic of estimates did not acknowledge",
             registry=registry)
+        self.withheld = Gauge("ldpstream_estimates_withheld",
+                              "1 while a metric's estimates are withheld because the store is rebuilding its counts "
+                              "from Kafka", ["metric"], registry=registry)
         self.last_run = Gauge("ldpstream_decoder_last_run_timestamp_seconds",
                               "Unix time of the decoder's last completed pass", registry=registry)
         self._shown: dict[tuple[str, str], set[str]] = {}

@@ -42,6 +42,7 @@ class DecoderService:
         self.history = history
         self.top_n = top_n
         self.last_failed: list[str] = []
+        self.last_withheld: list[str] = []
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
@@ -76,13 +77,25 @@ class DecoderService:
         """Decode and publish every metric once."""
         published: list[PublishedEstimate] = []
         failed: list[str] = []
+        withheld: list[str] = []
         for metric in self.registry.metrics.values():
             try:
+                # A partition being rebuilt from Kafka (the store lost counts) holds partial counts: publishing
+                # them would present a part as the whole. Checked before and after the snapshot.
+                rebuilding = self.store.rebuilding(metric.topic)
                 results, empty = self._decode_windows(metric, now)
+                rebuilding = rebuilding or self.store.rebuilding(metric.topic)
             except Exception:
                 self.metrics.decode_failures.labels(metric.name).inc()
                 log.exception("decoding metric %s failed", metric.name)
                 failed.append(metric.name)
+                continue
+            self.metrics.withheld.labels(metric.name).set(1 if rebuilding else 0)
+            if rebuilding:
+                log.warning("metric %s: partitions %s of %s are being rebuilt from Kafka (up to offsets %s); its "
+                            "estimates are withheld until they are complete", metric.name, sorted(rebuilding),
+                            metric.topic, rebuilding)
+                withheld.append(metric.name)
                 continue
             try:
                 for result in results:
@@ -100,10 +113,14 @@ class DecoderService:
             if unsent:
                 self.metrics.estimates_unpublished.inc(unsent)
                 log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
-        #: The metrics whose decode or publication failed in the last pass.
+        #: The metrics whose decode or publication failed in the last pass, and those withheld (rebuilding).
         self.last_failed = failed
+        self.last_withheld = withheld
         if len(failed) < len(self.registry.metrics):
-            self.store.record_decode(failed)
+            try:
+                self.store.record_decode(failed)
+            except Exception:  # the store went away after the pass: the estimates stand, the record is next time's
+                log.exception("recording the decoder pass failed")
             self.metrics.last_run.set_to_current_time()
         return published
 

@@ -7,6 +7,7 @@
      ├── ReportFormatError     a report that cannot be decoded (also a ValueError)
      ├── ConfigError           an invalid or inconsistent metric registry
      └── ServiceError          Kafka, Redis or the local stack failed or is unreachable
+          └── StoreUnavailableError  the sketch store did not answer (a retry may succeed)
 """
 
 
@@ -28,3 +29,8 @@ class ConfigError(LdpStreamError):
 
 class ServiceError(LdpStreamError):
     """A backing service (Kafka, Redis, the local stack) failed or could not be reached."""
+
+
+class StoreUnavailableError(ServiceError):
+    """The sketch store could not be reached or did not answer in time. Whether the last write happened is
+    unknown; retrying a compare-and-set apply is safe (a batch that did land is refused the second time)."""

@@ -105,6 +105,15 @@ class SketchStore(Protocol):
         """The stored next offset of each partition (None: nothing applied yet)."""
         ...
 
+    def mark_rebuild(self, topic: str, partition: int, until_offset: int) -> None:
+        """Record that the partition's counts are being re-applied from Kafka (the store lost them) until its
+        next offset reaches ``until_offset`` (the larger target is kept); the apply that reaches it clears it."""
+        ...
+
+    def rebuilding(self, topic: str) -> dict[int, int]:
+        """The partitions of ``topic`` being rebuilt, with the next offset each must reach."""
+        ...
+
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:
         """Every sketch of the metric as of one instant. Buckets below ``expired_before`` have expired: they

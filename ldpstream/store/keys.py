@@ -4,6 +4,9 @@ Layout in Redis (``P`` is the key prefix, ``T`` the topic, ``N`` the partition; 
 batch touches carries the hash tag ``{T:N}``, so one script call stays in one slot on Redis Cluster)::
 
     P:{T:N}:offset                          string  next Kafka offset of partition N to apply
+    P:{T:N}:rebuild                         string  while partition N is re-applied from Kafka after Redis lost
+                                                    its state: the next offset the rebuild must reach
+    P:partitions:<T>                        set     partition numbers of topic T that consumers were assigned
     P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>
     P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
                                                     with config fingerprint fp (8 hex digits) in time
@@ -35,6 +38,14 @@ def partition_tag(prefix: str, topic: str, partition: int) -> str:
 
 def offset_key(prefix: str, topic: str, partition: int) -> str:
     return f"{partition_tag(prefix, topic, partition)}:offset"
+
+
+def rebuild_key(prefix: str, topic: str, partition: int) -> str:
+    return f"{partition_tag(prefix, topic, partition)}:rebuild"
+
+
+def partitions_key(prefix: str, topic: str) -> str:
+    return f"{prefix}:partitions:{topic}"
 
 
 def stats_key(prefix: str, topic: str, partition: int) -> str:

@@ -23,6 +23,7 @@ class InMemorySketchStore:
         self._latest: dict[tuple[str, str], str] = {}
         self._last_decode: str | None = None
         self._offsets: dict[tuple[str, int], int] = {}
+        self._rebuild_until: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
         #: (metric, fingerprint) → (topic, partition, bucket) → flat int64 counters, like Redis' sketch keys
         #: (the sketches of one partition), so that expiry and retention behave as they do there.
@@ -60,7 +61,16 @@ class InMemorySketchStore:
             if expire_at > 0:
                 self._expire_at[(key.metric, key.fingerprint, *sketch)] = expire_at
         self._offsets[where] = batch.next_offset
+        if self._rebuild_until.get(where, batch.next_offset + 1) <= batch.next_offset:
+            del self._rebuild_until[where]
         return ApplyResult(True, batch.next_offset)
+
+    def mark_rebuild(self, topic: str, partition: int, until_offset: int) -> None:
+        where = (topic, partition)
+        self._rebuild_until[where] = max(self._rebuild_until.get(where, -1), int(until_offset))
+
+    def rebuilding(self, topic: str) -> dict[int, int]:
+        return {p: until for (t, p), until in sorted(self._rebuild_until.items()) if t == topic}
 
     def _drop_if_expired(self, metric: str, fingerprint: int, sketch: tuple[str, int, int], now: float) -> None:
         expiry = self._expire_at.get((metric, fingerprint, *sketch))

@@ -13,16 +13,17 @@ README). The decoder sums a metric's sketches over partitions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import redis
 
-from ldpstream.errors import ServiceError
+from ldpstream.errors import ServiceError, StoreUnavailableError
 from ldpstream.store import keys
 from ldpstream.store.contract import (
     ALL_TIME,
@@ -36,10 +37,12 @@ from ldpstream.store.contract import (
 
 log = logging.getLogger(__name__)
 
-#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3..] sketch keys.
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4..] sketch keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
 #: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment) pairs.
+#: A rebuild marker (the offset up to which the partition is being re-applied after Redis lost data) is
+#: deleted by the batch whose next offset reaches it.
 #: Returns {1, new next offset}, {0, stored next offset or ''} (refused: another offset is stored), or
 #: {-1, reason} (refused: the batch is invalid).
 #:
@@ -63,6 +66,10 @@ local t = redis.call('TYPE', KEYS[2]).ok
 if t ~= 'none' and t ~= 'hash' then
   return {-1, 'stats key holds a ' .. t}
 end
+t = redis.call('TYPE', KEYS[3]).ok
+if t ~= 'none' and t ~= 'string' then
+  return {-1, 'rebuild marker holds a ' .. t}
+end
 local a = 4
 local nstats = tonumber(ARGV[3])
 if nstats == nil then
@@ -74,8 +81,7 @@ for s = 1, nstats do
   end
   a = a + 2
 end
-local first_sketch_arg = a
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= 'string' then
     return {-1, 'sketch key holds a ' .. t}
@@ -97,7 +103,7 @@ for s = 1, nstats do
   redis.call('HINCRBY', KEYS[2], ARGV[a], ARGV[a + 1])
   a = a + 2
 end
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   local cells = tonumber(ARGV[a])
   local expire_at = tonumber(ARGV[a + 1])
   a = a + 2
@@ -120,8 +126,31 @@ for i = 3, #KEYS do
   end
 end
 redis.call('SET', KEYS[1], ARGV[2])
+local rebuild_until = tonumber(redis.call('GET', KEYS[3]) or '')
+if rebuild_until ~= nil and tonumber(ARGV[2]) >= rebuild_until then
+  redis.call('DEL', KEYS[3])
+end
 return {1, ARGV[2]}
 """.replace("MAX_CELLS", str(MAX_CELLS)).replace("MAX_EXPIRE_AT", str(MAX_EXPIRE_AT))
+
+
+@contextlib.contextmanager
+def _unavailable_as_store_error() -> Iterator[None]:
+    """Redis connection failures and timeouts as :class:`StoreUnavailableError` (which callers may retry)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+        raise StoreUnavailableError(f"Redis: {exc}") from exc
+
+
+#: KEYS[1] a partition's rebuild marker; ARGV[1] the offset the rebuild must reach. Keeps the larger target.
+MARK_REBUILD_SCRIPT = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) > current then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+"""
 
 
 class RedisSketchStore:
@@ -133,6 +162,7 @@ class RedisSketchStore:
         self._redis = client
         self.prefix = prefix
         self._apply = client.register_script(APPLY_SCRIPT)
+        self._mark_rebuild = client.register_script(MARK_REBUILD_SCRIPT)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "ldp") -> RedisSketchStore:
@@ -158,8 +188,13 @@ class RedisSketchStore:
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         check_batch(batch)
+        with _unavailable_as_store_error():
+            return self._apply_batch(batch)
+
+    def _apply_batch(self, batch: PartitionBatch) -> ApplyResult:
         script_keys = [keys.offset_key(self.prefix, batch.topic, batch.partition),
-                       keys.stats_key(self.prefix, batch.topic, batch.partition)]
+                       keys.stats_key(self.prefix, batch.topic, batch.partition),
+                       keys.rebuild_key(self.prefix, batch.topic, batch.partition)]
         expected = "" if batch.expected_offset is None else str(batch.expected_offset)
         args: list[int | str] = [expected, batch.next_offset, len(batch.stats)]
         for name, value in batch.stats.items():
@@ -192,8 +227,23 @@ class RedisSketchStore:
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         partitions = list(partitions)
-        values = self._redis.mget([keys.offset_key(self.prefix, topic, p) for p in partitions]) if partitions else []
+        with _unavailable_as_store_error():
+            names = [keys.offset_key(self.prefix, topic, p) for p in partitions]
+            values = self._redis.mget(names) if partitions else []
         return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
+
+    def mark_rebuild(self, topic: str, partition: int, until_offset: int) -> None:
+        with _unavailable_as_store_error():
+            self._mark_rebuild(keys=[keys.rebuild_key(self.prefix, topic, partition)], args=[int(until_offset)])
+            self._redis.sadd(keys.partitions_key(self.prefix, topic), partition)
+
+    def rebuilding(self, topic: str) -> dict[int, int]:
+        with _unavailable_as_store_error():
+            partitions = sorted(int(p) for p in self._redis.smembers(keys.partitions_key(self.prefix, topic)))
+            if not partitions:
+                return {}
+            values = self._redis.mget([keys.rebuild_key(self.prefix, topic, p) for p in partitions])
+        return {p: int(v) for p, v in zip(partitions, values, strict=True) if v is not None}
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:

@@ -279,3 +279,27 @@ def test_record_decode_and_last_decode(store):
     store.record_decode(iter([]))
     last = store.last_decode()
     assert last is not None and last["failed"] == [] and before <= last["time"] <= time.time()
+
+
+# --------------------------------------------------------------------------------------- rebuild markers
+
+
+def test_a_rebuild_marker_lasts_until_an_apply_reaches_its_offset(store, topic):
+    assert store.rebuilding(topic) == {}
+    store.mark_rebuild(topic, 1, 300)
+    store.mark_rebuild(topic, 1, 200)  # the larger target is kept
+    store.mark_rebuild(topic, 2, 50)
+    assert store.rebuilding(topic) == {1: 300, 2: 50}
+    assert store.rebuilding(f"{topic}-other") == {}
+    assert store.apply(batch(topic, 1, None, 100, with_rollup("m", 0, counts(1, 0, 0, 0, 0, 0)))).applied
+    assert store.rebuilding(topic) == {1: 300, 2: 50}
+    assert store.apply(batch(topic, 1, 100, 300, with_rollup("m", 0, counts(1, 0, 0, 0, 0, 0)))).applied
+    assert store.rebuilding(topic) == {2: 50}
+    assert store.apply(batch(topic, 2, None, 80)).applied  # past the target also clears it
+    assert store.rebuilding(topic) == {}
+
+
+def test_a_refused_apply_does_not_clear_a_rebuild_marker(store, topic):
+    store.mark_rebuild(topic, 0, 10)
+    assert not store.apply(batch(topic, 0, 5, 20)).applied  # nothing stored yet: expected 5 is refused
+    assert store.rebuilding(topic) == {0: 10}

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 
 from ldpstream.cli import main
+from ldpstream.registry import Registry
+from ldpstream.store import SketchKey, keys
 from tests.integration.helpers import write_registry
 
 pytestmark = pytest.mark.integration
@@ -60,3 +63,18 @@ def test_cli_reports_a_missing_registry_as_an_error_not_a_traceback(tmp_path, ca
     code = main(["produce", "app_language", "--kafka", kafka_bootstrap, "--registry", str(tmp_path / "none.toml")])
     assert code == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_decode_once_exits_non_zero_naming_the_metrics_that_failed(redis_url, key_prefix, tmp_path, capsys):
+    registry_path = write_registry(tmp_path / "metrics.toml", "t", METRICS)
+    metric = Registry.load(registry_path)["app_language"]
+    # A sketch key that is not a sketch (someone wrote into the prefix): the metric cannot be decoded.
+    client = redis.Redis.from_url(redis_url)
+    name = keys.sketch_key(key_prefix, "t", 0, SketchKey(metric.name, metric.fingerprint, 7))
+    client.hset(name, "not", "a sketch")
+    client.sadd(keys.index_key(key_prefix, metric.name, metric.fingerprint), name)
+    code = main(["decode", "--once", "--no-kafka", "--metrics-port", "0", "--registry", str(registry_path),
+                 "--redis", redis_url, "--prefix", key_prefix])
+    assert code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # the service's log of the failure comes first
+    assert last.startswith("ldpstream decode: error: 1 of 1 metric(s) failed") and "app_language" in last

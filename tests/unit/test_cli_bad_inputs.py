@@ -82,13 +82,11 @@ def test_absurd_numbers_for_offline_commands(capsys, argv, expected):
     _assert_one_error_line(capsys, main(argv), argv[0], expected)
 
 
-def test_decode_once_fails_when_every_metric_failed(tmp_path, capsys):
+def test_decode_refuses_to_start_without_its_store(tmp_path, capsys):
     registry = _registry(tmp_path, f"[metrics.m]\n{GOOD_METRIC}")
     code = main(["decode", "--once", "--no-kafka", "--metrics-port", "0", "--registry", registry,
                  "--redis", NOWHERE_REDIS])
-    assert code == 1
-    last = capsys.readouterr().err.strip().splitlines()[-1]  # the service's log precedes it
-    assert last.startswith("ldpstream decode: error: 1 of 1 metric(s) failed") and "m" in last
+    _assert_one_error_line(capsys, code, "decode", "Redis")
 
 
 def _assert_one_error_line(capsys, code: int, command: str, expected: str) -> None:

@@ -237,3 +237,27 @@ def test_a_pass_where_every_metric_failed_is_not_recorded_as_a_decode(registry, 
     assert store.last_decode() is None
     assert prometheus.get_sample_value("ldpstream_decoder_last_run_timestamp_seconds") == 0
     assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) == 1
+
+
+def test_estimates_are_withheld_while_a_partition_is_rebuilt_from_kafka():
+    """After the store lost counts, consumers re-apply them from Kafka and mark the partitions; until the
+    rebuild reaches its offset the decoder publishes nothing for the metric (no partial estimate, no
+    retraction), and says so in a gauge."""
+    registry = Registry.from_dict({"defaults": {"topic": "t"},
+                                   "metrics": {"m": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
+    metric = registry["m"]
+    store = InMemorySketchStore()
+    folded = fold_messages([encode_records(metric.id, metric.fingerprint, [0, 0], payloads_from_reports(
+        metric.mechanism, np.array([1, 2])), event_time=100).tobytes()], np.zeros(1, dtype=np.int64), registry,
+        now=200)
+    prometheus = CollectorRegistry()
+    service = DecoderService(registry, store, metrics=DecoderMetrics(registry=prometheus))
+    store.mark_rebuild("t", 0, 10)
+    assert store.apply(PartitionBatch("t", 0, None, 5, folded.increments, folded.stats())).applied
+    assert service.run_once(now=200) == [] and service.last_withheld == ["m"]
+    assert store.latest_estimate("m") is None
+    assert prometheus.get_sample_value("ldpstream_estimates_withheld", {"metric": "m"}) == 1
+    assert store.apply(PartitionBatch("t", 0, 5, 10)).applied  # the rebuild reaches its offset
+    assert [p.metric for p in service.run_once(now=200)] == ["m"] and service.last_withheld == []
+    assert store.latest_estimate("m")["n_reports"] == 2
+    assert prometheus.get_sample_value("ldpstream_estimates_withheld", {"metric": "m"}) == 0
