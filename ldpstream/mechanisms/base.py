@@ -16,7 +16,9 @@ lets consumers fold reports incrementally and the decoder sum per-partition sket
 Whatever else depends on the mechanism asks it, not its type: :attr:`Mechanism.decoder_family` picks the
 decoder (:mod:`ldpstream.estimators.dispatch`); :meth:`Mechanism.value_table`, :meth:`Mechanism.encode_clients`,
 :attr:`Mechanism.closed`, :attr:`Mechanism.stateful_client`, :meth:`Mechanism.client_encoder` and
-:meth:`Mechanism.encode_report` are what devices and simulations need (:mod:`ldpstream.device`).
+:meth:`Mechanism.encode_report` are what devices and simulations need (:mod:`ldpstream.device`);
+:meth:`Mechanism.design_matrix`, :meth:`Mechanism.simulate_sketch` and :attr:`Mechanism.response_rates` are what
+the simulations and their error model need (:mod:`ldpstream.simulation`).
 
 Packed bits use little-endian bit order within each byte (bit ``j`` is ``(byte[j // 8] >> (j % 8)) & 1``),
 so the packed bytes read as a little-endian integer are ``sum(bit_j << j)``: the integer whose binary
@@ -35,6 +37,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.randomness import Randomness
+from ldpstream.mechanisms.rates import krr_rates
 
 ReportKind = Literal["symbol", "bits"]
 
@@ -122,6 +125,24 @@ class Mechanism(ABC):
         del secret, cohort
         return self
 
+    @abstractmethod
+    def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
+        """``(C·k, S)`` 0/1 csr (cohort-major rows): 1 where a value's true report would set the cell, for a
+        candidate list or its :meth:`value_table` (``None``: a closed alphabet's own; ignored by direct
+        mechanisms, whose design is the identity)."""
+
+    @abstractmethod
+    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
+        """The count sketch of a population with ``counts[s]`` clients holding value ``s`` of ``table`` (a
+        :meth:`value_table`; ``None`` where :attr:`needs_value_table` is false or the alphabet is closed), drawn
+        in aggregate: exact in distribution, no per-report work."""
+
+    @property
+    @abstractmethod
+    def response_rates(self) -> tuple[float, float]:
+        """``(hi, lo)``: the probability that a sketch cell (a symbol, or a bit) counts a report when it is the
+        client's true cell, and when it is not."""
+
     @property
     @abstractmethod
     def sketch_width(self) -> int:
@@ -144,6 +165,12 @@ class SymbolMechanism(Mechanism):
     """A mechanism whose reports are single symbols ``0..k-1``."""
 
     report_kind: ClassVar[ReportKind] = "symbol"
+
+    @property
+    def response_rates(self) -> tuple[float, float]:
+        """k-RR's ``(Q(x|x), Q(y|x))`` (:func:`~ldpstream.mechanisms.rates.krr_rates`), applied to the
+        (hashed) symbol."""
+        return krr_rates(self.k, self.epsilon)
 
     @property
     def sketch_width(self) -> int:
@@ -176,6 +203,11 @@ class BitMechanism(Mechanism):
         """P(reported bit = 1 | true bit = 0)."""
 
     @property
+    def response_rates(self) -> tuple[float, float]:
+        """``(q*, p*)``."""
+        return self.q_star, self.p_star
+
+    @property
     def sketch_width(self) -> int:
         return self.k + 1
 
@@ -191,6 +223,11 @@ class DirectEncoding(ABC):
     ``0..k-1`` themselves, so no value table; every report is in cohort 0. Listed before the family base."""
 
     needs_value_table: ClassVar[bool] = False
+    k: int
+
+    def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
+        """``(k, k)`` identity: symbol x is its own (only) candidate, in the one cohort; no table."""
+        return sp.identity(self.k, dtype=np.float64, format="csr")
 
     @abstractmethod
     def encode(self, x: int) -> Any:

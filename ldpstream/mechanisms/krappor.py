@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from ldpstream.mechanisms._common import (
     as_index_array,
@@ -56,10 +55,6 @@ class KRappor(DirectEncoding, BitMechanism):
         """1 / (1 + e^{ε/2})."""
         return bit_rates(self.epsilon / 2.0)[1]
 
-    def design_matrix(self) -> sp.csr_matrix:
-        """``(k, k)`` identity: symbol x sets bit x (C = 1)."""
-        return sp.identity(self.k, dtype=np.float64, format="csr")
-
     def encode(self, x: int) -> np.ndarray:
         """Privatize one symbol with :data:`SECURE` randomness; returns ``(k,)`` bool."""
         bits: np.ndarray = self.encode_batch(np.asarray([x]), SECURE)[0]
@@ -72,8 +67,9 @@ class KRappor(DirectEncoding, BitMechanism):
         true_bits[np.arange(symbols.shape[0]), symbols] = True
         return perturb_bits(true_bits, self.q_star, self.p_star, rng)
 
-    def simulate_sketch(self, counts: Any, rng: np.random.Generator) -> np.ndarray:
-        """``(1, k+1)`` sketch of ``sum(counts)`` reports, ``counts[x]`` with true symbol x.
+    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
+        """``(1, k+1)`` sketch of ``sum(counts)`` reports, ``counts[x]`` with true symbol x (no value table:
+        ``table`` is ignored).
 
         Exact in distribution: bit j is set in Binomial(counts[j], q*) + Binomial(n − counts[j], p*)
         reports, the law of the column sums of ``encode_batch`` (bits are independent given x).

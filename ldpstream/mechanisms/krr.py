@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from ldpstream.mechanisms._common import (
     as_index_array,
@@ -68,10 +67,6 @@ class KRR(DirectEncoding, SymbolMechanism):
         """The exact k×k channel Q(y|x), row x = true symbol, column y = report."""
         return krr_channel(self.k, self.epsilon)
 
-    def design_matrix(self) -> sp.csr_matrix:
-        """``(k, k)`` identity: symbol x is its own (only) candidate (C = 1)."""
-        return sp.identity(self.k, dtype=np.float64, format="csr")
-
     def encode(self, x: int) -> int:
         """Privatize one symbol with :data:`SECURE` randomness (what a real client runs)."""
         return int(self.encode_batch(np.asarray([x]), SECURE)[0])
@@ -81,8 +76,9 @@ class KRR(DirectEncoding, SymbolMechanism):
         symbols = as_index_array("x", x, self.k)
         return krr_perturb(symbols, self.k, self.epsilon, rng)
 
-    def simulate_sketch(self, counts: Any, rng: np.random.Generator) -> np.ndarray:
-        """``(1, k)`` sketch of ``sum(counts)`` reports, ``counts[x]`` of them with true symbol x.
+    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
+        """``(1, k)`` sketch of ``sum(counts)`` reports, ``counts[x]`` of them with true symbol x (no value
+        table: ``table`` is ignored).
 
         Exact in distribution: equal in law to ``sketch(0, encode_batch(x, rng))`` (see
         :func:`krr_sketch_from_true_counts`).

@@ -214,7 +214,7 @@ class Rappor(HashedEncoding, BitMechanism):
             return check_bloom_table(candidates_or_table, self.cohorts, self.hashes, self.k)
         return self.bloom_table(candidates_or_table)
 
-    def design_matrix(self, candidates_or_table: Any) -> sp.csr_matrix:
+    def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
         """``(C*k, S)`` 0/1 csr, row ``c*k + bit`` (cohort-major): 1 where candidate s sets the bit.
         Google's ``map.csv`` lists the same entries as 1-based ``c*k + bit + 1``."""
         return bloom_design_matrix(self._table(candidates_or_table), self.k)
@@ -264,7 +264,7 @@ class Rappor(HashedEncoding, BitMechanism):
         """A :class:`RapporClient` with this ``secret`` and ``cohort``: its PRR memo bounds ε_∞."""
         return RapporClient(self, secret, cohort)
 
-    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray) -> np.ndarray:
+    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
         """``(C, k+1)`` sketch of one report from each of ``sum(counts)`` fresh clients, drawn directly.
 
         ``counts``: ``(S,)`` clients per candidate (cohorts drawn uniformly) or ``(C, S)``. Given the

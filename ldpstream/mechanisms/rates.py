@@ -14,19 +14,25 @@ import math
 
 import numpy as np
 
-__all__ = ["bit_rates", "krr_channel", "krr_keep_probability", "rappor_rates"]
+__all__ = ["bit_rates", "krr_channel", "krr_keep_probability", "krr_rates", "rappor_rates"]
 
 
 def krr_keep_probability(k: int, epsilon: float) -> float:
     """k-RR's ``Q(x|x) = e^ε / (e^ε + k − 1)`` (docs/math/mechanisms.md#k-rr)."""
-    return math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+    return krr_rates(k, epsilon)[0]
+
+
+def krr_rates(k: int, epsilon: float) -> tuple[float, float]:
+    """k-RR's ``(Q(x|x), Q(y|x)) = (e^ε/(e^ε + k − 1), 1/(e^ε + k − 1))`` (docs/math/mechanisms.md#k-rr)."""
+    e = math.exp(epsilon)
+    return e / (e + k - 1), 1.0 / (e + k - 1)
 
 
 def krr_channel(k: int, epsilon: float) -> np.ndarray:
     """The k×k k-RR matrix ``Q(y|x)``, row x (docs/math/mechanisms.md#k-rr)."""
-    e = math.exp(epsilon)
-    q = np.full((k, k), 1.0 / (e + k - 1))
-    np.fill_diagonal(q, e / (e + k - 1))
+    keep, other = krr_rates(k, epsilon)
+    q = np.full((k, k), other)
+    np.fill_diagonal(q, keep)
     return q
 
 

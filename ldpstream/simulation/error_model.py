@@ -39,7 +39,6 @@ true p).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,8 +46,9 @@ from scipy.optimize import brentq
 from scipy.special import ndtr
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms.base import BitMechanism
-from ldpstream.simulation.setups import DECODERS, Setup
+from ldpstream.estimators.variance import bit_variance, krr_variance
+from ldpstream.mechanisms.base import Mechanism
+from ldpstream.simulation.setups import DECODERS, Setup, is_direct
 
 #: Reference distributions the errors are measured against.
 REFERENCES: tuple[str, ...] = ("empirical", "true")
@@ -74,34 +74,17 @@ def predicted_variances(
         raise ParameterError(f"reference must be one of {REFERENCES}, got {reference!r}")
     p = np.asarray(p, dtype=np.float64)
     sampling = p * (1 - p) / n if reference == "empirical" else np.zeros_like(p)
-    mech: Any = setup.mechanism
-    eps = float(mech.epsilon)
-    if setup.name == "krr":
-        e = math.exp(eps)
-        k = setup.support
-        m = ((e - 1) * p + 1) / (e + k - 1)
-        var = ((e + k - 1) / (e - 1)) ** 2 * m * (1 - m) / n
-        return np.maximum(var - sampling, 0.0), np.zeros_like(p)
-    if setup.name == "krappor":
-        qs, ps = mech.q_star, mech.p_star
-        m = ps + (qs - ps) * p
-        return np.maximum(m * (1 - m) / (n * (qs - ps) ** 2) - sampling, 0.0), np.zeros_like(p)
+    mech = setup.mechanism
+    if is_direct(mech):
+        return np.maximum(response_variance(mech, p, n) - sampling, 0.0), np.zeros_like(p)
     X = setup.design
     C = mech.cohorts
     Nc = n / C
     xp = np.clip(X @ p, 0.0, 1.0)
-    if isinstance(mech, BitMechanism):
-        qs, ps = mech.q_star, mech.p_star
-        r = ps + (qs - ps) * xp
-        v = r * (1 - r) / (Nc * (qs - ps) ** 2)
-    else:
-        e = math.exp(eps)
-        k = mech.k
-        c = (e + k - 1) / (e - 1)
-        m = (1 + (e - 1) * xp) / (e + k - 1)
-        v = c * c * m * (1 - m) / Nc
+    v = response_variance(mech, xp, Nc)
+    symbols = mech.report_kind == "symbol"
     w = 1.0 / v
-    dense = not isinstance(mech, BitMechanism) and setup.table is not None and mech.k <= dense_max_k
+    dense = symbols and setup.table is not None and mech.k <= dense_max_k
     if dense:
         # O-RR with few symbols: X has C·S ones in C·k rows; Xᵀ diag(w) X as k dense (S×C)(C×S) products
         # (BLAS, ~k·C·S² flops) beats the sparse product (~C·S²/k operations, ~100× slower each).
@@ -118,12 +101,16 @@ def predicted_variances(
         full_rank = False
     Gi = np.linalg.inv(G) if full_rank else np.linalg.pinv(G, hermitian=True)
     bias = np.zeros_like(p) if full_rank else -(p - Gi @ (G @ p))
-    if isinstance(mech, BitMechanism):
+    if not symbols:
         var = np.diag(Gi).copy()
     else:
         # O-RR cells of one cohort are multinomial: Cov z_c = c²/N_c (diag(m_c) − m_c m_cᵀ), not diagonal.
         # Sandwich for the estimator A = G⁻¹XᵀW: diag(A Cov Aᵀ) = diag(G⁻¹ Xᵀ diag(w² c² m/N_c) X G⁻¹)
-        # − (c²/N_c) Σ_c (A m_c)², with A m_c the columns of U = G⁻¹ Xᵀ (W M), M the cohort blocks of m.
+        # − (c²/N_c) Σ_c (A m_c)², with A m_c the columns of U = G⁻¹ Xᵀ (W M), M the cohort blocks of m,
+        # m = Q(y|x) + (Q(x|x) − Q(y|x)) Xp the cells' response rates and c = 1/(Q(x|x) − Q(y|x)).
+        keep, other = mech.response_rates
+        c = 1.0 / (keep - other)
+        m = other + (keep - other) * xp
         bw = w * w * c * c * m / Nc
         if dense:
             bk = bw.reshape(C, mech.k)
@@ -138,6 +125,16 @@ def predicted_variances(
         U = Gi @ XtWM
         var = np.einsum("ij,ij->i", Gi @ B, Gi) - (c * c / Nc) * np.einsum("ij,ij->i", U, U)
     return np.maximum(var - sampling, 0.0), bias
+
+
+def response_variance(mech: Mechanism, p: np.ndarray, n: float | np.ndarray) -> np.ndarray:
+    """Per-cell variance of the unbiased response of ``n`` reports (per cohort) whose true cells have
+    frequencies ``p`` (``Xp`` for a hashed mechanism): :func:`~ldpstream.estimators.variance.krr_variance` over
+    the ``k`` symbols of a symbol mechanism, :func:`~ldpstream.estimators.variance.bit_variance` at the
+    :attr:`~ldpstream.mechanisms.base.Mechanism.response_rates` of a bit mechanism."""
+    if mech.report_kind == "symbol":
+        return krr_variance(p, n, float(mech.epsilon), k=mech.k)
+    return bit_variance(p, n, *mech.response_rates)
 
 
 def _phi(z: np.ndarray) -> np.ndarray:

@@ -8,16 +8,17 @@ not on ε, so the tuner, which evaluates many ε-independent grid points, hashes
 
 Cohort c's hash (or permutation) does not depend on the number of cohorts C: the table of C cohorts is the
 first C rows of any table with more cohorts, so a cached larger table is sliced instead of hashing again.
+On a closed alphabet the table is ``π_c(s) mod k`` with π_c independent of k: the table at k = S is cached and
+reduced mod k. The tables come from the mechanism itself (:meth:`~ldpstream.mechanisms.base.Mechanism.value_table`).
 The SHA-256 O-RR tables dominate a cold start of the tuner (n = 10^6, S = 256).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import scipy.sparse as sp
 
+from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.factory import make_mechanism
 
 #: The table cache is emptied when it holds more than this many tables.
@@ -26,55 +27,51 @@ TABLE_CACHE_LIMIT = 256
 TableKey = tuple[str, int, int, int | None, int, bool]
 
 _TABLE_CACHE: dict[TableKey, tuple[np.ndarray, sp.csr_matrix]] = {}
-_PERMUTATION_CACHE: dict[int, np.ndarray] = {}
+_CLOSED_CACHE: dict[tuple[str, int | None, int], np.ndarray] = {}
 
 
-def closed_permutations(support: int, cohorts: int) -> np.ndarray:
-    """``(C, S)`` per-cohort permutations π_c of a closed O-RR: its symbol table with k = S (π_c mod S = π_c).
+def closed_base_table(mechanism: Mechanism, support: int) -> np.ndarray:
+    """The :meth:`~ldpstream.mechanisms.base.Mechanism.value_table` of a closed-alphabet ``mechanism`` rebuilt
+    with k = S: the per-cohort permutations π_c(s) themselves, whose ``% k`` is the table at any k.
 
-    Cached per S (the largest C computed; fewer cohorts are its first rows)."""
-    base = _PERMUTATION_CACHE.get(support)
-    if base is None or base.shape[0] < cohorts:
-        mech: Any = make_mechanism(
-            {"mechanism": "orr", "k": support, "epsilon": 1.0, "cohorts": cohorts, "support": support}
-        )
-        base = _PERMUTATION_CACHE[support] = np.asarray(mech.symbol_table(), dtype=np.int64)
-    return base[:cohorts]
+    Cached per (mechanism, h, S) (the largest C computed; fewer cohorts are its first rows)."""
+    hashes = mechanism.parameters().get("hashes")
+    key = (mechanism.name, None if hashes is None else int(hashes), support)
+    base = _CLOSED_CACHE.get(key)
+    if base is None or base.shape[0] < mechanism.cohorts:
+        wide = make_mechanism({**mechanism.parameters(), "k": support})
+        base = _CLOSED_CACHE[key] = np.asarray(wide.value_table(None), dtype=np.int64)
+    return base[: mechanism.cohorts]
 
 
 def cached_table(
-    name: str,
-    mechanism: Any,
+    mechanism: Mechanism,
     *,
-    k: int,
-    cohorts: int,
     hashes: int | None,
     support: int,
-    closed: bool,
     candidates: list[str] | None,
 ) -> tuple[np.ndarray, sp.csr_matrix]:
-    """The hash table of ``mechanism`` (an ``orr`` or ``orappor`` built with these parameters) and its
-    ``(C·k, S)`` design matrix, from the cache when possible.
+    """The value table of the hashed ``mechanism`` (:meth:`~ldpstream.mechanisms.base.Mechanism.value_table`,
+    ``hashes`` its h if it has one) and its ``(C·k, S)`` design matrix, from the cache when possible.
 
-    ``candidates`` are the strings hashed on an open alphabet (``None`` when ``closed``)."""
-    key: TableKey = (name, k, cohorts, hashes, support, closed)
+    ``candidates`` are the strings hashed on an open alphabet (``None`` when the mechanism is closed)."""
+    k, cohorts, closed = mechanism.k, mechanism.cohorts, mechanism.closed
+    key: TableKey = (mechanism.name, k, cohorts, hashes, support, closed)
     if key not in _TABLE_CACHE:
         if len(_TABLE_CACHE) > TABLE_CACHE_LIMIT:
             _TABLE_CACHE.clear()
         larger = [
             value[0] for other, value in _TABLE_CACHE.items()
-            if other[0] == name and other[1] == k and other[3:] == key[3:] and other[2] > cohorts
+            if other[:2] == key[:2] and other[3:] == key[3:] and other[2] > cohorts
         ]
         table: np.ndarray
         if larger:
             table = np.ascontiguousarray(larger[0][:cohorts])
-        elif name == "orr" and closed:
+        elif closed:
             # the closed table is π_c(s) mod k, with π_c independent of k
-            table = closed_permutations(support, cohorts) % k
-        elif name == "orr":
-            table = mechanism.symbol_table(candidates)
+            table = closed_base_table(mechanism, support) % k
         else:
-            table = mechanism.bloom_table(candidates)
+            table = np.asarray(mechanism.value_table(candidates))
         _TABLE_CACHE[key] = (table, mechanism.design_matrix(table))
     return _TABLE_CACHE[key]
 

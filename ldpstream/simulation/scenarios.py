@@ -77,7 +77,7 @@ def build_setup(
             pp, qq, ff = float(p), float(q), float(f or 0.0)
         mech = make_mechanism({"mechanism": "rappor", "k": kk, "hashes": h, "cohorts": C, "p": pp, "q": qq, "f": ff})
         cands = candidate_strings(S)
-        return Setup(name, mech, S, False, mech.bloom_table(cands), cands)  # type: ignore[attr-defined]
+        return Setup(name, mech, S, False, mech.value_table(cands), cands)
     eps = require_epsilon(epsilon)
     if k is None or cohorts is None or (name == "orappor" and hashes is None):
         dist_p = np.full(S, 1.0 / S) if dist is None else dist

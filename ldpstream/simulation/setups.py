@@ -29,28 +29,34 @@ import scipy.sparse as sp
 from ldpstream.distributions import candidate_strings
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.candidates import decode_bits, decode_orr
-from ldpstream.estimators.direct import estimate_krappor, estimate_krr
+from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.simplex import truncate_normalize
-from ldpstream.mechanisms.base import BitMechanism, Mechanism
-from ldpstream.mechanisms.factory import make_mechanism
+from ldpstream.mechanisms import check_epsilon
+from ldpstream.mechanisms.base import Mechanism
+from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
 from ldpstream.simulation.hash_tables import cached_table
 
 #: Mechanism names accepted by :func:`ldpstream.simulation.scenarios.build_setup`.
 MECHANISM_NAMES: tuple[str, ...] = ("krr", "krappor", "orr", "orappor", "rappor")
+
+
+def is_direct(mechanism: Mechanism | type[Mechanism]) -> bool:
+    """Whether ``mechanism`` (or its class) encodes the symbols 0..S−1 directly (k = S, no hashing, no cohorts):
+    its :attr:`~ldpstream.mechanisms.base.Mechanism.decoder_family` inverts the channel over ``0..k-1``."""
+    return mechanism.decoder_family.startswith("direct")
+
+
 #: Mechanisms that encode the symbols 0..S−1 directly (k = S, no hashing, no cohorts).
-DIRECT_MECHANISMS: tuple[str, ...] = ("krr", "krappor")
+DIRECT_MECHANISMS: tuple[str, ...] = tuple(name for name in MECHANISM_NAMES if is_direct(MECHANISMS[name]))
 #: Decoder names accepted by :meth:`Setup.decode`.
 DECODERS: tuple[str, ...] = ("unbiased", "truncate", "project", "ls", "nnls", "mle")
 
 
 def require_epsilon(epsilon: float | None) -> float:
-    """``epsilon`` as a float, checked to be given, finite and > 0."""
+    """``epsilon`` as a float, checked to be given, then by :func:`~ldpstream.mechanisms.check_epsilon`."""
     if epsilon is None:
         raise ParameterError("--epsilon is required for this mechanism")
-    e = float(epsilon)
-    if not e > 0 or not math.isfinite(e):
-        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon}")
-    return e
+    return check_epsilon(epsilon)
 
 
 def rappor_rates_for_epsilon(epsilon: float, hashes: int) -> tuple[float, float, float]:
@@ -61,9 +67,7 @@ def rappor_rates_for_epsilon(epsilon: float, hashes: int) -> tuple[float, float,
     (docs/math/mechanisms.md, "RAPPOR"); these are O-RAPPOR's per-bit rates. Without a PRR, repeated
     reports of one client compose (ε_∞ is unbounded): this choice is for one-report simulations.
     """
-    if not epsilon > 0 or not math.isfinite(epsilon):
-        raise ParameterError(f"epsilon must be finite and > 0, got {epsilon}")
-    q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
+    q = 1.0 / (1.0 + math.exp(-check_epsilon(epsilon) / (2.0 * hashes)))
     return 1.0 - q, q, 0.0
 
 
@@ -83,8 +87,7 @@ class Setup:
     def design(self) -> sp.csr_matrix:
         """The ``(C·k, S)`` 0/1 design matrix (cohort-major rows) of the mechanism's hashing."""
         if self._design is None:
-            m: Any = self.mechanism
-            self._design = m.design_matrix() if self.name in DIRECT_MECHANISMS else m.design_matrix(self.table)
+            self._design = self.mechanism.design_matrix(self.table)
         return self._design
 
     def parameters(self) -> dict[str, Any]:
@@ -97,13 +100,7 @@ class Setup:
 
     def simulate_sketch(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The count sketch of a population with ``counts[s]`` clients holding symbol s (one draw)."""
-        m: Any = self.mechanism
-        sketch: np.ndarray
-        if self.name in DIRECT_MECHANISMS:
-            sketch = m.simulate_sketch(counts, rng)
-        else:
-            sketch = m.simulate_sketch(counts, rng, table=self.table)
-        return sketch
+        return self.mechanism.simulate_sketch(counts, rng, table=self.table)
 
     def decode(self, sketch: np.ndarray, decoder: str) -> np.ndarray:
         """Decoded frequencies of the S symbols.
@@ -117,20 +114,17 @@ class Setup:
         """
         if decoder not in DECODERS:
             raise ParameterError(f"unknown decoder {decoder!r}; expected one of {DECODERS}")
-        eps = float(self.mechanism.epsilon)
-        if self.name in DIRECT_MECHANISMS:
+        mech = self.mechanism
+        if is_direct(mech):
             method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
-            fn = estimate_krr if self.name == "krr" else estimate_krappor
-            return fn(sketch, eps, method).frequencies  # type: ignore[arg-type]
+            return estimate(sketch, mech, method).frequencies
         method = {"unbiased": "ls", "truncate": "ls"}.get(decoder, decoder)
-        if isinstance(self.mechanism, BitMechanism):
-            mech = self.mechanism
-            est = decode_bits(sketch, self.design, mech.q_star, mech.p_star, method, other=False)  # type: ignore[arg-type]
+        if mech.report_kind == "bits":
+            est = decode_bits(sketch, self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
         else:
-            est = decode_orr(sketch, self.design, eps, method, other=False)  # type: ignore[arg-type]
+            est = decode_orr(sketch, self.design, float(mech.epsilon), method, other=False)  # type: ignore[arg-type]
         freq = est.frequencies
         return truncate_normalize(freq) if decoder == "truncate" else freq
-
 
 
 def hashed_setup(
@@ -143,10 +137,7 @@ def hashed_setup(
         spec["hashes"] = 1 if hashes is None else int(hashes)
     if closed:
         spec["support"] = support
-    mech: Any = make_mechanism(spec)
+    mech = make_mechanism(spec)
     cands = None if closed else candidate_strings(support)
-    table, design = cached_table(
-        name, mech, k=k, cohorts=cohorts, hashes=spec.get("hashes"), support=support, closed=closed,
-        candidates=cands,
-    )
+    table, design = cached_table(mech, hashes=spec.get("hashes"), support=support, candidates=cands)
     return Setup(name, mech, support, closed, table, cands, design)

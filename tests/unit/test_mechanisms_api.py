@@ -184,6 +184,26 @@ def test_orappor_encoding_and_tables():
     assert closed.encode(29)[1].shape == (16,)
 
 
+@pytest.mark.parametrize("mech", ALL, ids=repr)
+def test_simulation_hooks_on_the_base(mech):
+    """What simulations ask every mechanism: a design over its value table, an aggregate sketch through it,
+    and the response rates of a cell (k-RR's channel entries, or (q*, p*))."""
+    cands = None if mech.closed else ["a", "b", "c"]
+    table = mech.value_table(cands)
+    X = mech.design_matrix(table)
+    S = mech.k if table is None else table.shape[1]
+    assert X.shape == (mech.cohorts * mech.k, S)
+    sketch = mech.simulate_sketch(np.full(S, 5), np.random.default_rng(0), table=table)
+    assert sketch.shape == (mech.cohorts, mech.sketch_width)
+    assert mech.reports_per_cohort(sketch).sum() == 5 * S
+    hi, lo = mech.response_rates
+    if isinstance(mech, BitMechanism):
+        assert (hi, lo) == (mech.q_star, mech.p_star)
+    else:
+        ch = KRR(mech.k, mech.epsilon).channel()
+        assert hi == pytest.approx(ch[0, 0]) and lo == pytest.approx(ch[0, 1])
+
+
 def test_simulate_sketch_requires_generator():
     with pytest.raises(ParameterError, match="Generator"):
         KRR(4, 1.0).simulate_sketch([1, 2, 3, 4], SECURE)  # type: ignore[arg-type]

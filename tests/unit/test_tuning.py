@@ -97,7 +97,9 @@ def test_grid_identifiable_and_ranked():
     assert all(r["criterion"] == r["predicted_l1"] for r in ls)
 
 
-@pytest.mark.parametrize(("name", "closed", "h"), [("orr", False, None), ("orr", True, None), ("orappor", False, 1)])
+@pytest.mark.parametrize(
+    ("name", "closed", "h"), [("orr", False, None), ("orr", True, None), ("orappor", False, 1), ("orappor", True, 2)]
+)
 def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
     """The tuner slices cached tables: cohort c's hash must not depend on the number of cohorts."""
     from ldpstream.mechanisms.factory import make_mechanism
@@ -110,11 +112,25 @@ def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
     if closed:
         spec["support"] = 40
     mech = make_mechanism(spec)
-    fresh = mech.symbol_table(None if closed else big.candidates) if name == "orr" else mech.bloom_table(
-        big.candidates)
+    fresh = mech.value_table(big.candidates)
     assert np.array_equal(small.table, fresh)
     assert np.array_equal(big.table[:4], fresh)
     assert cached_table_count() > 0
+
+
+@pytest.mark.parametrize("name", ["krr", "krappor"])
+def test_direct_variances_are_the_estimators_single_home(name):
+    """The error model of k-RR / k-RAPPOR is the variance of ldpstream.estimators.variance, less sampling."""
+    from ldpstream.estimators.variance import krappor_variance, krr_variance
+    from ldpstream.simulation.error_model import predicted_variances
+
+    p = np.linspace(1.0, 2.0, 16)
+    p /= p.sum()
+    setup = build_setup(name, 1.5, 16)
+    var, bias = predicted_variances(setup, p, 10**4, reference="true")
+    home = krr_variance(p, 10**4, 1.5) if name == "krr" else krappor_variance(p, 10**4, 1.5)
+    np.testing.assert_allclose(var, home, rtol=1e-12)
+    assert not bias.any()
 
 
 def test_projected_l1_matches_monte_carlo_projection():
