@@ -44,7 +44,7 @@ def test_the_script_itself_checks_expiry_and_cell_range_before_writing(redis_url
     client = redis.Redis.from_url(redis_url)
     script = client.register_script(APPLY_SCRIPT)
     names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
-             keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
+             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
              keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 1))]
     args = ["", 5, 1, "reports_applied", 5, 1, 0, 0, 5, 1, expire_at, cell, 5]
     status, reason = script(keys=names, args=args)
