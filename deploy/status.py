@@ -3,6 +3,7 @@ letters by reason, and the last decode."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from ldpstream.config import KafkaConfig
 from ldpstream.kafka import partitions_of
+from ldpstream.mechanisms import Mechanism
 from ldpstream.registry import Registry
 from ldpstream.store.contract import StatusStore
 
@@ -25,7 +27,10 @@ def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusSt
         total = int(mechanism.reports_per_cohort(snapshot.all_time((mechanism.cohorts, mechanism.sketch_width))).sum())
         out["metrics"][metric.name] = {"reports": total, "per_bucket": per_bucket,
                                        "bucket_seconds": metric.bucket_seconds,
-                                       "fingerprint": f"{metric.fingerprint:08x}"}
+                                       "fingerprint": f"{metric.fingerprint:08x}",
+                                       "privacy": privacy_of(mechanism),
+                                       "rebuilding": {str(p): until for p, until in
+                                                      store.rebuilding(metric.topic).items()}}
     probe = Consumer(kafka.probe("_ldpstream_status"))
     try:
         for topic in registry.topics:
@@ -52,11 +57,23 @@ def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusSt
     return out
 
 
+def privacy_of(mechanism: Mechanism) -> dict[str, float | None]:
+    """What one client spends on the metric: ``epsilon`` for one report, ``epsilon_inf`` for any number of
+    reports of one value (None: unbounded, each report spends ``epsilon`` again)."""
+    epsilon_inf = mechanism.epsilon_inf
+    return {"epsilon": mechanism.epsilon, "epsilon_inf": epsilon_inf if math.isfinite(epsilon_inf) else None}
+
+
 def format_status(report: dict[str, Any]) -> str:
     lines = ["metrics:"]
     for name, entry in report["metrics"].items():
+        privacy = entry["privacy"]
+        forever = "unbounded" if privacy["epsilon_inf"] is None else f"{privacy['epsilon_inf']:g}"
         lines.append(f"  {name:<20} {entry['reports']:>12,} reports in {len(entry['per_bucket'])} bucket(s) "
-                     f"of {entry['bucket_seconds']} s (fingerprint {entry['fingerprint']})")
+                     f"of {entry['bucket_seconds']} s (fingerprint {entry['fingerprint']}); "
+                     f"ε {privacy['epsilon']:g} a report, ε∞ {forever} for repeated reports of one value")
+        if entry["rebuilding"]:
+            lines.append(f"  {'':<20} rebuilding from Kafka: partitions {sorted(entry['rebuilding'])}")
     lines.append("partitions (offset stored in Redis / end offset / lag):")
     for p in report["partitions"]:
         stored = "-" if p["stored_offset"] is None else f"{p['stored_offset']:,}"

@@ -17,6 +17,7 @@ from ldpstream.consumers.metrics import ConsumerMetrics
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
+from ldpstream.deploy.status import privacy_of
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
@@ -85,8 +86,11 @@ def test_status_json_reports_counts_per_bucket_offsets_and_lag_dead_letters_and_
     assert entry["reports"] == 1000
     assert entry["per_bucket"] == {str(T0 // BUCKET): 700, str(T0 // BUCKET + 1): 300}
     assert entry["bucket_seconds"] == BUCKET and entry["fingerprint"] == f"{lang.fingerprint:08x}"
+    idle = registry["idle"].mechanism
     assert after["metrics"]["idle"] == {"reports": 0, "per_bucket": {}, "bucket_seconds": 3600,
-                                        "fingerprint": f"{registry['idle'].fingerprint:08x}"}
+                                        "fingerprint": f"{registry['idle'].fingerprint:08x}",
+                                        "privacy": privacy_of(idle), "rebuilding": {}}
+    assert entry["privacy"]["epsilon"] == lang.mechanism.epsilon
     for partition in after["partitions"]:
         assert partition["topic"] == topic
         assert partition["stored_offset"] == partition["end_offset"] and partition["lag"] == 0, partition
