@@ -44,7 +44,7 @@ class DecoderMetrics:
         est = result.estimate
         order = np.argsort(-est.frequencies, kind="stable")[:top_n]
         shown = {result.names[i] for i in order}
-        ci = est.ci(0.95) if est.std_errors is not None else None
+        ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
         for i in order:
             labels = (result.metric, result.window, result.names[i])
             self.frequency.labels(*labels).set(float(est.frequencies[i]))

@@ -44,11 +44,13 @@ class PublishedEstimate:
     def to_json(self) -> dict[str, Any]:
         est = self.estimate
         values: list[dict[str, Any]] = []
-        ci = est.ci(0.95) if est.std_errors is not None else None
+        ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
         for i, name in enumerate(self.names):
             entry: dict[str, Any] = {"value": name, "frequency": float(est.frequencies[i])}
-            if ci is not None and est.std_errors is not None:
-                entry.update(std_error=float(est.std_errors[i]), low_95=float(ci.low[i]), high_95=float(ci.high[i]))
+            if est.std_errors is not None:
+                entry["std_error"] = float(est.std_errors[i])
+            if ci is not None:
+                entry.update(low_95=float(ci.low[i]), high_95=float(ci.high[i]))
             values.append(entry)
         return {
             "metric": self.metric,
@@ -58,6 +60,7 @@ class PublishedEstimate:
             "buckets": self.buckets,
             "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
             "method": est.method,
+            "interval_method": est.interval_method,
             "n_reports": int(est.n_reports),
             "residual": est.residual,
             "detection_floor": est.detection_floor,

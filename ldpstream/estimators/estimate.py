@@ -54,6 +54,10 @@ class Estimate:
         detection_floor: smallest frequency detectable at this n and ε with a Bonferroni test at
             α = 0.05 over all coordinates (``Φ⁻¹(1 − 0.05/S)`` times the sd of a zero-frequency estimate).
         info: decoder diagnostics (iterations, convergence, ...), JSON-friendly.
+        interval: the decoder's own 95% interval (``low``, ``high``), when it computes one (for example a
+            profile-likelihood interval of a maximum-likelihood estimate); ``None``: :meth:`ci` gives Wald
+            intervals from ``std_errors``.
+        interval_method: how the published 95% interval is made (``"wald"`` when :attr:`interval` is None).
     """
 
     frequencies: np.ndarray
@@ -65,6 +69,8 @@ class Estimate:
     residual_std_error: float | None = None
     detection_floor: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    interval: ConfidenceInterval | None = None
+    interval_method: str = "wald"
 
     def __post_init__(self) -> None:
         freq = np.asarray(self.frequencies, dtype=np.float64)
@@ -76,6 +82,11 @@ class Estimate:
             object.__setattr__(self, "std_errors", se)
         if self.labels is not None and len(self.labels) != freq.shape[0]:
             raise ParameterError(f"{len(self.labels)} labels for {freq.shape[0]} frequencies")
+        if self.interval is not None:
+            low, high = (np.asarray(b, dtype=np.float64) for b in self.interval)
+            if low.shape != freq.shape or high.shape != freq.shape:
+                raise ParameterError("interval bounds must have the frequencies' shape")
+            object.__setattr__(self, "interval", ConfidenceInterval(low, high))
 
     # ----------------------------------------------------------------------------------------------
     @property
@@ -101,11 +112,15 @@ class Estimate:
         return np.asarray(stats.norm.sf(self.z_scores()))
 
     def ci(self, level: float = 0.95, clip: bool = False) -> ConfidenceInterval:
-        """Normal (Wald) intervals ``frequency ± Φ⁻¹((1 + level)/2) · std_error``; ``clip`` intersects with [0, 1]."""
+        """The decoder's own interval (:attr:`interval`) at level 0.95 when it has one; otherwise normal (Wald)
+        intervals ``frequency ± Φ⁻¹((1 + level)/2) · std_error``. ``clip`` intersects with [0, 1]."""
         if not 0 < level < 1:
             raise ParameterError(f"level must be in (0, 1), got {level}")
-        half = stats.norm.isf((1 - level) / 2) * self._se()
-        low, high = self.frequencies - half, self.frequencies + half
+        if self.interval is not None and abs(level - 0.95) < 1e-12:
+            low, high = self.interval
+        else:
+            half = stats.norm.isf((1 - level) / 2) * self._se()
+            low, high = self.frequencies - half, self.frequencies + half
         if clip:
             low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
         return ConfidenceInterval(low, high)
