@@ -151,6 +151,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             "seed": args.seed,
         },
         "losses": res.summary(),
+        "coverage": res.coverage,
+        "coverage_min": res.coverage_min,
         "seconds": elapsed,
         "seconds_per_trial": res.seconds / args.trials,
     }
@@ -164,6 +166,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     for name in LOSSES:
         e, t = summ["empirical"][name], summ["true"][name]
         print(f"{name:<10} {e['mean']:>17.6g} {e['median']:>19.6g} {t['mean']:>12.6g} {t['median']:>14.6g}")
+    if out["coverage"] is not None:
+        worst = "" if out["coverage_min"] is None else f", lowest per value (p >= 1%) {out['coverage_min']:.3f}"
+        print(f"95% interval coverage of the true probabilities: {out['coverage']:.3f}{worst}")
     print(f"{elapsed:.2f} s in all, {out['seconds_per_trial']:.3f} s per trial")
     return 0
 

@@ -19,6 +19,7 @@ builds any set-up, choosing free parameters by the error model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from ldpstream.distributions import candidate_strings
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.candidates import decode_bits, decode_orr
 from ldpstream.estimators.dispatch import estimate
+from ldpstream.estimators.estimate import Estimate
 from ldpstream.estimators.simplex import truncate_normalize
 from ldpstream.mechanisms import check_epsilon
 from ldpstream.mechanisms.base import Mechanism
@@ -103,7 +105,11 @@ class Setup:
         return self.mechanism.simulate_sketch(counts, rng, table=self.table)
 
     def decode(self, sketch: np.ndarray, decoder: str) -> np.ndarray:
-        """Decoded frequencies of the S symbols.
+        """Decoded frequencies of the S symbols (see :meth:`decode_estimate`)."""
+        return self.decode_estimate(sketch, decoder).frequencies
+
+    def decode_estimate(self, sketch: np.ndarray, decoder: str) -> Estimate:
+        """The estimate of the S symbols, with the intervals the live decoder would publish.
 
         Direct mechanisms (k-RR, k-RAPPOR): ``unbiased``, ``truncate``, ``project``, ``mle``; ``ls`` is
         ``unbiased`` (least squares on an invertible channel is the inversion estimator) and ``nnls`` is
@@ -117,14 +123,16 @@ class Setup:
         mech = self.mechanism
         if is_direct(mech):
             method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
-            return estimate(sketch, mech, method).frequencies
+            return estimate(sketch, mech, method)
         method = {"unbiased": "ls", "truncate": "ls"}.get(decoder, decoder)
         if mech.report_kind == "bits":
             est = decode_bits(sketch, self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
         else:
             est = decode_orr(sketch, self.design, float(mech.epsilon), method, other=False)  # type: ignore[arg-type]
-        freq = est.frequencies
-        return truncate_normalize(freq) if decoder == "truncate" else freq
+        if decoder == "truncate":  # not a live decoder of hashed mechanisms: ls's interval, truncated point
+            return dataclasses.replace(est, frequencies=truncate_normalize(est.frequencies),
+                                       method=f"{est.method}+truncate")
+        return est
 
 
 def hashed_setup(

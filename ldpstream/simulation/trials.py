@@ -28,6 +28,11 @@ class TrialResults:
 
     losses: dict[str, dict[str, np.ndarray]]
     seconds: float
+    #: Fraction of (trial, value) pairs whose published 95% interval contains the value's TRUE probability,
+    #: over every value with a true probability above 0 (None: the decoder publishes no interval).
+    coverage: float | None = None
+    #: The lowest per-value coverage among values with a true probability of 1% or more.
+    coverage_min: float | None = None
 
     def summary(self) -> dict[str, dict[str, dict[str, float]]]:
         """``{reference: {loss: {"mean": …, "median": …}}}``."""
@@ -59,6 +64,7 @@ def run_trials(
     if n < 1:
         raise ParameterError(f"n must be >= 1, got {n}")
     est: dict[str, list[np.ndarray]] = {d: [] for d in names}
+    covered: dict[str, list[np.ndarray] | None] = {d: [] for d in names}
     secs = dict.fromkeys(names, 0.0)
     emp = []
     for _ in range(trials):
@@ -69,8 +75,16 @@ def run_trials(
         emp.append(empirical_distribution(counts))
         for d in names:
             t1 = time.perf_counter()
-            est[d].append(setup.decode(sketch, d))
+            result = setup.decode_estimate(sketch, d)
             secs[d] += shared + time.perf_counter() - t1
+            est[d].append(result.frequencies)
+            hits = covered[d]
+            if hits is not None:
+                if result.std_errors is None and result.interval is None:
+                    covered[d] = None
+                else:
+                    low, high = result.ci(0.95, clip=True)
+                    hits.append((low <= p) & (p <= high))
     emp_arr = np.asarray(emp)
     out = {}
     for d in names:
@@ -79,5 +93,16 @@ def run_trials(
             "empirical": {name: fn(e, emp_arr) for name, fn in LOSSES.items()},
             "true": {name: fn(e, p) for name, fn in LOSSES.items()},
         }
-        out[d] = TrialResults(losses, secs[d])
+        out[d] = TrialResults(losses, secs[d], *_coverage(covered[d], p))
     return out
+
+
+def _coverage(hits: list[np.ndarray] | None, p: np.ndarray) -> tuple[float | None, float | None]:
+    """``(coverage, coverage_min)`` of :class:`TrialResults` from per-trial ``(S,)`` masks of covered values."""
+    if not hits:
+        return None, None
+    per_value = np.mean(hits, axis=0)
+    present, heavy = p > 0, p >= 0.01
+    coverage = float(per_value[present].mean()) if present.any() else None
+    coverage_min = float(per_value[heavy].min()) if heavy.any() else None
+    return coverage, coverage_min

@@ -32,6 +32,9 @@ def test_simulate_json_smoke(capsys):
     # a projected estimate is a distribution: ℓ1 at most 2
     assert data["losses"]["empirical"]["l1"]["median"] <= 2
     assert data["seconds"] > 0
+    # the coverage of the published intervals: fractions, the worst heavy value at most the average
+    assert 0 <= data["coverage_min"] <= 1 and 0 <= data["coverage"] <= 1
+    assert data["coverage"] * 4 == pytest.approx(round(data["coverage"] * 4 * 32) / 32)  # whole (trial, value) pairs
 
 
 def test_simulate_is_reproducible(capsys):
