@@ -1,6 +1,6 @@
 """Privatizing values for one metric, whatever its mechanism: the adapter between the registry and the
 mechanisms' own encoders, through the hooks of :class:`~ldpstream.mechanisms.Mechanism` (no type dispatch).
-Real clients use :class:`ClientPrivatizer` (secure randomness, RAPPOR's PRR memo); simulations use
+Real clients use :class:`ClientPrivatizer` (secure randomness, memoized permanent responses); simulations use
 :func:`privatize_population` (a seeded generator, vectorized over the population)."""
 
 from __future__ import annotations
@@ -41,38 +41,39 @@ def privatize_population(metric: MetricConfig, value_index: np.ndarray, rng: np.
 class ClientPrivatizer:
     """What one device runs: privatizes its own values with secure randomness.
 
-    A mechanism with a :attr:`~ldpstream.mechanisms.Mechanism.stateful_client` (RAPPOR) gets one encoder per
-    metric (:meth:`~ldpstream.mechanisms.Mechanism.client_encoder`): its cohort is derived from the client
-    secret, so it is stable for the device, and its PRR memo makes repeated reports of a value reveal no more
-    than ε_∞.
+    Every metric gets one encoder (:meth:`~ldpstream.mechanisms.Mechanism.client_encoder`) built from a
+    per-metric secret and a cohort, both derived from the device secret: the cohort is stable for the device,
+    and a memoizing mechanism's permanent responses (RAPPOR's PRR; k-RR, k-RAPPOR, O-RR and O-RAPPOR unless
+    ``memoize = false``) make repeated reports of a value reveal no more than ε_∞. Those
+    (:attr:`~ldpstream.mechanisms.Mechanism.stateful_client`) need a secret that persists across restarts.
     """
 
     def __init__(self, secret: bytes | None = None) -> None:
         #: Whether the secret was given (so it can persist across restarts) or drawn for this process only.
         self.persistent = secret is not None
         self.secret = secret if secret is not None else secrets.token_bytes(32)
-        self._encoders: dict[str, ReportEncoder] = {}
+        #: One encoder per metric and channel (a registry reloaded with new parameters gets new encoders).
+        self._encoders: dict[tuple[str, int], ReportEncoder] = {}
 
     def privatize(self, metric: MetricConfig, value: Any) -> tuple[int, np.ndarray]:
         """Returns ``(cohort, report)``: a symbol, or a ``(k,)`` bit vector."""
         mechanism = metric.mechanism
         if mechanism.closed:
             value = self._closed_index(metric, value)
-        encoder: ReportEncoder = mechanism
-        if mechanism.stateful_client:
-            if not self.persistent:
+        encoder = self._encoders.get((metric.name, metric.fingerprint))
+        if encoder is None:
+            if mechanism.stateful_client and not self.persistent:
                 raise ParameterError(
-                    f"metric {metric.name!r} uses {mechanism.name}, whose permanent randomized response must "
-                    "survive restarts: give the client a persistent secret (LdpClient(..., secret_file=PATH))")
-            cached = self._encoders.get(metric.name)
-            if cached is None:
-                cached = mechanism.client_encoder(self._metric_secret(metric), self._cohort(metric))
-                self._encoders[metric.name] = cached
-            encoder = cached
+                    f"metric {metric.name!r} uses {mechanism.name} with a memoized permanent response, which must "
+                    "survive restarts: give the client a persistent secret (LdpClient(..., secret_file=PATH))"
+                    f"{' or set memoize = false for the metric' if hasattr(mechanism, 'memoize') else ''}")
+            encoder = mechanism.client_encoder(self._metric_secret(metric), self._cohort(metric))
+            self._encoders[metric.name, metric.fingerprint] = encoder
         cohort, report = encoder.encode_report(value)
         return cohort, np.asarray(report)
 
     def _metric_secret(self, metric: MetricConfig) -> bytes:
+        # The label predates the other mechanisms' permanent responses; changing it would change RAPPOR PRRs.
         return hmac.new(self.secret, f"rappor-prr:{metric.name}".encode(), hashlib.sha256).digest()
 
     def _cohort(self, metric: MetricConfig) -> int:

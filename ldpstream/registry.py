@@ -211,6 +211,11 @@ def _check_mechanism_fits(name: str, mechanism: Mechanism) -> None:
     if not mechanism.epsilon <= MAX_EPSILON:  # also refuses NaN and infinity (RAPPOR with p = 0, q = 1, f = 0)
         raise ConfigError(f"metric {name!r}: ε of one report is {mechanism.epsilon:g}; at most {MAX_EPSILON:g} "
                           "is accepted (beyond it a report all but reveals the value)")
+    permanent = getattr(mechanism, "epsilon_permanent", None)  # k-RR, k-RAPPOR, O-RR, O-RAPPOR (> ε: constructors)
+    if permanent is not None and not permanent <= MAX_EPSILON:
+        raise ConfigError(f"metric {name!r}: epsilon_permanent (ε of all reports of one value) is {permanent:g}; at "
+                          f"most {MAX_EPSILON:g} is accepted (beyond it the permanent response all but reveals the "
+                          "value)")
     if mechanism.cohorts > MAX_COHORTS:
         raise ConfigError(f"metric {name!r}: {mechanism.cohorts} cohorts; the report format carries at most "
                           f"{MAX_COHORTS}")

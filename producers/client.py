@@ -89,14 +89,15 @@ def _read_secret(path: Path) -> bytes:
 
 
 class LdpClient:
-    """A device's reporter: holds the registry, its secret (RAPPOR PRR memo, cohort) and a producer."""
+    """A device's reporter: holds the registry, its secret (cohorts, memoized permanent responses) and a producer."""
 
     def __init__(self, registry: Registry, kafka: KafkaConfig | str, *, secret: bytes | None = None,
                  secret_file: str | Path | None = None, delivery_timeout: float = 30.0,
                  producer_config: Mapping[str, Any] | None = None) -> None:
         """``secret`` (or ``secret_file``, created with 32 random bytes on first use and read afterwards)
-        must persist for the life of the device when a metric uses RAPPOR: a new secret means a new
-        permanent randomized response, and averaging those undoes RAPPOR's long-run guarantee (ε_∞).
+        must persist for the life of the device when a metric memoizes a permanent response (RAPPOR, and k-RR,
+        k-RAPPOR, O-RR, O-RAPPOR unless ``memoize = false``): a new secret means a new permanent response, and
+        averaging those undoes the long-run guarantee (ε_∞). Without either, such metrics refuse to report.
         ``kafka`` is the service configuration's :class:`~ldpstream.config.KafkaConfig` (or bootstrap
         servers); ``producer_config`` adds librdkafka settings of this client's producer."""
         self.registry = registry

@@ -4,6 +4,8 @@
 - :class:`ORR` (O-RR), :class:`ORappor` (O-RAPPOR): hashing and cohorts, open (str/bytes) or closed
   (``support=S``) alphabets (Kairouz, Bonawitz, Ramage 2016).
 - :class:`Rappor` / :class:`RapporClient`: Google-compatible RAPPOR (Erlingsson et al. 2014).
+- :class:`MemoizedEncoder`: a real client of the first four, with a memoized permanent response (drawn from
+  :class:`KeyedRandomness`) and optionally an instantaneous layer (:mod:`ldpstream.mechanisms.longitudinal`).
 
 Every mechanism: ``encode`` (one value, :data:`SECURE` randomness), ``encode_batch`` (vectorized, any
 ``rng``), ``simulate_sketch`` (aggregate count sketch, exact in distribution), ``parameters()``
@@ -30,9 +32,10 @@ from ldpstream.mechanisms.hashing import (
 )
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.longitudinal import MemoizedEncoder
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
-from ldpstream.mechanisms.randomness import SECURE, Randomness, SecureRandomness
+from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness, SecureRandomness
 from ldpstream.mechanisms.rappor import (
     Rappor,
     RapporClient,
@@ -51,7 +54,9 @@ __all__ = [
     "SECURE",
     "BitMechanism",
     "KRappor",
+    "KeyedRandomness",
     "Mechanism",
+    "MemoizedEncoder",
     "ORappor",
     "Randomness",
     "Rappor",

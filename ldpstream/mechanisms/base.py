@@ -27,6 +27,7 @@ string, most significant bit first, is how Google's RAPPOR prints a report.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Protocol
@@ -77,9 +78,6 @@ class Mechanism(ABC):
     #: Whether simulating or encoding a population needs a per-cohort table of the value list
     #: (:meth:`value_table`): hashed mechanisms do, k-RR and k-RAPPOR do not.
     needs_value_table: ClassVar[bool] = True
-    #: Whether a real client must keep state across reports, derived from a persistent secret (RAPPOR's
-    #: memoized permanent randomized response): then it encodes through :meth:`client_encoder`.
-    stateful_client: ClassVar[bool] = False
 
     #: Output width: number of symbols (symbol mechanisms) or of bits (bit mechanisms).
     k: int
@@ -93,9 +91,20 @@ class Mechanism(ABC):
 
     @property
     def epsilon_inf(self) -> float:
-        """ε of any number of reports of one value by one client (ε_∞); equals ``epsilon`` unless the
-        mechanism memoizes a permanent response."""
-        return self.epsilon
+        """ε_∞: ε of any number of reports of one value by one client (its devices encode through
+        :meth:`client_encoder`). Finite only when the client memoizes a permanent response: RAPPOR's
+        2h ln((1 − f/2)/(f/2)); for k-RR, k-RAPPOR, O-RR and O-RAPPOR ``epsilon`` (``memoize``, no
+        instantaneous layer), ``epsilon_permanent`` (with one) or ∞ (``memoize=False``: r reports cost rε).
+        See docs/math/privacy-accounting.md#longitudinal-privacy-memoized-permanent-response.
+
+        The base (a mechanism with fresh noise on every report) returns ∞."""
+        return math.inf
+
+    @property
+    def stateful_client(self) -> bool:
+        """Whether a real client keeps state across reports derived from a persistent secret (a memoized
+        permanent response): then the device secret must persist (:class:`~ldpstream.device.ClientPrivatizer`)."""
+        return False
 
     @property
     def closed(self) -> bool:
@@ -120,8 +129,10 @@ class Mechanism(ABC):
         as a fresh client."""
 
     def client_encoder(self, secret: bytes, cohort: int) -> ReportEncoder:
-        """The encoder of one real client (its ``secret`` and ``cohort`` matter only for a
-        :attr:`stateful_client` mechanism, which overrides this); stateless mechanisms encode themselves."""
+        """The encoder of one real client, whose per-metric ``secret`` and ``cohort`` (derived from the device
+        secret) it keeps; every mechanism of the package overrides this (RAPPOR's :class:`RapporClient`, the
+        others' :class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder`). The base encodes as a fresh
+        client each time."""
         del secret, cohort
         return self
 

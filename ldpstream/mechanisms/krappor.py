@@ -18,17 +18,21 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
 )
 from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
+from ldpstream.mechanisms.longitudinal import Memoizing
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import bit_rates
 
 
 @dataclass(frozen=True)
-class KRappor(DirectEncoding, BitMechanism):
+class KRappor(Memoizing, DirectEncoding, BitMechanism):
     """k-RAPPOR: one-hot encode x in ``0..k-1`` as k bits, keep each bit w.p. e^{ε/2}/(1 + e^{ε/2}).
 
     So q* = P(bit 1 | true 1) = e^{ε/2}/(1 + e^{ε/2}) and p* = P(bit 1 | true 0) = 1/(1 + e^{ε/2})
     (docs/math/mechanisms.md#k-rappor). Two inputs differ in two bits, each contributing at most
     q*/p* = e^{ε/2} to the likelihood ratio: ε-LDP, tight.
+
+    ``memoize`` / ``epsilon_permanent``: how a real client protects repeated reports
+    (:mod:`ldpstream.mechanisms.longitudinal`); one report is this channel either way.
     """
 
     name: ClassVar[str] = "krappor"
@@ -37,13 +41,26 @@ class KRappor(DirectEncoding, BitMechanism):
 
     k: int
     epsilon: float
+    memoize: bool = True
+    epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", check_int("k", self.k, 2))
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        self.check_longitudinal()
 
     def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon}
+        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
+
+    def channel_input(self, value: Any, cohort: int) -> np.ndarray:
+        """The one-hot ``(k,)`` bool vector of the symbol (one cohort)."""
+        bits = np.zeros(self.k, dtype=bool)
+        bits[as_index_array("value", np.asarray([value]), self.k)[0]] = True
+        return bits
+
+    def unit_epsilon(self, epsilon: float) -> float:
+        """Per-bit ε = ε/2 (two bits differ between any two inputs)."""
+        return epsilon / 2.0
 
     @property
     def q_star(self) -> float:

@@ -16,6 +16,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
 )
 from ldpstream.mechanisms.base import DecoderFamily, DirectEncoding, SymbolMechanism
+from ldpstream.mechanisms.longitudinal import Memoizing
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import krr_channel, krr_keep_probability
 
@@ -40,9 +41,12 @@ def krr_sketch_from_true_counts(
 
 
 @dataclass(frozen=True)
-class KRR(DirectEncoding, SymbolMechanism):
+class KRR(Memoizing, DirectEncoding, SymbolMechanism):
     """k-RR over the alphabet ``0..k-1``: report the true symbol w.p. e^ε/(e^ε + k − 1), every other
-    symbol w.p. 1/(e^ε + k − 1) (docs/math/mechanisms.md#k-rr). ε-LDP, tight."""
+    symbol w.p. 1/(e^ε + k − 1) (docs/math/mechanisms.md#k-rr). ε-LDP, tight.
+
+    ``memoize`` / ``epsilon_permanent``: how a real client protects repeated reports
+    (:mod:`ldpstream.mechanisms.longitudinal`); one report is this channel either way."""
 
     name: ClassVar[str] = "krr"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
@@ -50,13 +54,24 @@ class KRR(DirectEncoding, SymbolMechanism):
 
     k: int
     epsilon: float
+    memoize: bool = True
+    epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", check_int("k", self.k, 2))
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        self.check_longitudinal()
 
     def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon}
+        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
+
+    def channel_input(self, value: Any, cohort: int) -> int:
+        """The symbol itself (one cohort)."""
+        return int(as_index_array("value", np.asarray([value]), self.k)[0])
+
+    def unit_epsilon(self, epsilon: float) -> float:
+        """k-RR is its own unit channel."""
+        return epsilon
 
     @property
     def keep_probability(self) -> float:

@@ -43,6 +43,7 @@ from ldpstream.mechanisms._common import (
     to_value_list,
 )
 from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
+from ldpstream.mechanisms.longitudinal import Memoizing
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import bit_rates
 
@@ -85,10 +86,12 @@ def encode_bloom_batch(
 
 
 @dataclass(frozen=True)
-class ORappor(HashedEncoding, BitMechanism):
+class ORappor(Memoizing, HashedEncoding, BitMechanism):
     """O-RAPPOR with ``cohorts`` cohorts, ``hashes`` (h) Bloom hashes of ``k`` bits, ε per report.
 
-    Per-bit rates: q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p* = 1 − q* (module docstring).
+    Per-bit rates: q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p* = 1 − q* (module docstring). ``memoize`` /
+    ``epsilon_permanent``: how a real client (whose cohort is fixed) protects repeated reports
+    (:mod:`ldpstream.mechanisms.longitudinal`); one report is this channel either way.
     """
 
     name: ClassVar[str] = "orappor"
@@ -99,6 +102,8 @@ class ORappor(HashedEncoding, BitMechanism):
     cohorts: int
     hashes: int = 1
     support: int | None = None
+    memoize: bool = True
+    epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", check_int("k", self.k, 2))
@@ -107,6 +112,7 @@ class ORappor(HashedEncoding, BitMechanism):
         object.__setattr__(self, "hashes", check_int("hashes", self.hashes, 1, self.k))
         if self.support is not None:
             object.__setattr__(self, "support", check_int("support", self.support, 1))
+        self.check_longitudinal()
 
     def parameters(self) -> dict[str, int | float | str | bool]:
         out: dict[str, int | float | str | bool] = {
@@ -118,7 +124,25 @@ class ORappor(HashedEncoding, BitMechanism):
         }
         if self.support is not None:
             out["support"] = self.support
+        return {**out, **self.longitudinal_parameters()}
+
+    def channel_input(self, value: Any, cohort: int) -> np.ndarray:
+        """The value's ``(k,)`` bool Bloom filter in ``cohort`` (the row of :meth:`bloom_table`)."""
+        check_int("cohort", cohort, 0, self.cohorts - 1)
+        if self.closed:
+            assert self.support is not None
+            index = int(as_index_array("value", np.asarray([value]), self.support)[0])
+            bits = [int(hashing.closed_permutation(self.support, cohort, j)[index]) % self.k
+                    for j in range(self.hashes)]
+        else:
+            bits = hashing.bloom_bits(value, cohort, self.hashes, self.k)
+        out = np.zeros(self.k, dtype=bool)
+        out[bits] = True
         return out
+
+    def unit_epsilon(self, epsilon: float) -> float:
+        """Per-bit ε = ε/(2h) (two Bloom filters differ in at most 2h bits)."""
+        return epsilon / (2.0 * self.hashes)
 
     @property
     def closed(self) -> bool:

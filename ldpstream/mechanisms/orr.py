@@ -31,6 +31,7 @@ from ldpstream.mechanisms._common import (
 )
 from ldpstream.mechanisms.base import DecoderFamily, HashedEncoding, SymbolMechanism
 from ldpstream.mechanisms.krr import KRR, krr_sketch_from_true_counts
+from ldpstream.mechanisms.longitudinal import Memoizing
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import krr_channel
 
@@ -38,13 +39,15 @@ Candidates = Sequence[Any] | np.ndarray | None
 
 
 @dataclass(frozen=True)
-class ORR(HashedEncoding, SymbolMechanism):
+class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     """O-RR with ``cohorts`` hash cohorts over ``k`` symbols at privacy ``epsilon``.
 
     The report's ε is k-RR's (the cohort is chosen independently of the value, and hashing is a
     post-processing of nothing private), so :meth:`channel` is the k×k k-RR matrix applied after
     hashing. ``support=None``: open alphabet of str/bytes values; ``support=S``: closed alphabet
-    0..S-1 mapped by ``π_c(s) mod k``.
+    0..S-1 mapped by ``π_c(s) mod k``. ``memoize`` / ``epsilon_permanent``: how a real client (whose cohort
+    is fixed) protects repeated reports (:mod:`ldpstream.mechanisms.longitudinal`); one report is this channel
+    either way.
     """
 
     name: ClassVar[str] = "orr"
@@ -54,6 +57,8 @@ class ORR(HashedEncoding, SymbolMechanism):
     epsilon: float
     cohorts: int
     support: int | None = None
+    memoize: bool = True
+    epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", check_int("k", self.k, 2))
@@ -61,6 +66,7 @@ class ORR(HashedEncoding, SymbolMechanism):
         object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
         if self.support is not None:
             object.__setattr__(self, "support", check_int("support", self.support, 1))
+        self.check_longitudinal()
 
     def parameters(self) -> dict[str, int | float | str | bool]:
         out: dict[str, int | float | str | bool] = {
@@ -71,7 +77,21 @@ class ORR(HashedEncoding, SymbolMechanism):
         }
         if self.support is not None:
             out["support"] = self.support
-        return out
+        return {**out, **self.longitudinal_parameters()}
+
+    def channel_input(self, value: Any, cohort: int) -> int:
+        """The value's symbol in ``cohort``: ``π_c(s) mod k`` (closed) or ``HASH_c(s) mod k`` (open), the
+        entry of :meth:`symbol_table`."""
+        check_int("cohort", cohort, 0, self.cohorts - 1)
+        if self.closed:
+            assert self.support is not None
+            index = int(as_index_array("value", np.asarray([value]), self.support)[0])
+            return int(hashing.closed_permutation(self.support, cohort, 0)[index]) % self.k
+        return hashing.orr_hash(value, cohort, self.k)
+
+    def unit_epsilon(self, epsilon: float) -> float:
+        """k-RR on the hashed symbol is the unit channel."""
+        return epsilon
 
     @property
     def closed(self) -> bool:

@@ -135,7 +135,6 @@ class Rappor(HashedEncoding, BitMechanism):
 
     name: ClassVar[str] = "rappor"
     decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
-    stateful_client: ClassVar[bool] = True
 
     k: int
     hashes: int
@@ -189,6 +188,11 @@ class Rappor(HashedEncoding, BitMechanism):
         if self.f == 0.0:
             return math.inf
         return 2.0 * self.hashes * math.log((1.0 - self.f / 2.0) / (self.f / 2.0))
+
+    @property
+    def stateful_client(self) -> bool:
+        """A RAPPOR client memoizes its PRR (:class:`RapporClient`)."""
+        return True
 
     # -- hashing -------------------------------------------------------------------------------------
 

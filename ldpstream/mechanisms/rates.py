@@ -5,6 +5,11 @@
   ``q* = e^{ε_bit}/(1 + e^{ε_bit})``, ``p* = 1/(1 + e^{ε_bit}) = 1 − q*``.
 - RAPPOR (docs/math/mechanisms.md#rappor): ``q* = (1 − f/2) q + (f/2) p``, ``p* = (1 − f/2) p + (f/2) q``.
 
+- Memoized permanent response + instantaneous layer (docs/math/privacy-accounting.md#composing-the-two-layers):
+  the instantaneous ε that makes the composition of a permanent channel at ε_∞ and an instantaneous one
+  exactly the one-report channel at ε, for k-RR (:func:`krr_irr_epsilon`) and for symmetric bit flips
+  (:func:`bit_irr_epsilon`).
+
 Inputs are assumed validated (the mechanisms' constructors check them).
 """
 
@@ -14,7 +19,15 @@ import math
 
 import numpy as np
 
-__all__ = ["bit_rates", "krr_channel", "krr_keep_probability", "krr_rates", "rappor_rates"]
+__all__ = [
+    "bit_irr_epsilon",
+    "bit_rates",
+    "krr_channel",
+    "krr_irr_epsilon",
+    "krr_keep_probability",
+    "krr_rates",
+    "rappor_rates",
+]
 
 
 def krr_keep_probability(k: int, epsilon: float) -> float:
@@ -47,3 +60,33 @@ def rappor_rates(p: float, q: float, f: float) -> tuple[float, float]:
     (docs/math/mechanisms.md#rappor): PRR with probability f, then IRR with p, q."""
     half = f / 2.0
     return (1.0 - half) * q + half * p, (1.0 - half) * p + half * q
+
+
+def krr_irr_epsilon(k: int, epsilon: float, epsilon_inf: float) -> float:
+    """ε₂ of the instantaneous k-RR such that k-RR_ε₂ ∘ k-RR_{ε_∞} is exactly k-RR_ε (needs ε_∞ > ε > 0).
+
+    Derivation (docs/math/privacy-accounting.md#composing-the-two-layers): k-RR_ε is the mixture
+    λ·identity + (1 − λ)·uniform with λ(ε) = (e^ε − 1)/(e^ε + k − 1), and mixing weights multiply under
+    composition, so λ(ε₂) = λ(ε)/λ(ε_∞); inverting λ gives e^ε₂ = (1 + (k − 1)λ₂)/(1 − λ₂). Equivalently the
+    keep probabilities satisfy a = a₁a₂ + (1 − a₁)(1 − a₂)/(k − 1).
+    """
+    lam = _krr_mixing(k, epsilon) / _krr_mixing(k, epsilon_inf)
+    return math.log1p(k * lam / (1.0 - lam))
+
+
+def _krr_mixing(k: int, epsilon: float) -> float:
+    """k-RR's identity weight λ = (e^ε − 1)/(e^ε + k − 1) = expm1(ε)/(expm1(ε) + k)."""
+    em1 = math.expm1(epsilon)
+    return em1 / (em1 + k)
+
+
+def bit_irr_epsilon(epsilon_bit: float, epsilon_bit_inf: float) -> float:
+    """Per-bit ε₂ of the instantaneous flip such that flip_ε₂ ∘ flip_{ε_∞,bit} is exactly flip_{ε_bit}
+    (symmetric bit randomized response, keep probability b(ε) = e^ε/(1 + e^ε); needs ε_∞,bit > ε_bit > 0).
+
+    Derivation (docs/math/privacy-accounting.md#composing-the-two-layers): a kept-or-flipped bit keeps its
+    value with b = b₁b₂ + (1 − b₁)(1 − b₂), i.e. 2b − 1 = (2b₁ − 1)(2b₂ − 1), and 2b(ε) − 1 = tanh(ε/2); so
+    tanh(ε₂/2) = tanh(ε_bit/2)/tanh(ε_∞,bit/2).
+    """
+    ratio = math.tanh(epsilon_bit / 2.0) / math.tanh(epsilon_bit_inf / 2.0)
+    return 2.0 * math.atanh(ratio)

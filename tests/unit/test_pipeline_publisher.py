@@ -35,7 +35,7 @@ def test_publish_refuses_rows_that_are_not_a_2d_array_of_records():
 
 def test_client_refuses_an_event_time_outside_the_u32_field_instead_of_wrapping_it():
     registry = Registry.from_dict({"metrics": {"m": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
-    client = LdpClient(registry, NOWHERE, producer_config=QUIET)
+    client = LdpClient(registry, NOWHERE, secret=b"device-secret-0003", producer_config=QUIET)
     for bad in (-1, 2**32):
         with pytest.raises(ReportFormatError, match="event_time"):
             client.report("m", 1, event_time=bad)
