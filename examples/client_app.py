@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import secrets
 import tempfile
 from pathlib import Path
 
 from ldpstream.config import ServiceConfig, add_service_arguments
-from ldpstream.producers import LdpClient
+from ldpstream.producers import LdpClient, ReportPublisher
 from ldpstream.registry import Registry
 
 LANGUAGES = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
@@ -42,14 +43,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = ServiceConfig.from_args(args)
 
-    client = LdpClient(app_registry(args.topic), config.kafka.bootstrap, secret_file=args.secret_file,
-                       producer_config=config.kafka.settings, delivery_timeout=20.0)
+    registry = app_registry(args.topic)
+    publisher = ReportPublisher(config.kafka, delivery_timeout=20.0)
+    # This device: its secret persists in a file (its cohorts and memoized responses depend on it).
+    device = LdpClient(registry, publisher, secret_file=args.secret_file)
+    device.report("app_language", LANGUAGES[0])
+    # The other simulated users, each a device of its own (an in-memory secret stands in for each one's
+    # file), sharing this process's Kafka producer. Most speak the first languages; every report is
+    # randomized before it leaves its device.
     users = random.Random(args.seed)
-    for _ in range(args.count):
-        # Most users speak the first languages; each report is randomized before it leaves the client.
+    for _ in range(args.count - 1):
         language = users.choices(LANGUAGES, weights=range(len(LANGUAGES), 0, -1))[0]
-        client.report("app_language", language)
-    stats = client.flush()  # raises ldpstream.errors.ServiceError if Kafka cannot be reached
+        LdpClient(registry, publisher, secret=secrets.token_bytes(32)).report("app_language", language)
+    stats = publisher.flush()  # raises ldpstream.errors.ServiceError if Kafka cannot be reached
     print(json.dumps({"topic": args.topic, "reports": args.count, "acked": stats.records_acked,
                       "errors": stats.errors}))
 

@@ -10,6 +10,7 @@ deleted afterwards.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
@@ -20,7 +21,7 @@ from ldpstream.consumers.metrics import ConsumerMetrics
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
-from ldpstream.producers import LdpClient
+from ldpstream.producers import LdpClient, ReportPublisher
 from ldpstream.registry import Registry
 
 PLANS = ["free", "pro", "team", "enterprise"]
@@ -41,11 +42,12 @@ def test_reports_from_the_sdk_are_counted_and_decoded(kafka_bootstrap: str, redi
     total = sum(TRUE_COUNTS.values())
 
     # 1. Devices report with the SDK.
-    client = LdpClient(registry, kafka_bootstrap, secret=b"test-device-secret")
+    publisher = ReportPublisher(kafka_bootstrap)
+    rng = random.Random(7)
     for plan, count in TRUE_COUNTS.items():
-        for _ in range(count):
-            client.report("plan", plan)
-    assert client.flush().records_acked == total
+        for _ in range(count):  # each user is a device with its own secret; they share one Kafka producer
+            LdpClient(registry, publisher, secret=rng.randbytes(32)).report("plan", plan)
+    assert publisher.flush().records_acked == total
 
     # 2. A consumer folds the reports into sketches in Redis, exactly once.
     store = RedisConfig(redis_url, key_prefix).store()

@@ -11,6 +11,7 @@ and only the noisy report leaves it, published with an idempotent producer (``ac
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -88,37 +89,83 @@ def _read_secret(path: Path) -> bytes:
     return check_secret(secret, f"device secret {path}")
 
 
+class ReportedBuckets:
+    """The last time bucket each metric was reported in, kept in a small JSON file (written whole: a temporary
+    file renamed into place) or, without a file, in memory."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._last: dict[str, int] = {}
+        if path is not None and path.exists():
+            try:
+                loaded = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ParameterError(f"the reported-buckets file {path} is unreadable ({exc}); delete it to "
+                                     "start afresh") from None
+            self._last = {str(k): int(v) for k, v in loaded.items()}
+
+    def get(self, key: str) -> int | None:
+        return self._last.get(key)
+
+    def set(self, key: str, bucket: int) -> None:
+        self._last[key] = bucket
+        if self.path is not None:
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump(self._last, out)
+            os.replace(temporary, self.path)
+
+
 class LdpClient:
     """A device's reporter: holds the registry, its secret (cohorts, memoized permanent responses) and a producer."""
 
-    def __init__(self, registry: Registry, kafka: KafkaConfig | str, *, secret: bytes | None = None,
+    def __init__(self, registry: Registry, kafka: KafkaConfig | str | ReportPublisher, *, secret: bytes | None = None,
                  secret_file: str | Path | None = None, delivery_timeout: float = 30.0,
-                 producer_config: Mapping[str, Any] | None = None) -> None:
+                 producer_config: Mapping[str, Any] | None = None, once_per_bucket: bool = True) -> None:
         """``secret`` (or ``secret_file``, created with 32 random bytes on first use and read afterwards)
         must persist for the life of the device when a metric memoizes a permanent response (RAPPOR, and k-RR,
         k-RAPPOR, O-RR, O-RAPPOR unless ``memoize = false``): a new secret means a new permanent response, and
         averaging those undoes the long-run guarantee (ε_∞). Without either, such metrics refuse to report.
         ``kafka`` is the service configuration's :class:`~ldpstream.config.KafkaConfig` (or bootstrap
-        servers); ``producer_config`` adds librdkafka settings of this client's producer."""
+        servers), or a :class:`ReportPublisher` to share (a gateway or a simulation holding many clients: one
+        Kafka producer for all); ``producer_config`` adds librdkafka settings of this client's own producer.
+
+        ``once_per_bucket`` (the default): a metric is reported at most once per time bucket
+        (``bucket_seconds``); further calls in the same bucket send nothing and return False. Estimates of a
+        window then rest on at most one report per client and bucket. With ``secret_file`` the buckets already
+        reported are kept beside it (``<secret_file>.reported``), so a restart does not report again."""
         self.registry = registry
         if secret is None and secret_file is not None:
             secret = load_or_create_secret(Path(secret_file).expanduser())
         elif secret is not None:
             secret = check_secret(secret)
         self.privatizer = ClientPrivatizer(secret)
-        self.publisher = ReportPublisher(kafka, delivery_timeout=delivery_timeout, config=producer_config)
+        self.publisher = kafka if isinstance(kafka, ReportPublisher) else ReportPublisher(
+            kafka, delivery_timeout=delivery_timeout, config=producer_config)
+        self.once_per_bucket = once_per_bucket
+        self._reported = ReportedBuckets(None if secret_file is None else
+                                         Path(f"{Path(secret_file).expanduser()}.reported"))
 
-    def report(self, metric_name: str, value: Any, event_time: float | None = None) -> None:
-        """Privatize ``value`` for the metric and queue its report (see :meth:`flush`)."""
+    def report(self, metric_name: str, value: Any, event_time: float | None = None) -> bool:
+        """Privatize ``value`` for the metric and queue its report (see :meth:`flush`). Returns False, and sends
+        nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``)."""
         metric = self.registry[metric_name]
-        cohort, report = self.privatizer.privatize(metric, value)
-        payload = payloads_from_reports(metric.mechanism, np.asarray(report)[None, ...])
         when = int(event_time if event_time is not None else time.time())
         if not 0 <= when <= 0xFFFFFFFF:
             # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).
             raise ReportFormatError(f"event_time {event_time!r} is outside the report format's 0..2**32-1 s")
+        bucket = when // metric.bucket_seconds
+        key = f"{metric.name}:{metric.fingerprint:08x}"
+        if self.once_per_bucket and self._reported.get(key) == bucket:
+            return False
+        cohort, report = self.privatizer.privatize(metric, value)
+        payload = payloads_from_reports(metric.mechanism, np.asarray(report)[None, ...])
         rows = encode_records(metric.id, metric.fingerprint, [cohort], payload, event_time=when)
         self.publisher.publish(metric.topic, rows)
+        if self.once_per_bucket:
+            self._reported.set(key, bucket)
+        return True
 
     def flush(self, timeout: float | None = None) -> DeliveryStats:
         """Block until Kafka acknowledged every queued report; raises ServiceError when it cannot."""

@@ -64,7 +64,9 @@ def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> l
 def test_client_reports_of_every_mechanism_kind_reach_kafka_and_decode(kafka_bootstrap, fresh_topic):
     topic = fresh_topic(partitions=2)
     registry = sdk_registry(topic)
-    client = LdpClient(registry, kafka_bootstrap, secret=b"device-secret-0001", delivery_timeout=10.0)
+    # One device reporting many values in one bucket (to exercise the wire): once_per_bucket off.
+    client = LdpClient(registry, kafka_bootstrap, secret=b"device-secret-0001", delivery_timeout=10.0,
+                       once_per_bucket=False)
     event_time = int(time.time()) - 123
     for name in registry.metrics:
         for i in range(REPORTS_PER_METRIC):

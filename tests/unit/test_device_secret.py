@@ -65,3 +65,21 @@ def test_processes_racing_to_create_the_secret_all_get_the_same_one(tmp_path):
     assert len(set(results)) == 1 and len(results[0]) == 32
     assert sorted(os.listdir(tmp_path / "device")) == ["secret"]  # no temporary file left behind
     assert (os.stat(path).st_mode & 0o777) == 0o600
+
+
+def test_a_metric_is_reported_at_most_once_per_bucket_and_the_state_survives_a_restart(tmp_path):
+    from ldpstream.producers import ReportPublisher
+
+    registry = Registry.from_dict({"defaults": {"bucket_seconds": 3600},
+                                   "metrics": {"m": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}}})
+    publisher = ReportPublisher("127.0.0.1:1", config={"log_level": 0})
+    secret_file = tmp_path / "secret"
+    device = LdpClient(registry, publisher, secret_file=secret_file)
+    assert device.report("m", 1, event_time=7200) is True
+    assert device.report("m", 2, event_time=7300) is False  # same hour: nothing sent
+    assert device.report("m", 2, event_time=10_800) is True  # the next hour
+    restarted = LdpClient(registry, publisher, secret_file=secret_file)
+    assert restarted.report("m", 3, event_time=10_900) is False  # remembered beside the secret
+    assert (secret_file.parent / "secret.reported").stat().st_mode & 0o777 == 0o600
+    free = LdpClient(registry, publisher, secret_file=secret_file, once_per_bucket=False)
+    assert free.report("m", 3, event_time=10_900) is True
