@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 from ldpstream.estimators import (
     estimate_krappor,
@@ -22,6 +22,8 @@ from ldpstream.estimators import (
     krr_unbiased,
     krr_variance,
 )
+from ldpstream.estimators.direct import krappor_mle, krr_mle
+from ldpstream.estimators.simplex import project_simplex, truncate_normalize
 
 pytestmark = pytest.mark.statistical
 
@@ -77,45 +79,42 @@ def test_krappor_unbiased_and_l2(k, eps, n):
 def test_formula_sheet_krr_k256_eps1():
     """n = 1e6, k = 256, ε = 1, geometric with mean k/5 (the sheet does not say which p).
 
-    The sheet's measured ℓ2²: 0.0227 unbiased, 0.0154 truncated, 0.0058 projected, 0.0040 EM. With this p
-    we reproduce unbiased ≈ analytic and projection/EM ≪ unbiased, but NOT truncate > project (see the
-    report): the geometric with mean 51 is flat at this noise level, where truncation does well.
-    EM and projection nearly coincide for k-RR (both shift-and-threshold the empirical frequencies).
+    The sheet's measured ℓ2²: 0.0227 unbiased, 0.0154 truncated, 0.0058 projected, 0.0040 EM. The unbiased
+    value is checked against its formula (CLT tolerance from the trials' sd); for the others there is no
+    formula, and the orderings the sheet reports are checked with paired tests (z at the module's family
+    level). With this p truncation does NOT beat projection (the geometric with mean 51 is flat at this noise
+    level, where truncation does well), and EM and projection nearly coincide (both shift or threshold the
+    empirical frequencies, see docs/math/estimators.md#k-rr-maximum-likelihood).
     """
     rng = np.random.default_rng(42)
-    k, eps, n, trials = 256, 1.0, 10**6, 6
+    k, eps, n, trials = 256, 1.0, 10**6, 40
     p = geometric(k)
-    err = {m: [] for m in ("unbiased", "truncate", "project", "mle")}
-    for sketch in krr_sketches(p, n, eps, trials, rng):
-        for m in err:
-            err[m].append(np.sum((estimate_krr(sketch, eps, m).frequencies - p) ** 2))
-    mean = {m: float(np.mean(v)) for m, v in err.items()}
-    sq = np.array(err["unbiased"])
-    assert abs(mean["unbiased"] - krr_expected_l2sq(p, n, eps)) <= 4 * sq.std(ddof=1) / np.sqrt(trials)
-    assert mean["unbiased"] > mean["truncate"]
-    assert mean["unbiased"] > 2 * mean["project"]
-    # the MLE maximizes the likelihood, it does not minimize l2: it must be close to projection
-    assert mean["mle"] <= 1.1 * mean["project"]
+    sketches = krr_sketches(p, n, eps, trials, rng)
+    u = krr_unbiased(sketches, eps)
+    points = {"unbiased": u, "truncate": truncate_normalize(u), "project": project_simplex(u),
+              "mle": krr_mle(sketches, eps)}
+    err = {m: ((v - p) ** 2).sum(axis=1) for m, v in points.items()}
+    # the public decoder returns the same points
+    for m in err:
+        np.testing.assert_allclose(estimate_krr(sketches[0], eps, m).frequencies, points[m][0], atol=1e-12)
+    sq = err["unbiased"]
+    assert abs(sq.mean() - krr_expected_l2sq(p, n, eps)) <= Z_GRID * sq.std(ddof=1) / np.sqrt(trials)
 
+    def paired_z(a, b):
+        d = err[a] - err[b]
+        return d.mean() / (d.std(ddof=1) / np.sqrt(trials))
 
-@pytest.mark.parametrize("decoder", ["krr", "krappor"])
-def test_ci_coverage_direct(decoder):
-    """95% Wald intervals of the unbiased estimator cover p about 95% of the time (binomial tolerance)."""
-    rng = np.random.default_rng(7 if decoder == "krr" else 8)
-    k, eps, n, trials = 16, 2.0, 20_000, 300
-    p = geometric(k)
-    if decoder == "krr":
-        ests = [estimate_krr(s, eps, "unbiased") for s in krr_sketches(p, n, eps, trials, rng)]
-    else:
-        ests = [estimate_krappor(np.r_[n, t], eps, "unbiased") for t in krappor_bits(p, n, eps, trials, rng)]
-    covered = np.array([(e.ci().low <= p) & (p <= e.ci().high) for e in ests])
-    # coverage indicators are correlated within a trial; bound with the conservative per-trial count
-    tol = 4 * np.sqrt(0.95 * 0.05 / trials)
-    assert abs(covered.mean() - 0.95) <= tol
+    assert paired_z("unbiased", "truncate") > Z_GRID
+    assert paired_z("unbiased", "project") > Z_GRID
+    assert paired_z("unbiased", "mle") > Z_GRID
+    # the MLE is not an ℓ2 minimizer: only that its mean ℓ2² is not significantly above projection's
+    assert paired_z("mle", "project") < Z_GRID
 
 
 @pytest.mark.parametrize("decoder", ["krr", "krappor"])
 def test_mle_and_significance_direct(decoder):
+    """Three heavy hitters, 29 zeros: the MLE within z·SE of the truth on the heavy cells (Bonferroni z over
+    the cells tested), and all three flagged (their score z is far above the Bonferroni critical value)."""
     rng = np.random.default_rng(11)
     k, eps, n = 32, 2.0, 200_000
     p = np.zeros(k)
@@ -125,7 +124,87 @@ def test_mle_and_significance_direct(decoder):
     else:
         e = estimate_krappor(np.r_[n, krappor_bits(p, n, eps, 1, rng)[0]], eps, "mle")
     assert e.info["converged"]
-    assert np.all(np.abs(e.frequencies - p) <= 5 * np.maximum(e.std_errors, 1e-4))
-    sig = e.significant()
-    assert sig[:3].all() and sig[3:].sum() <= 1
+    z = stats.norm.isf(1e-3 / (2 * 3))
+    assert np.all(np.abs(e.frequencies[:3] - p[:3]) <= z * e.std_errors[:3])
+    assert e.significant()[:3].all()
     assert 0 < e.detection_floor < 0.2
+
+
+def _slsqp(neg_ll, k):
+    res = optimize.minimize(
+        neg_ll, np.full(k, 1.0 / k), method="SLSQP", bounds=[(0.0, 1.0)] * k,
+        constraints=[{"type": "eq", "fun": lambda q: q.sum() - 1.0}], options={"ftol": 1e-15, "maxiter": 2000},
+    )
+    return res.x
+
+
+@pytest.mark.parametrize(("decoder", "k", "eps", "n"), [
+    ("krr", 8, 1.0, 2_000), ("krr", 16, 4.0, 10_000), ("krappor", 8, 1.0, 2_000), ("krappor", 16, 4.0, 10_000),
+])
+def test_mle_against_independent_optimizer(decoder, k, eps, n):
+    """The closed-form / bisection MLE against scipy's SLSQP on the simplex (negative log-likelihood).
+
+    Ours must be at least as likely; and by strong concavity on the simplex (curvature at least h_min, the
+    smallest diagonal of the Hessian over the cells either solution uses), the solutions are within
+    sqrt(2 (ℓ_ours − ℓ_scipy) / h_min) of each other.
+    """
+    rng = np.random.default_rng(100 + k + int(eps))
+    p = geometric(k)
+    p[k // 2 :] = 0
+    p /= p.sum()
+    if decoder == "krr":
+        c = krr_sketches(p, n, eps, 1, rng)[0].astype(float)
+        a, D = np.expm1(eps), np.exp(eps) + k - 1
+
+        def ll(q):
+            return float(np.dot(c, np.log((a * np.clip(q, 0, 1) + 1) / D)))
+
+        def hess(q):
+            return c * (a / D) ** 2 / ((a * q + 1) / D) ** 2
+
+        ours = krr_mle(c, eps)
+    else:
+        T = krappor_bits(p, n, eps, 1, rng)[0].astype(float)
+        qs, ps = np.exp(eps / 2) / (1 + np.exp(eps / 2)), 1 / (1 + np.exp(eps / 2))
+        d = qs - ps
+
+        def ll(q):
+            pi = ps + d * np.clip(q, 0, 1)
+            return float(np.dot(T, np.log(pi)) + np.dot(n - T, np.log1p(-pi)))
+
+        def hess(q):
+            pi = ps + d * q
+            return d * d * (T / pi**2 + (n - T) / (1 - pi) ** 2)
+
+        ours = krappor_mle(T, n, eps)[0]
+    theirs = _slsqp(lambda q: -ll(q), k)
+    gap = ll(ours) - ll(theirs)
+    assert gap >= -1e-9 * abs(ll(ours))
+    used = (ours > 0) | (theirs > 0)
+    h_min = min(hess(ours)[used].min(), hess(theirs)[used].min())
+    assert np.linalg.norm(ours - theirs) <= np.sqrt(2 * max(gap, 1e-9 * abs(ll(ours))) / h_min)
+
+
+def test_krappor_mle_sandwich_standard_errors():
+    """ε = 6, three heavy hitters: the composite MLE's published (sandwich) SE matches the Monte Carlo sd per
+    heavy cell, and the naive composite-information SE (bits of a report treated as independent) does not.
+
+    Tolerance per cell: 3 Monte Carlo standard errors of an sd (sd / sqrt(2 T)) plus one sd of the published SE
+    across trials; Bonferroni over the 3 cells is absorbed in the factor (z = 3 ≈ Φ⁻¹(1 − 1e-3/6)).
+    """
+    rng = np.random.default_rng(606)
+    k, eps, n, trials = 32, 6.0, 5_000, 2_000
+    p = np.zeros(k)
+    p[:3] = [0.5, 0.3, 0.2]
+    T = krappor_bits(p, n, eps, trials, rng).astype(float)
+    mle = krappor_mle(T, n, eps)[0]
+    mc_sd = mle[:, :3].std(axis=0, ddof=1)
+    ses = np.array([estimate_krappor(np.r_[n, t], eps, "mle").std_errors[:3] for t in T[:200]])
+    tol = 3 * mc_sd / np.sqrt(2 * trials) + ses.std(axis=0)
+    assert np.all(np.abs(ses.mean(axis=0) - mc_sd) <= tol), (ses.mean(axis=0) / mc_sd)
+    # naive: constrained inverse of the diagonal composite information on the active set
+    qs, ps = np.exp(eps / 2) / (1 + np.exp(eps / 2)), 1 / (1 + np.exp(eps / 2))
+    pi = ps + (qs - ps) * p[:3]
+    hinv = pi * (1 - pi) / (n * (qs - ps) ** 2)
+    naive = np.sqrt(hinv - hinv**2 / hinv.sum())
+    assert np.all(naive < mc_sd - tol), naive / mc_sd
