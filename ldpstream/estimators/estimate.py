@@ -169,6 +169,9 @@ class Estimate:
             "residual_std_error": None if self.residual_std_error is None else float(self.residual_std_error),
             "detection_floor": None if self.detection_floor is None else float(self.detection_floor),
             "info": {key: _plain(val) for key, val in self.info.items()},
+            "interval_method": self.interval_method,
+            "interval_95": None if self.interval is None else {"low": self.interval.low.tolist(),
+                                                               "high": self.interval.high.tolist()},
         }
 
 
