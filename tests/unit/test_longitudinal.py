@@ -24,6 +24,7 @@ from ldpstream.mechanisms import KRR, ORR, KRappor, ORappor, Rappor, make_mechan
 from ldpstream.mechanisms.longitudinal import MemoizedEncoder
 from ldpstream.mechanisms.rates import bit_rates, krr_channel
 from ldpstream.registry import Registry
+from tests.unit.channels import flip_matrix, max_log_ratio
 
 RTOL = 1e-9
 
@@ -46,15 +47,6 @@ def value_of(m, i: int):
     return f"value-{i}" if (m.name in ("orr", "orappor") and not m.closed) else i
 
 
-def max_log_ratio(channel: np.ndarray) -> float:
-    logq = np.log(channel)
-    return float((logq.max(axis=0) - logq.min(axis=0)).max())
-
-
-def flip_matrix(epsilon_bit: float) -> np.ndarray:
-    """2×2 symmetric bit flip, row = input bit, column = output bit."""
-    keep, other = bit_rates(epsilon_bit)
-    return np.array([[keep, other], [other, keep]])
 
 
 def vector_channel(bit_channel: np.ndarray, inputs: list[np.ndarray]) -> np.ndarray:

@@ -15,17 +15,7 @@ from scipy import stats
 
 from ldpstream.mechanisms.randomness import KeyedRandomness
 from ldpstream.mechanisms.rates import bit_irr_epsilon, bit_rates, krr_channel, krr_irr_epsilon
-
-
-def max_log_ratio(channel: np.ndarray) -> float:
-    logq = np.log(channel)
-    return float((logq.max(axis=0) - logq.min(axis=0)).max())
-
-
-def flip_matrix(epsilon_bit: float) -> np.ndarray:
-    """2×2 symmetric bit flip, row = input bit, column = output bit."""
-    keep, other = bit_rates(epsilon_bit)
-    return np.array([[keep, other], [other, keep]])
+from tests.unit.channels import flip_matrix, max_log_ratio
 
 
 @pytest.mark.parametrize("k", [2, 3, 16, 1000])

@@ -8,15 +8,10 @@ import numpy as np
 import pytest
 
 from ldpstream.mechanisms import KRR, ORR, KRappor, ORappor, Rappor
+from tests.unit.channels import max_log_ratio
 
 EPSILONS = [0.1, 0.5, 1.0, math.log(3), 2.0, 5.0, 10.0]
 RTOL = 1e-9
-
-
-def max_log_ratio(channel: np.ndarray) -> float:
-    """max over y, x, x' of ln Q(y|x) − ln Q(y|x') for a row-stochastic channel (rows = inputs)."""
-    logq = np.log(channel)
-    return float((logq.max(axis=0) - logq.min(axis=0)).max())
 
 
 @pytest.mark.parametrize("k", [2, 3, 8, 64, 1000])
