@@ -23,13 +23,40 @@ def test_krr_channel_is_tight_epsilon_ldp(k, epsilon):
     assert max_log_ratio(q) == pytest.approx(epsilon, rel=RTOL)
 
 
-@pytest.mark.parametrize(("k", "cohorts", "support"), [(2, 1, None), (16, 8, None), (7, 3, 50)])
+def orr_report_channel(m: ORR, values: list) -> np.ndarray:
+    """The exact channel of an O-RR report over its outputs (cohort, symbol): row v is
+    P((c, y) | v) = (1/C) · Q_kRR(y | hash_c(v)), from the mechanism's own per-cohort hash table."""
+    table = m.value_table(None if m.closed else values)  # (C, S): the hashed symbol of each value per cohort
+    krr = KRR(m.k, m.epsilon).channel()
+    return np.concatenate([krr[table[c]] / m.cohorts for c in range(m.cohorts)], axis=1)
+
+
+@pytest.mark.parametrize(("k", "cohorts", "support"), [(2, 1, None), (16, 8, None), (7, 3, 50), (4, 4, 6)])
 @pytest.mark.parametrize("epsilon", EPSILONS)
-def test_orr_channel_is_tight_epsilon_ldp(k, cohorts, support, epsilon):
-    # The cohort is independent of the value and hashing is deterministic given the cohort, so the
-    # report's likelihood ratio is that of the k-RR channel on the hashed symbols.
+def test_orr_report_channel_over_cohorts_and_support_is_tight_epsilon_ldp(k, cohorts, support, epsilon):
+    """The whole report (cohort and symbol) over the whole alphabet: the worst ratio over every pair of
+    values and every output is e^ε exactly when two values hash apart in some cohort, and never more."""
     m = ORR(k, epsilon, cohorts, support)
-    assert max_log_ratio(m.channel()) == pytest.approx(epsilon, rel=RTOL)
+    values = list(range(support)) if support else [f"value-{i}" for i in range(40)]
+    channel = orr_report_channel(m, values)
+    np.testing.assert_allclose(channel.sum(axis=1), 1.0, rtol=1e-12)
+    assert max_log_ratio(channel) == pytest.approx(epsilon, rel=RTOL)
+
+
+def test_orr_reports_follow_that_channel():
+    """Reports drawn by the mechanism (cohort and symbol) follow the enumerated channel: a chi-square test per
+    value at level 1e-4 (Bonferroni over the values), so a mechanism that drew cohorts or hashed wrongly fails."""
+    from scipy import stats
+
+    m = ORR(4, 1.5, 3, 6)
+    channel = orr_report_channel(m, list(range(6)))
+    rng = np.random.default_rng(5)
+    n = 60_000
+    for value in range(6):
+        cohorts, symbols = m.encode_clients(np.full(n, value), rng, table=m.value_table(None))
+        observed = np.bincount(cohorts * m.k + symbols, minlength=m.cohorts * m.k)
+        _, pvalue = stats.chisquare(observed, channel[value] * n)
+        assert pvalue > 1e-4 / 6, (value, pvalue)
 
 
 def bit_channel_log_ratio(q_star: float, p_star: float, only_x: int, only_xp: int) -> float:
