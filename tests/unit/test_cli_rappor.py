@@ -175,3 +175,14 @@ def test_errors_exit_1(tmp_path, capsys):
     assert run("encode", "--params", str(tmp_path / "params.csv"), "--values", str(tmp_path / "values.csv"),
                "--secret-file", str(tmp_path / "short.bin")) == 1
     assert "at least 16" in capsys.readouterr().err
+
+
+def test_sum_bits_accepts_cpp_client_reports(tmp_path, capsys):
+    """reports.csv from Google's C++ client: empty bloom and prr columns, only the irr bits (Google's
+    sum_bits accepts it, so do we)."""
+    (tmp_path / "params.csv").write_bytes(b"k,h,m,p,q,f\n4,1,2,0.25,0.75,0.5\n")
+    (tmp_path / "reports.csv").write_bytes(
+        b"client,cohort,bloom,prr,irr\nc1,0,,,0011\nc2,1,,,1000\nc3,1,,,1001\n"
+    )
+    assert run("sum-bits", "--params", str(tmp_path / "params.csv"), "--reports", str(tmp_path / "reports.csv")) == 0
+    assert capsys.readouterr().out == "1,1,1,0,0\n2,1,0,0,2\n"
