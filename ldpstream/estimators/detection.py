@@ -1,7 +1,6 @@
 """Detection: which candidate strings of a RAPPOR / O-RAPPOR collection are really there.
 
-:func:`detect` decodes a ``(C, k + 1)`` bit sketch against a candidate design matrix in three steps
-(docs/math/estimators.md#detection):
+:func:`detect` decodes a ``(C, k + 1)`` bit sketch against a candidate design matrix in three steps:
 
 1. **Screen** (non-negative lasso with a noise-calibrated penalty). Responses and weights as in
    :mod:`ldpstream.estimators.candidates`: ``z_cj = (c_cj/N_c − p*)/(q* − p*)``, ``E z = X f``,
