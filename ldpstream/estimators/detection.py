@@ -16,7 +16,12 @@
 2. **Refit** by weighted non-negative least squares (``scipy.optimize.nnls``) on the selected columns (and
    "other"), with the weights re-evaluated at the screened fit. Standard errors are those of the
    unconstrained weighted LS on the selected set, ``sqrt(diag((X_AᵀWX_A)⁻¹))``: honest because the selected
-   design is well-determined. An unselected candidate gets estimate 0 and the standard error its
+   design is well-determined. Then backward elimination (a thresholded lasso): selected candidates whose
+   refit ``z = f/se`` is below ``prune_z`` (default 1) are dropped and the rest refit, until none drops.
+   In the underdetermined regime this removes most of the absent strings the screen let in and with them
+   most of the collinearity that inflates the standard errors (measured: 136 → 43 selected columns, 16 → 24
+   true detections at the same BH level, bench/results/rappor_detection.txt).
+   An unselected candidate gets estimate 0 and the standard error its
    coefficient would have if it were added to the selected set (``1/(G_ss − G_sA G_AA⁻¹ G_As)``, capped
    at 1): huge when the candidate is not identifiable from the selected strings.
 3. **Test**: one-sided z-tests ``frequency / std_error`` with the multiplicity correction taken over **all**
@@ -27,8 +32,9 @@
    same ``alpha`` and ``correction``; ``info["detected"]`` is its index list.
 
 ``info`` records ``rule`` (``"bonferroni"``/``"bh"``), ``alpha``, ``lambda``, ``alpha_screen``,
-``selected`` (count), ``determined`` (whether a well-determined selected set was found) and the number of
-λ increases. Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand).
+``selected`` (count after pruning), ``pruned``, ``determined`` (whether a well-determined selected set was
+found) and ``lambda_raised`` (number of λ increases).
+Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand).
 """
 
 from __future__ import annotations
@@ -126,6 +132,7 @@ def detect(
     labels: Sequence[Any] | None = None,
     max_fraction: float = 0.5,
     cond_max: float = 1e6,
+    prune_z: float = 1.0,
 ) -> Estimate:
     """Screen, refit and test the candidates of ``design`` (``(C·k, S)``, cohort-major) against a
     ``(C, k + 1)`` bit sketch (module docstring). Returns an :class:`Estimate` over all S candidates (zero
@@ -202,18 +209,26 @@ def detect(
     se = np.ones(S)
     residual: float | None = None
     residual_se: float | None = None
+    pruned = 0
     if cols.size:
         # refit with weights at the screened fit
-        A = Xf[:, cols]
-        w = weights(p_star + delta * np.asarray(A @ fit[cols]).ravel())
+        w = weights(p_star + delta * np.asarray(Xf[:, cols] @ fit[cols]).ravel())
         sw = np.sqrt(w)
-        Aw = np.asarray(A.multiply(sw[:, None]).todense())
-        coef, _rnorm = optimize.nnls(Aw, sw * z, maxiter=50 * max(cols.size, 1))
         WA = sp.diags(w) @ Xf
         G = np.asarray((Xf.T @ WA).todense())  # Gram at the refit weights, all columns
-        G_AA = G[np.ix_(cols, cols)]
-        inv = np.linalg.inv(G_AA)
-        se_sel = np.sqrt(np.maximum(np.diag(inv), 0.0))
+        while True:
+            A = Xf[:, cols]
+            Aw = np.asarray(A.multiply(sw[:, None]).todense())
+            coef, _rnorm = optimize.nnls(Aw, sw * z, maxiter=50 * max(cols.size, 1))
+            G_AA = G[np.ix_(cols, cols)]
+            inv = np.linalg.inv(G_AA)
+            se_sel = np.sqrt(np.maximum(np.diag(inv), 0.0))
+            drop = coef[: sel.size] < prune_z * se_sel[: sel.size]
+            if prune_z <= 0 or not drop.any():
+                break
+            pruned += int(drop.sum())
+            sel = sel[~drop]
+            cols = np.concatenate([sel, [S]]).astype(np.int64) if other else sel
         freq[sel] = coef[: sel.size]
         se[sel] = se_sel[: sel.size]
         if other:
@@ -236,6 +251,7 @@ def detect(
         "lambda": lam,
         "lambda_raised": raised,
         "selected": int(sel.size),
+        "pruned": pruned,
         "determined": determined,
         "tests": S,
     }
