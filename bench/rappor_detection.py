@@ -239,9 +239,20 @@ def file_run(seed: int, n: int = 100_000) -> str:
         est = np.zeros(len(cands))
         est[found] = res["proportion"]
         tv = 0.5 * float(np.abs(est - truth).sum())
+        # Google's procedure on the same counts.csv and map.csv
+        from ldpstream.interop.rappor import read_counts, read_map, read_params
+
+        params = read_params(P)
+        cmap = read_map(d / "map.csv", params)
+        g_est, g_mask = google_baseline(read_counts(d / "counts.csv", params), cmap.matrix, params.mechanism(),
+                                        np.random.default_rng(seed))
+        order = [cmap.strings.index(c) for c in cands]
+        g = score(g_est[order], g_mask[order], truth)
         return (f"files (zipf regime, {n} clients, seed {seed}, decode --correction bh): {len(found)} detected, "
                 f"{tp} true, {len(found) - tp} false, TV {tv:.3f}; times encode/sum-bits/hash/decode "
-                + "/".join(f"{t:.1f}" for t in times) + f" s (total {time.perf_counter() - t0:.1f} s)")
+                + "/".join(f"{t:.1f}" for t in times) + f" s (total {time.perf_counter() - t0:.1f} s); "
+                f"google (re-impl.) on the same files: {g['true'] + g['false']} detected, {g['true']} true, "
+                f"{g['false']} false, TV {g['tv']:.3f}")
 
 
 def main() -> None:
