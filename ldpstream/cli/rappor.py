@@ -18,15 +18,20 @@ PRR and erode ε_∞). Without ``--secret-file`` a random master secret is drawn
 ``--insecure-seed`` replaces the CSPRNG of the IRR by a seeded generator, for tests only.
 The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash per row.
 
-``decode`` (Google's ``decode_dist.R``): regresses the cohort bit counts on the candidates of the map with
-the candidate decoder of :mod:`ldpstream.estimators.candidates` (``--method``, default ``nnls``: weighted
-least squares under ``p >= 0``, ``Σp <= 1``, like Google's constrained fit) and writes ``results.csv``:
+``decode`` (Google's ``decode_dist.R``): by default detects which candidates are present with
+:func:`ldpstream.estimators.detection.detect` (non-negative lasso screen with a noise-calibrated penalty,
+weighted NNLS refit on the selected, well-determined set, one-sided tests corrected over all candidates with
+``--correction bonferroni`` (default, family-wise error ≤ ``--alpha``) or ``bh`` (Benjamini–Hochberg, false
+discovery rate ≤ ``--alpha``)); the rule used is printed on stderr. ``--method ls|nnls|project|mle`` uses the
+plain candidate decoder of :mod:`ldpstream.estimators.candidates` instead (its significance test is then
+the chosen correction on its own standard errors). It writes ``results.csv``:
 ``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
 with N the total number of reports, ``prop_std_error``, and the 95% Wald interval
 ``proportion ± Φ⁻¹(0.975)·prop_std_error`` clipped to [0, 1] (as Google's ``prop_low_95``/``prop_high_95``).
-Rows are sorted by estimate, largest first; ``--significant`` keeps only the candidates whose estimate is
-significantly positive with a Bonferroni correction over the candidates (docs/math/estimators.md,
-"Bonferroni and Benjamini-Hochberg"), like Google's output of detected strings.
+Rows are sorted by estimate, largest first. Like Google's ``decode-dist``, only the detected strings are
+written by default (``--significant``, still accepted, is this default); ``--all`` writes every candidate
+with its estimate and interval (unselected candidates: estimate 0 and the standard error they would have
+if added to the selected set).
 """
 
 from __future__ import annotations
@@ -96,9 +101,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dec = add("decode", "counts.csv + map.csv → results.csv (estimates, standard errors, 95%% intervals)")
     dec.add_argument("--counts", required=True)
     dec.add_argument("--map", required=True)
-    dec.add_argument("--method", default="nnls", choices=("ls", "nnls", "project", "mle"))
+    dec.add_argument("--method", default="detect", choices=("detect", "ls", "nnls", "project", "mle"),
+                     help="detect (default: screen, refit, test) or a plain candidate decoder")
+    dec.add_argument("--correction", default="bonferroni", choices=("bonferroni", "bh"),
+                     help="multiple-testing correction over all candidates (default bonferroni)")
+    dec.add_argument("--alpha", type=float, default=0.05, help="family-wise error (bonferroni) or FDR (bh)")
     dec.add_argument("--no-other", action="store_true", help="no 'other' term for strings outside the map")
-    dec.add_argument("--significant", action="store_true", help="only Bonferroni-significant candidates")
+    rows = dec.add_mutually_exclusive_group()
+    rows.add_argument("--significant", action="store_true",
+                      help="only the detected candidates (the default; accepted for compatibility)")
+    rows.add_argument("--all", action="store_true", help="every candidate with its estimate and interval")
     dec.add_argument("--out", default="-", help="results.csv path ('-' = stdout)")
     dec.set_defaults(func=run_decode)
 
@@ -195,18 +207,25 @@ def run_hash_candidates(args: argparse.Namespace) -> int:
 
 
 def decode_counts(
-    params: ParamsFile, counts: np.ndarray, strings: list[str], design: Any, method: str = "nnls",
-    other: bool = True,
+    params: ParamsFile, counts: np.ndarray, strings: list[str], design: Any, method: str = "detect",
+    other: bool = True, correction: str = "bonferroni", alpha: float = 0.05,
 ) -> Any:
-    """Run the candidate decoder on a counts sketch; returns the :class:`Estimate`."""
+    """Run :func:`~ldpstream.estimators.detection.detect` (``method="detect"``) or the candidate decoder on a
+    counts sketch; returns the :class:`Estimate`."""
     from ldpstream.estimators.candidates import decode_rappor
+    from ldpstream.estimators.detection import detect
 
     if counts.shape != (params.m, params.k + 1):
         raise ParameterError(f"counts have shape {counts.shape}, params say ({params.m}, {params.k + 1})")
+    if method == "detect":
+        return detect(counts, design, params.q_star, params.p_star, correction, alpha,  # type: ignore[arg-type]
+                      other=other, labels=strings)
     return decode_rappor(counts, design, params.q_star, params.p_star, method, other=other, labels=strings)  # type: ignore[arg-type]
 
 
-def results_table(est: Any, significant_only: bool = False) -> dict[str, list[Any]]:
+def results_table(
+    est: Any, significant_only: bool = False, correction: str = "bonferroni", alpha: float = 0.05
+) -> dict[str, list[Any]]:
     """Google's ``results.csv`` columns from an Estimate (module docstring), sorted by estimate."""
     n = float(est.n_reports)
     freq = np.asarray(est.frequencies)
@@ -216,7 +235,7 @@ def results_table(est: Any, significant_only: bool = False) -> dict[str, list[An
         low, high = est.ci(0.95, clip=True)
     keep = np.ones(freq.shape, dtype=bool)
     if significant_only:
-        keep = est.significant(0.05, "bonferroni")
+        keep = est.significant(alpha, correction)
     order = [i for i in np.argsort(-freq, kind="stable") if keep[i]]
     labels = list(est.labels) if est.labels is not None else [str(i) for i in range(freq.size)]
     return {
@@ -234,6 +253,14 @@ def run_decode(args: argparse.Namespace) -> int:
     params = read_params(args.params)
     counts = read_counts(args.counts, params)
     cmap = read_map(args.map, params)
-    est = decode_counts(params, counts, cmap.strings, cmap.matrix, args.method, other=not args.no_other)
-    write_results(args.out, results_table(est, args.significant))
+    est = decode_counts(params, counts, cmap.strings, cmap.matrix, args.method, other=not args.no_other,
+                        correction=args.correction, alpha=args.alpha)
+    table = results_table(est, not args.all, args.correction, args.alpha)
+    write_results(args.out, table)
+    detail = ""
+    if args.method == "detect":
+        detail = f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
+    print(f"ldpstream rappor decode: {args.method}, rule {args.correction} at alpha {args.alpha} over "
+          f"{len(cmap.strings)} candidates: {len(table['string'])} detected{detail}"
+          + ("; --all: every candidate written" if args.all else ""), file=sys.stderr)
     return 0

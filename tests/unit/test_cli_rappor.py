@@ -175,3 +175,39 @@ def test_errors_exit_1(tmp_path, capsys):
     assert run("encode", "--params", str(tmp_path / "params.csv"), "--values", str(tmp_path / "values.csv"),
                "--secret-file", str(tmp_path / "short.bin")) == 1
     assert "at least 16" in capsys.readouterr().err
+
+
+def test_sum_bits_accepts_cpp_client_reports(tmp_path, capsys):
+    """reports.csv from Google's C++ client: empty bloom and prr columns, only the irr bits (Google's
+    sum_bits accepts it, so do we)."""
+    (tmp_path / "params.csv").write_bytes(b"k,h,m,p,q,f\n4,1,2,0.25,0.75,0.5\n")
+    (tmp_path / "reports.csv").write_bytes(
+        b"client,cohort,bloom,prr,irr\nc1,0,,,0011\nc2,1,,,1000\nc3,1,,,1001\n"
+    )
+    assert run("sum-bits", "--params", str(tmp_path / "params.csv"), "--reports", str(tmp_path / "reports.csv")) == 0
+    assert capsys.readouterr().out == "1,1,1,0,0\n2,1,0,0,2\n"
+
+
+def test_decode_writes_detected_by_default_all_with_flag(pipeline, capsys):
+    """`decode` writes only the detected strings by default (like Google's decode-dist), `--significant` is
+    the same, `--all` writes every candidate; the rule used is reported on stderr."""
+    d, cands, _vals = pipeline
+    P = str(d / "params.csv")
+    assert run("encode", "--params", P, "--values", str(d / "values.csv"), "--secret-file", str(d / "secret.bin"),
+               "--insecure-seed", "1", "--out", str(d / "reports.csv")) == 0
+    assert run("sum-bits", "--params", P, "--reports", str(d / "reports.csv"), "--out", str(d / "counts.csv")) == 0
+    assert run("hash-candidates", "--params", P, "--candidates", str(d / "cands.txt"), "--out", str(d / "map.csv")) == 0
+    base = ("decode", "--params", P, "--counts", str(d / "counts.csv"), "--map", str(d / "map.csv"))
+    capsys.readouterr()
+    assert run(*base, "--out", str(d / "default.csv")) == 0
+    assert "rule bonferroni" in capsys.readouterr().err
+    assert run(*base, "--significant", "--out", str(d / "sig.csv")) == 0
+    assert run(*base, "--all", "--out", str(d / "all.csv")) == 0
+    assert run(*base, "--correction", "bh", "--out", str(d / "bh.csv")) == 0
+    assert "rule bh" in capsys.readouterr().err
+    default, sig, every, bh = (read_results(d / f)["string"] for f in ("default.csv", "sig.csv", "all.csv", "bh.csv"))
+    assert default == sig
+    assert {"v0", "v1", "v2", "v3", "v4"} <= set(default) <= set(bh)
+    assert len(default) < 30 and sorted(every) == sorted(cands)
+    allres = read_results(d / "all.csv")
+    assert np.all(np.isfinite(allres["prop_std_error"])) and np.all(allres["proportion"] >= 0)

@@ -296,3 +296,18 @@ def test_reports_dataclass_write_requires_consistent_lengths(tmp_path):
     rep = Reports(["a"], np.array([0, 1]), np.zeros((2, 4), dtype=np.uint8))
     with pytest.raises(ValueError):
         write_reports(tmp_path / "x.csv", rep)
+
+
+def test_reports_with_empty_bloom_and_prr_columns(tmp_path):
+    """Google's C++ client writes reports.csv with empty bloom and prr cells and only the irr bits."""
+    path = _write(tmp_path, "r.csv", b"client,cohort,bloom,prr,irr\r\nu1,0,,,0101\r\nu2,1,,,1111\r\n")
+    rep = read_reports(path, k=4)
+    assert rep.bloom is None and rep.prr is None
+    np.testing.assert_array_equal(rep.irr, [[1, 0, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(rep.cohorts, [0, 1])
+
+
+def test_reports_partly_empty_bloom_column_is_refused(tmp_path):
+    path = _write(tmp_path, "r.csv", b"client,cohort,bloom,prr,irr\nu1,0,,,0101\nu2,1,0001,,1111\n")
+    with pytest.raises(ReportFormatError):
+        read_reports(path, k=4)

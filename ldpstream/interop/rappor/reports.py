@@ -4,7 +4,8 @@
 Header ``client,cohort,bloom,prr,irr``: per report the client id, its cohort, and the Bloom filter, the
 permanent and the instantaneous randomized response as bit strings (:mod:`ldpstream.interop.rappor.bits`,
 most significant bit first; docs/math/mechanisms.md, "Bloom filter, permanent and instantaneous randomized
-response"). The 3-column form ``client,cohort,irr`` (older ``sum_bits.py``) is read too.
+response"). The 3-column form ``client,cohort,irr`` (older ``sum_bits.py``) is read too, and so are files whose
+``bloom`` and ``prr`` columns are empty on every row (Google's C++ client writes only the irr bits).
 """
 
 from __future__ import annotations
@@ -73,8 +74,18 @@ def read_reports(source: PathOrFile, k: int, cohorts: int | None = None) -> Repo
         except ReportFormatError as exc:
             raise ReportFormatError(f"{name}: {exc}") from None
 
-    bloom = column(lowered.index("bloom"), "bloom") if "bloom" in lowered else None
-    prr = column(lowered.index("prr"), "prr") if "prr" in lowered else None
+    def optional(what: str) -> np.ndarray | None:
+        # Google's C++ client writes the bloom and prr columns empty (only the irr bits are known): such a
+        # column, empty on every row, reads as absent, as Google's sum_bits reads it.
+        if what not in lowered:
+            return None
+        col = lowered.index(what)
+        if all(cells[col] == "" for _, cells in body):
+            return None
+        return column(col, what)
+
+    bloom = optional("bloom")
+    prr = optional("prr")
     return Reports(clients, cohort_arr, column(irr_col, "irr"), bloom, prr)
 
 

@@ -1,0 +1,291 @@
+"""Detection benchmark: :func:`ldpstream.estimators.detection.detect` against a re-implementation of Google's
+RAPPOR decoder (``analysis/R/decode.R``) on the two regimes of the detection issue.
+
+Regimes (one report per client, Google-compatible reports simulated exactly in distribution with
+:meth:`Rappor.simulate_sketch`; true counts drawn multinomially, truth = their empirical proportions):
+
+- ``zipf``: k = 128, h = 2, m = 64, p = .25, q = .75, f = .5, 10^6 clients, 200 true strings with Zipf(1)
+  frequencies among 400 candidates.
+- ``under``: k = 8, h = 2, m = 128, same p, q, f, 10^5 clients, 100 true strings with geometrically decaying
+  frequencies (the top one 5%) among 1,100 candidates (candidates outnumber the C·k = 1,024 cells).
+
+Google baseline (:func:`google_baseline`), step by step as in ``decode.R``/``alternative.R``:
+``EstimateBloomCounts`` (per-cell proportion estimates and their sd, p̂ clamped to [0, 1]); five fits,
+the first on the data and four on ``Resample`` copies (Gaussian noise with the cell sd added, sd × √2);
+each fit is ``FitDistribution``: when S > 0.8·(rows) a non-negative lasso ``glmnet(X, Y, standardize =
+FALSE, intercept = TRUE, lower.limits = 0, pmax = min(500, 0.8·rows))`` whose *last* path point gives the
+support, then ``ConstrainedLinModel`` (unweighted least squares with ``b >= 0``, ``Σ b <= 1``);
+reported = ``mean > 1e-6 + 2·sd`` over the five fits (``decode.R`` computes a Bonferroni α but does not
+use it: ``PerformInference``'s tests are commented out). Differences from the R code: (1) the lasso path
+is computed by FISTA on glmnet's objective ``(1/2n)‖y − a − Xb‖² + λ‖b‖₁`` over glmnet's default grid
+(100 values, ``lambda.min.ratio`` 0.01 when rows < S, else 1e-4) with glmnet's stopping rules (more than
+``pmax`` non-zero, deviance-ratio gain < 1e-5, ratio > 0.999), not glmnet's coordinate descent (solutions
+agree to the solver tolerance); (2) ``lsei``'s extra constraint ``X b <= clamp(Y + 3 sd, .01, 1)`` per cell
+is omitted (it binds only on cells 3 sd above their fit); (3) R's RNG is not reproduced (the resampling
+noise comes from numpy).
+
+Run (about 1-3 minutes per seed and regime on one core)::
+
+    PYTHONPATH=. python bench/rappor_detection.py --seeds 0 1 2 --out bench/results/rappor_detection.txt
+
+Writes a table per regime: per decoder, mean (min-max over seeds) of true and false detections, total
+variation to the truth of the reported estimate (detected strings only, the rest 0) and time; with
+``--files`` one extra run of the zipf regime goes through Google-format files (encode → sum-bits →
+hash-candidates → decode) with 10^5 clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy import optimize
+
+from ldpstream.estimators.detection import detect
+from ldpstream.estimators.least_squares import fista_constrained_ls
+from ldpstream.estimators.simplex import project_capped_simplex
+from ldpstream.mechanisms.rappor import Rappor
+
+REGIMES: dict[str, dict[str, Any]] = {
+    "zipf": {"k": 128, "h": 2, "m": 64, "n": 1_000_000, "true": 200, "cands": 400},
+    "under": {"k": 8, "h": 2, "m": 128, "n": 100_000, "true": 100, "cands": 1100},
+}
+
+
+def true_distribution(regime: str, n_true: int) -> np.ndarray:
+    if regime == "zipf":
+        w = 1.0 / np.arange(1, n_true + 1)
+        return w / w.sum()
+    r = optimize.brentq(lambda r: 0.05 * (1 - r**n_true) / (1 - r) - 1, 0.5, 0.999999)
+    return np.asarray(0.05 * r ** np.arange(n_true))
+
+
+def simulate(regime: str, seed: int) -> tuple[Rappor, np.ndarray, sp.csr_matrix, np.ndarray, list[str]]:
+    cfg = REGIMES[regime]
+    mech = Rappor(cfg["k"], cfg["h"], cfg["m"], 0.25, 0.75, 0.5)
+    cands = [f"true-{i}" for i in range(cfg["true"])] + [f"absent-{i}" for i in range(cfg["cands"] - cfg["true"])]
+    table = mech.bloom_table(cands)
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(len(cands), dtype=np.int64)
+    counts[: cfg["true"]] = rng.multinomial(cfg["n"], true_distribution(regime, cfg["true"]))
+    sketch = mech.simulate_sketch(counts, rng, table)
+    return mech, sketch, mech.design_matrix(table), counts / counts.sum(), cands
+
+
+# --- Google's decode.R, re-implemented -----------------------------------------------------------------
+
+
+def _glmnet_nonneg_last(X: np.ndarray, y: np.ndarray, pmax: int) -> np.ndarray:
+    """Coefficients at the last point of glmnet's non-negative lasso path (see module docstring)."""
+    n, S = X.shape
+    xm, ym = X.mean(axis=0), y.mean()
+    Xc = X - xm
+    yc = y - ym
+    G = Xc.T @ Xc / n
+    g = Xc.T @ yc / n
+    lam_max = float(max(np.max(g), 1e-300))
+    ratio = 0.01 if n < S else 1e-4
+    lams = lam_max * ratio ** (np.arange(100) / 99)
+    L = float(np.linalg.eigvalsh(G)[-1]) * 1.01
+    tss = float(yc @ yc) / n
+    b = np.zeros(S)
+    last = b.copy()
+    rsq_prev = 0.0
+    for i, lam in enumerate(lams):
+        x, yk, t = b.copy(), b.copy(), 1.0
+        for _ in range(1000):
+            x_new = np.maximum(yk - (G @ yk - g + lam) / L, 0.0)
+            t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
+            yk = x_new + ((t - 1) / t_new) * (x_new - x)
+            done = float(np.max(np.abs(x_new - x))) <= 1e-7 * max(1e-12, float(np.max(x_new)))
+            x, t = x_new, t_new
+            if done:
+                break
+        if np.count_nonzero(x) > pmax:
+            break
+        b = x
+        last = b
+        rss = float(b @ G @ b - 2 * g @ b) + tss
+        rsq = 1 - rss / tss if tss > 0 else 1.0
+        if i > 0 and (rsq - rsq_prev < 1e-5 * rsq or rsq > 0.999):
+            break
+        rsq_prev = rsq
+    return last
+
+
+def google_baseline(sketch: np.ndarray, design: sp.csr_matrix, params: Rappor,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``Decode`` of ``decode.R``: returns ``(estimate, reported mask)`` as proportions (module docstring)."""
+    counts = np.asarray(sketch, dtype=np.float64)
+    keep = counts[:, 0] > 0
+    counts = counts[keep]
+    k = params.k
+    X = np.asarray(design.todense())[np.repeat(keep, k)]
+    p11, p01 = params.q_star, params.p_star
+    p2 = p11 - p01
+    Nc = counts[:, :1]
+    est = (counts[:, 1:] - p01 * Nc) / p2 / Nc
+    ph = np.clip((counts[:, 1:] - p01 * Nc) / (Nc * p2), 0, 1)
+    r = ph * p11 + (1 - ph) * p01
+    std = np.sqrt(Nc * r * (1 - r) / p2**2) / Nc
+    N = float(counts[:, 0].sum())
+    rows, S = X.shape
+    coefs_all = []
+    e_est = est
+    for rep in range(5):
+        if rep > 0:
+            e_est = est + rng.normal(0.0, std)
+            # (Resample also doubles the sd's variance; the sd only feeds lsei's cap, omitted here)
+        y = e_est.ravel()
+        support = np.arange(S)
+        if rows * 0.8 < S:
+            lasso = _glmnet_nonneg_last(X, y, int(min(500, rows * 0.8)))
+            support = np.flatnonzero(lasso > 0)
+        coefs = np.zeros(S)
+        if support.size:
+            Xs = X[:, support]
+            G = Xs.T @ Xs
+            b, _ = fista_constrained_ls(G, Xs.T @ y, project_capped_simplex, np.zeros(support.size),
+                                        tol=1e-9, max_iter=20000, lipschitz=float(np.linalg.eigvalsh(G)[-1]) * 1.01)
+            coefs[support] = b
+        coefs_all.append(coefs)
+    arr = np.array(coefs_all)
+    ave, ssd = N * arr.mean(axis=0), N * arr.std(axis=0, ddof=1)
+    reported = ave > 1e-6 + 2 * ssd
+    return np.where(reported, ave / N, 0.0), reported
+
+
+# --- the benchmark ---------------------------------------------------------------------------------------
+
+
+def score(estimate: np.ndarray, mask: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    reported = np.where(mask, estimate, 0.0)
+    return {
+        "true": int(np.sum(mask & (truth > 0))),
+        "false": int(np.sum(mask & (truth == 0))),
+        "tv": 0.5 * float(np.abs(reported - truth).sum()),
+        "tv_all": 0.5 * float(np.abs(estimate - truth).sum()),
+    }
+
+
+def run_one(regime: str, seed: int) -> dict[str, dict[str, float]]:
+    mech, sketch, X, truth, _ = simulate(regime, seed)
+    out: dict[str, dict[str, float]] = {}
+    decoders: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
+        "google (re-impl.)": lambda: google_baseline(sketch, X, mech, np.random.default_rng(1000 + seed)),
+    }
+    for corr, level in (("bonferroni", 0.05), ("bh", 0.05), ("bh", 0.10)):
+        def ours(corr: str = corr, level: float = level) -> tuple[np.ndarray, np.ndarray]:
+            est = detect(sketch, X, mech.q_star, mech.p_star, corr, level)  # type: ignore[arg-type]
+            return est.frequencies, est.significant(level, corr)  # type: ignore[arg-type]
+        decoders[f"detect/{corr} {level:.2f}"] = ours
+    for name, fn in decoders.items():
+        t0 = time.perf_counter()
+        est, mask = fn()
+        res = score(est, mask, truth)
+        res["time"] = time.perf_counter() - t0
+        out[name] = res
+    return out
+
+
+def file_run(seed: int, n: int = 100_000) -> str:
+    """One zipf-regime run through Google-format files (encode → sum-bits → hash-candidates → decode)."""
+    import tempfile
+    from pathlib import Path
+
+    from ldpstream.cli import main
+    from ldpstream.interop.rappor import read_results
+
+    cfg = REGIMES["zipf"]
+    rng = np.random.default_rng(seed)
+    cands = [f"true-{i}" for i in range(cfg["true"])] + [f"absent-{i}" for i in range(cfg["cands"] - cfg["true"])]
+    p = true_distribution("zipf", cfg["true"])
+    vals = rng.choice(cfg["true"], size=n, p=p)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "params.csv").write_text(f"k,h,m,p,q,f\n{cfg['k']},{cfg['h']},{cfg['m']},0.25,0.75,0.5\n")
+        buf = io.StringIO()
+        buf.write("client,cohort,value\n")
+        cohorts = rng.integers(0, cfg["m"], size=n)
+        for i, (v, c) in enumerate(zip(vals.tolist(), cohorts.tolist(), strict=True)):
+            buf.write(f"c{i},{c},{cands[v]}\n")
+        (d / "values.csv").write_text(buf.getvalue())
+        (d / "cands.txt").write_text("\n".join(cands) + "\n")
+        (d / "secret.bin").write_bytes(rng.bytes(32))
+        P = str(d / "params.csv")
+        t0 = time.perf_counter()
+        steps = [
+            ["encode", "--params", P, "--values", str(d / "values.csv"), "--secret-file", str(d / "secret.bin"),
+             "--insecure-seed", str(seed), "--out", str(d / "reports.csv")],
+            ["sum-bits", "--params", P, "--reports", str(d / "reports.csv"), "--out", str(d / "counts.csv")],
+            ["hash-candidates", "--params", P, "--candidates", str(d / "cands.txt"), "--out", str(d / "map.csv")],
+            ["decode", "--params", P, "--counts", str(d / "counts.csv"), "--map", str(d / "map.csv"),
+             "--correction", "bh", "--out", str(d / "results.csv")],
+        ]
+        times = []
+        for argv in steps:
+            t1 = time.perf_counter()
+            assert main(["rappor", *argv]) == 0, argv
+            times.append(time.perf_counter() - t1)
+        res = read_results(d / "results.csv")
+        truth = np.bincount(vals, minlength=len(cands)) / n
+        found = [cands.index(s) for s in res["string"]]
+        tp = sum(truth[i] > 0 for i in found)
+        est = np.zeros(len(cands))
+        est[found] = res["proportion"]
+        tv = 0.5 * float(np.abs(est - truth).sum())
+        # Google's procedure on the same counts.csv and map.csv
+        from ldpstream.interop.rappor import read_counts, read_map, read_params
+
+        params = read_params(P)
+        cmap = read_map(d / "map.csv", params)
+        g_est, g_mask = google_baseline(read_counts(d / "counts.csv", params), cmap.matrix, params.mechanism(),
+                                        np.random.default_rng(seed))
+        order = [cmap.strings.index(c) for c in cands]
+        g = score(g_est[order], g_mask[order], truth)
+        return (f"files (zipf regime, {n} clients, seed {seed}, decode --correction bh): {len(found)} detected, "
+                f"{tp} true, {len(found) - tp} false, TV {tv:.3f}; times encode/sum-bits/hash/decode "
+                + "/".join(f"{t:.1f}" for t in times) + f" s (total {time.perf_counter() - t0:.1f} s); "
+                f"google (re-impl.) on the same files: {g['true'] + g['false']} detected, {g['true']} true, "
+                f"{g['false']} false, TV {g['tv']:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--regimes", nargs="+", default=list(REGIMES))
+    ap.add_argument("--files", action="store_true", help="also one run through Google-format files")
+    ap.add_argument("--out", help="also write the report here")
+    args = ap.parse_args()
+    lines = []
+    for regime in args.regimes:
+        runs = [run_one(regime, s) for s in args.seeds]
+        lines.append(f"regime {regime} {REGIMES[regime]}, seeds {args.seeds}")
+        lines.append(f"{'decoder':<24} {'true det.':>16} {'false det.':>16} {'TV (reported)':>20} "
+                     f"{'TV (all est.)':>20} {'time s':>14}")
+        for name in runs[0]:
+            cells = []
+            for key, fmt in (("true", ".1f"), ("false", ".1f"), ("tv", ".3f"), ("tv_all", ".3f"), ("time", ".2f")):
+                vals = [r[name][key] for r in runs]
+                cells.append(f"{np.mean(vals):{fmt}} ({min(vals):{fmt}}-{max(vals):{fmt}})")
+            lines.append(f"{name:<24} " + " ".join(f"{c:>16}" if i < 2 else f"{c:>20}" if i < 4 else f"{c:>14}"
+                                                  for i, c in enumerate(cells)))
+        lines.append("")
+        print("\n".join(lines[-len(runs[0]) - 3:]), flush=True)
+    if args.files:
+        lines.append(file_run(args.seeds[0]))
+        print(lines[-1], flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write("$ PYTHONPATH=. python bench/rappor_detection.py " + " ".join(
+                ["--seeds", *map(str, args.seeds), "--regimes", *args.regimes] + (["--files"] if args.files else []))
+                + "\n\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

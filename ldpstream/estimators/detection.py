@@ -1,0 +1,263 @@
+"""Detection: which candidate strings of a RAPPOR / O-RAPPOR collection are really there.
+
+:func:`detect` decodes a ``(C, k + 1)`` bit sketch against a candidate design matrix in three steps:
+
+1. **Screen** (non-negative lasso with a noise-calibrated penalty). Responses and weights as in
+   :mod:`ldpstream.estimators.candidates`: ``z_cj = (c_cj/N_c − p*)/(q* − p*)``, ``E z = X f``,
+   ``w_cj = N_c (q* − p*)² / (r_c (1 − r_c))`` with ``r_c`` the cohort's mean observed bit rate (the
+   weights ignore the small within-cohort variation of ``r``). With ``G = XᵀWX``, ``g = XᵀWz`` the screen
+   minimizes ``½ fᵀGf − gᵀf + λ Σ_s sqrt(G_ss) f_s`` over ``f >= 0`` (FISTA), the "other" column (every
+   string outside the list, hashing uniformly) unpenalized. At a candidate ``s`` that is absent the score
+   ``(g − Gf)_s`` is ``N(0, G_ss)`` when the other coefficients are right, so ``λ = Φ⁻¹(1 − α_screen)``
+   admits an absent candidate with probability about ``α_screen`` (default 0.05: the screen is looser than
+   the test, so that it removes most absent strings without capping the test's power). When the selected
+   columns are not well-determined (rank-deficient or more than ``max_fraction`` of the rows) λ is raised
+   geometrically until they are: the refit never runs on an underdetermined design.
+2. **Refit** by weighted non-negative least squares (``scipy.optimize.nnls``) on the selected columns (and
+   "other"), with the weights re-evaluated at the screened fit. Standard errors are those of the
+   unconstrained weighted LS on the selected set, ``sqrt(diag((X_AᵀWX_A)⁻¹))``: honest because the selected
+   design is well-determined. Then backward elimination (a thresholded lasso): selected candidates whose
+   refit ``z = f/se`` is below ``prune_z`` (default 1) are dropped and the rest refit, until none drops.
+   In the underdetermined regime this removes most of the absent strings the screen let in and with them
+   most of the collinearity that inflates the standard errors (measured: 136 → 43 selected columns, 16 → 24
+   true detections at the same BH level, bench/results/rappor_detection.txt).
+   An unselected candidate gets estimate 0 and the standard error its
+   coefficient would have if it were added to the selected set (``1/(G_ss − G_sA G_AA⁻¹ G_As)``, capped
+   at 1): huge when the candidate is not identifiable from the selected strings.
+3. **Test**: one-sided z-tests ``frequency / std_error`` with the multiplicity correction taken over **all**
+   S candidates, not only the selected ones (the screen used the same data; dividing by S keeps the
+   Bonferroni bound approximately valid because a selected absent candidate's refit z-score is about its
+   z-score in the full model): ``"bonferroni"`` (family-wise error ≤ α) or ``"bh"`` (Benjamini–Hochberg,
+   false discovery rate ≤ α). The mask is :meth:`Estimate.significant` of the returned estimate with the
+   same ``alpha`` and ``correction``; ``info["detected"]`` is its index list.
+
+``info`` records ``rule`` (``"bonferroni"``/``"bh"``), ``alpha``, ``lambda``, ``alpha_screen``,
+``selected`` (count after pruning), ``pruned``, ``determined`` (whether a well-determined selected set was
+found) and ``lambda_raised`` (number of λ increases).
+Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike
+from scipy import optimize, stats
+
+from ldpstream.errors import ParameterError
+
+from .estimate import Estimate, detection_floor
+
+__all__ = ["Correction", "detect", "nn_lasso"]
+
+Correction = Literal["bonferroni", "bh"]
+_CORRECTIONS = ("bonferroni", "bh")
+
+
+def _top_eigenvalue(G: np.ndarray, iters: int = 50) -> float:
+    """Largest eigenvalue of a symmetric PSD matrix (power iteration, 2% safety margin)."""
+    if G.shape[0] == 0:
+        return 0.0
+    v = np.ones(G.shape[0]) / np.sqrt(G.shape[0])
+    lam = 0.0
+    for _ in range(iters):
+        w = G @ v
+        norm = float(np.linalg.norm(w))
+        if norm == 0:
+            return 0.0
+        lam = float(v @ w)
+        v = w / norm
+    return max(lam, float(np.max(np.diag(G)))) * 1.02
+
+
+def nn_lasso(
+    G: np.ndarray,
+    g: np.ndarray,
+    penalty: np.ndarray,
+    x0: np.ndarray | None = None,
+    *,
+    tol: float = 1e-9,
+    max_iter: int = 5000,
+) -> tuple[np.ndarray, int]:
+    """Minimize ``½ xᵀGx − gᵀx + penaltyᵀx`` over ``x >= 0`` (FISTA with gradient restart).
+
+    Stops when the largest change of ``x`` is below ``tol · max(1, max x)``; returns ``(x, iterations)``.
+    """
+    n = g.shape[0]
+    x = np.zeros(n) if x0 is None else np.maximum(np.asarray(x0, dtype=np.float64), 0.0)
+    L = _top_eigenvalue(G)
+    if L <= 0 or n == 0:
+        return x, 0
+    y, t, it = x.copy(), 1.0, 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        x_new = np.maximum(y - (G @ y - g + penalty) / L, 0.0)
+        change = float(np.max(np.abs(x_new - x)))
+        t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
+        y = x_new + ((t - 1) / t_new) * (x_new - x)
+        if float((y - x_new) @ (x_new - x)) > 0:  # restart (O'Donoghue and Candès)
+            y, t_new = x_new.copy(), 1.0
+        x, t = x_new, t_new
+        if change <= tol * max(1.0, float(np.max(x))):
+            break
+    return x, it
+
+
+def _well_determined(G_sel: np.ndarray, rows: int, max_fraction: float, cond_max: float) -> bool:
+    s = G_sel.shape[0]
+    if s == 0:
+        return True
+    if s > max_fraction * rows:
+        return False
+    d = np.sqrt(np.diag(G_sel))
+    if np.any(d <= 0):
+        return False
+    eig = np.linalg.eigvalsh(G_sel / np.outer(d, d))
+    return bool(eig[0] > 0 and eig[-1] / eig[0] < cond_max)
+
+
+def detect(
+    sketch: ArrayLike,
+    design: Any,
+    q_star: float,
+    p_star: float,
+    correction: Correction = "bonferroni",
+    alpha: float = 0.05,
+    *,
+    alpha_screen: float = 0.05,
+    other: bool = True,
+    bits_per_string: float | None = None,
+    labels: Sequence[Any] | None = None,
+    max_fraction: float = 0.5,
+    cond_max: float = 1e6,
+    prune_z: float = 1.0,
+) -> Estimate:
+    """Screen, refit and test the candidates of ``design`` (``(C·k, S)``, cohort-major) against a
+    ``(C, k + 1)`` bit sketch (module docstring). Returns an :class:`Estimate` over all S candidates (zero
+    for the unselected); ``est.significant(alpha, correction)`` is the detected set, also in
+    ``info["detected"]``.
+    """
+    if correction not in _CORRECTIONS:
+        raise ParameterError(f"unknown correction {correction!r}; use one of {_CORRECTIONS}")
+    if not 0 < alpha < 1 or not 0 < alpha_screen < 1:
+        raise ParameterError("alpha and alpha_screen must lie in (0, 1)")
+    arr = np.asarray(sketch, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] < 2:
+        raise ParameterError("bit sketch must be (C, k + 1)")
+    q_star, p_star = float(q_star), float(p_star)
+    if not (0 <= p_star <= 1 and 0 <= q_star <= 1) or q_star == p_star:
+        raise ParameterError(f"need distinct rates in [0, 1], got q*={q_star}, p*={p_star}")
+    C, k = arr.shape[0], arr.shape[1] - 1
+    X = sp.csr_matrix(design, dtype=np.float64)
+    if X.shape[0] != C * k:
+        raise ParameterError(f"design matrix has {X.shape[0]} rows, the sketch implies {C * k} (C·k)")
+    S = X.shape[1]
+    if labels is not None and len(labels) != S:
+        raise ParameterError(f"{len(labels)} labels for {S} candidates")
+    Nc = arr[:, 0]
+    N = float(Nc.sum())
+    if N <= 0:
+        raise ParameterError("no reports to decode")
+    delta = q_star - p_star
+    live = np.repeat(Nc > 0, k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = ((arr[:, 1:] / Nc[:, None] - p_star) / delta).ravel()
+    z = np.where(live & np.isfinite(z), z, 0.0)
+    hbar = float(bits_per_string) if bits_per_string is not None else float(X.sum()) / max(S * C, 1)
+    Nrow = np.repeat(Nc, k)
+
+    def weights(rate: np.ndarray) -> np.ndarray:
+        r = np.clip(rate, 1e-6, 1 - 1e-6)
+        return np.where(live, Nrow * delta**2 / (r * (1 - r)), 0.0)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cohort_rate = np.where(Nc > 0, arr[:, 1:].sum(axis=1) / (np.maximum(Nc, 1) * k), p_star)
+    w = weights(np.repeat(cohort_rate, k))
+    # columns: the S candidates, then "other" (unpenalized)
+    Xf = sp.hstack([X, sp.csr_matrix(np.full((C * k, 1), hbar / k))]).tocsc() if other else X.tocsc()
+    n_other = 1 if other else 0
+    WX = sp.diags(w) @ Xf
+    G = np.asarray((Xf.T @ WX).todense())
+    g = np.asarray(WX.T @ z).ravel()
+    rows = int(live.sum())
+    diag = np.sqrt(np.maximum(np.diag(G), 0.0))
+
+    lam = float(stats.norm.isf(alpha_screen))
+    raised = 0
+    fit = np.zeros(S + n_other)
+    sel = np.zeros(0, dtype=np.int64)
+    determined = False
+    for _ in range(40):
+        penalty = lam * diag
+        if other:
+            penalty[S] = 0.0
+        fit, _n = nn_lasso(G, g, penalty, fit)
+        sel = np.flatnonzero(fit[:S] > 0)
+        cols = np.concatenate([sel, [S]]) if other else sel
+        if _well_determined(G[np.ix_(cols, cols)], rows, max_fraction, cond_max):
+            determined = True
+            break
+        lam *= 1.25
+        raised += 1
+    if not determined:
+        sel = np.zeros(0, dtype=np.int64)
+    cols = np.concatenate([sel, [S]]).astype(np.int64) if other else sel
+
+    freq = np.zeros(S)
+    se = np.ones(S)
+    residual: float | None = None
+    residual_se: float | None = None
+    pruned = 0
+    if cols.size:
+        # refit with weights at the screened fit
+        w = weights(p_star + delta * np.asarray(Xf[:, cols] @ fit[cols]).ravel())
+        sw = np.sqrt(w)
+        WA = sp.diags(w) @ Xf
+        G = np.asarray((Xf.T @ WA).todense())  # Gram at the refit weights, all columns
+        while True:
+            A = Xf[:, cols]
+            Aw = np.asarray(A.multiply(sw[:, None]).todense())
+            coef, _rnorm = optimize.nnls(Aw, sw * z, maxiter=50 * max(cols.size, 1))
+            G_AA = G[np.ix_(cols, cols)]
+            inv = np.linalg.inv(G_AA)
+            se_sel = np.sqrt(np.maximum(np.diag(inv), 0.0))
+            drop = coef[: sel.size] < prune_z * se_sel[: sel.size]
+            if prune_z <= 0 or not drop.any():
+                break
+            pruned += int(drop.sum())
+            sel = sel[~drop]
+            cols = np.concatenate([sel, [S]]).astype(np.int64) if other else sel
+        freq[sel] = coef[: sel.size]
+        se[sel] = se_sel[: sel.size]
+        if other:
+            residual, residual_se = float(coef[-1]), float(se_sel[-1])
+        rest = np.setdiff1d(np.arange(S), sel)
+        if rest.size:
+            G_RA = G[np.ix_(rest, cols)]
+            schur = np.diag(G)[rest] - np.einsum("ij,ij->i", G_RA @ inv, G_RA)
+            with np.errstate(divide="ignore"):
+                se[rest] = np.minimum(np.where(schur > 0, 1 / np.sqrt(np.maximum(schur, 1e-300)), 1.0), 1.0)
+    else:
+        dG = np.diag(G)[:S]
+        se = np.where(dG > 0, 1 / np.sqrt(np.maximum(dG, 1e-300)), 1.0)
+    info: dict[str, Any] = {
+        "candidates": S,
+        "other": bool(other),
+        "rule": correction,
+        "alpha": float(alpha),
+        "alpha_screen": float(alpha_screen),
+        "lambda": lam,
+        "lambda_raised": raised,
+        "selected": int(sel.size),
+        "pruned": pruned,
+        "determined": determined,
+        "tests": S,
+    }
+    est = Estimate(freq, se, round(N), "bits/detect", labels, residual, residual_se,
+                   detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
+                   info)
+    info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
+    info["n_detected"] = len(info["detected"])
+    return est
