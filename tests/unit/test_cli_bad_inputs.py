@@ -58,6 +58,17 @@ def test_files_that_are_not_files_or_not_text(tmp_path, capsys):
     _assert_one_error_line(capsys, code, "rappor", "directory")
 
 
+@pytest.mark.parametrize(("row", "expected"), [("1000000000,2,64,0.25,0.75,0.5", "k must be"),
+                                              ("128,2,100000000,0.25,0.75,0.5", "m must be"),
+                                              ("128,200,64,0.25,0.75,0.5", "h must be"),
+                                              ("500000,2,60000,0.25,0.75,0.5", "count cells")])
+def test_absurd_rappor_parameters(tmp_path, capsys, row, expected):
+    params = tmp_path / "params.csv"
+    params.write_text(f"k,h,m,p,q,f\n{row}\n")
+    code = main(["rappor", "hash-candidates", "--params", str(params), "--candidates", str(params)])
+    _assert_one_error_line(capsys, code, "rappor", expected)
+
+
 def test_unreachable_redis_in_status_and_watch(tmp_path, capsys):
     registry = _registry(tmp_path, f"[metrics.m]\n{GOOD_METRIC}")
     code = main(["status", "--registry", registry, "--redis", NOWHERE_REDIS, "--kafka", NOWHERE_KAFKA])

@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.interop.rappor.csvio import PathOrFile, csv_rows, format_r_number, int_cell, open_text_write, source_name
 from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.registry import MAX_SKETCH_CELLS
 
 PARAMS_HEADER: tuple[str, ...] = ("k", "h", "m", "p", "q", "f")
+#: What the tools accept: a report's bits fit the report format's payload (65,535 bytes), its cohort the
+#: format's u16 field, and the hashes Google's MD5 Bloom filter can give (16 bytes, one per hash).
+MAX_BITS = 8 * 0xFFFF
+MAX_COHORTS = 0xFFFF + 1
+MAX_HASHES = 16
 
 
 @dataclass(frozen=True)
@@ -34,16 +40,17 @@ class ParamsFile:
     f: float
 
     def __post_init__(self) -> None:
-        for name in ("k", "h", "m"):
+        for name, top in (("k", MAX_BITS), ("h", MAX_HASHES), ("m", MAX_COHORTS)):
             v = getattr(self, name)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise ParameterError(f"params: {name} must be an integer >= 1, got {v!r}")
+            if isinstance(v, bool) or int(v) != v or not 1 <= v <= top:
+                raise ParameterError(f"params: {name} must be an integer in 1..{top:,}, got {v!r}")
             object.__setattr__(self, name, int(v))
         for name in ("p", "q", "f"):
-            v = float(getattr(self, name))
-            if not 0.0 <= v <= 1.0:
-                raise ParameterError(f"params: {name} must be in [0, 1], got {v}")
-            object.__setattr__(self, name, v)
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.m * (self.k + 1) > MAX_SKETCH_CELLS:
+            raise ParameterError(f"params: m × (k + 1) = {self.m * (self.k + 1):,} count cells; at most "
+                                 f"{MAX_SKETCH_CELLS:,} (as a metric's sketch in the registry)")
+        self.mechanism()  # the mechanism's own checks (probabilities, h <= k, ...), once
 
     def mechanism(self) -> Rappor:
         """The :class:`~ldpstream.mechanisms.rappor.Rappor` these parameters define."""
