@@ -107,6 +107,11 @@ class WeightedGram:
         self._factor: Any = None
         self._pinv: np.ndarray | None = None
         self._dinv: np.ndarray | None = None
+        #: Large S: the candidates whose ``G⁻¹`` columns were solved exactly (probes first, then ``top``),
+        #: the number of probes among them, and the solved columns (S × len(exact_idx)).
+        self.exact_idx = np.zeros(0, dtype=np.int64)
+        self.n_probes = 0
+        self.exact_columns = np.zeros((self.S, 0))
         if self.exact:
             self._dense_setup()
         else:
@@ -182,4 +187,9 @@ class WeightedGram:
         self.info.update(se_method="cavity", cavity_iterations=n_iter, cavity_calibration=factor,
                          se_exact=int(exact_idx.size))
         self._dinv = out
+        self.exact_idx, self.n_probes, self.exact_columns = exact_idx, int(probe_idx.size), Y
         return out
+
+    def dense(self) -> np.ndarray | None:
+        """The dense ``G`` (exact back end), else ``None``."""
+        return self._G if self.exact and self._XT is None else None
