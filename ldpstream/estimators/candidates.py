@@ -236,7 +236,7 @@ def decode_orr(
 
     return _decode(
         kind="orr", z=z, X=X, other_col=np.full(C * k, 1.0 / k), var_fn=var_fn,
-        meat_fn=lambda wls: orr_meat(wls.Xa, wls.w, wls.fitted(), Nc, eps, k),
+        meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
     )
@@ -298,7 +298,7 @@ def decode_bits(
 
     return _decode(
         kind="bits", z=z, X=X, other_col=np.full(C * k, hbar / k), var_fn=var_fn,
-        meat_fn=lambda wls: bits_meat(wls.Xa, wls.w, wls.beta, Nc, q_star, p_star, k, hbar),
+        meat_fn=lambda wls: bits_meat(X, wls.o, wls.w, wls.beta, Nc, q_star, p_star, hbar),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
     )

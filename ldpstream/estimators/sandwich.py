@@ -31,7 +31,9 @@ from typing import Any, cast
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["SandwichMeat", "bits_meat", "cohort_split", "orr_meat"]
+from .linalg import weighted_gram
+
+__all__ = ["SandwichMeat", "bits_meat", "cohort_split", "orr_meat", "per_cohort_sums"]
 
 
 def cohort_split(A: Any, k: int, C: int) -> sp.csr_matrix:
@@ -45,54 +47,108 @@ def cohort_split(A: Any, k: int, C: int) -> sp.csr_matrix:
 
 
 class SandwichMeat:
-    """``Y ↦ M Y`` for the meat ``M = Xaᵀ W Σ_z W Xa`` (module docstring)."""
+    """The meat ``M = Xaᵀ W Σ_z W Xa`` (module docstring), ``Xa = [X, o]`` (``o``: the "other" column or None).
+
+    Args:
+        X: candidate design (R × S), cohort-major rows, ``k`` rows a cohort.
+        o: the "other" column (length R) or None.
+        alpha: the diagonal part's row weights (length R).
+        low_rank: pairs ``(V, γ)``, ``V`` of shape (C, P) (row c: ``Xa_cᵀ v_c``), ``γ`` of length C.
+        pair: ``(p, 1/N_c, w)`` for the bit mechanisms' pair part (``p`` over the candidates), or None.
+    """
 
     def __init__(
         self,
-        Xa: sp.csr_matrix,
+        X: sp.csr_matrix,
+        o: np.ndarray | None,
+        k: int,
         alpha: np.ndarray,
         low_rank: Sequence[tuple[np.ndarray, np.ndarray]],
-        pair: tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        pair: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        self.Xa = Xa
-        self.XaT = sp.csr_matrix(Xa.T)
+        self.X = sp.csr_matrix(X)
+        self.o = o
+        self.k = int(k)
         self.alpha = alpha
-        self.low_rank = [(np.asarray(V), np.asarray(g)) for V, g in low_rank]  # V: (C, P), γ: (C,)
-        self.pair = pair  # (split Xa (R × C·P), p (P,; 0 for "other"), 1/N_c (C,), w (R,))
+        self.low_rank = [(np.asarray(V), np.asarray(g)) for V, g in low_rank]
+        self.pair = pair
         self.max_block = 1 << 19
+        self.P = self.X.shape[1] + (o is not None)
+        self._Xa: sp.csr_matrix | None = None
+        self._split: sp.csr_matrix | None = None
+
+    @property
+    def augmented(self) -> sp.csr_matrix:
+        """``Xa = [X, o]`` (sparse)."""
+        if self._Xa is None:
+            self._Xa = self.X if self.o is None else sp.csr_matrix(sp.hstack([self.X, sp.csr_matrix(self.o[:, None])]))
+        return self._Xa
+
+    @property
+    def split(self) -> sp.csr_matrix:
+        """:func:`cohort_split` of ``X`` (candidates only)."""
+        if self._split is None:
+            self._split = cohort_split(self.X, self.k, self.X.shape[0] // self.k)
+        return self._split
 
     def __call__(self, Y: np.ndarray) -> np.ndarray:
         """``M Y``, in blocks of columns so that no temporary exceeds ``max_block`` elements (the (R × m)
         products with the design and the (C·S × m) per-cohort sums of the pair part)."""
         Y2 = Y.reshape(Y.shape[0], -1)
-        R = self.Xa.shape[0]
-        width = max(R, self.pair[0].shape[1] if self.pair is not None else 0, 1)
+        R = self.X.shape[0]
+        width = max(R, self.split.shape[1] if self.pair is not None else 0, 1)
         step = max(1, self.max_block // width)
         out = np.empty_like(Y2, dtype=np.float64)
         for j in range(0, Y2.shape[1], step):
             out[:, j:j + step] = self._apply(Y2[:, j:j + step])
         return out.reshape(Y.shape)
 
+    def dense(self) -> np.ndarray:
+        """``M`` as a dense (P × P) matrix from sparse products: the diagonal part by
+        :func:`~ldpstream.estimators.linalg.weighted_gram` (plus the "other" row), the rank-C parts, and the
+        pair part ``Hᵀ diag(p_t/N_c) H`` with ``H`` the rows ``(c, t)``, ``p_t > 0``, of the stacked
+        per-cohort ``X_cᵀ W_c Xa_c``."""
+        X, o, S = self.X, self.o, self.X.shape[1]
+        M = np.zeros((self.P, self.P))
+        M[:S, :S] = weighted_gram(X, self.alpha)
+        if o is not None:
+            cross = np.asarray(X.T @ (self.alpha * o))
+            M[:S, S] = cross
+            M[S, :S] = cross
+            M[S, S] = float(np.dot(o * self.alpha, o))
+        for V, g in self.low_rank:
+            M += V.T @ (g[:, None] * V)
+        if self.pair is not None:
+            p, inv_n, w = self.pair
+            d = (inv_n[:, None] * p[None, :]).ravel()
+            keep = np.flatnonzero(d > 0)
+            H = sp.csr_matrix(self.split.T @ (sp.diags(w) @ self.augmented))[keep]
+            M += np.asarray((H.T @ sp.diags(d[keep]) @ H).toarray())
+        return M
+
     def _apply(self, Y2: np.ndarray) -> np.ndarray:
-        XY = self.Xa @ Y2
-        out = cast(np.ndarray, self.XaT @ (self.alpha[:, None] * XY))
+        Xa = self.augmented
+        XY = Xa @ Y2
+        out = cast(np.ndarray, Xa.T @ (self.alpha[:, None] * XY))
         for V, g in self.low_rank:
             out = out + V.T @ (g[:, None] * (V @ Y2))
         if self.pair is not None:
-            split, p, inv_n, w = self.pair
-            C = inv_n.size
-            S = p.size
-            T = cast(np.ndarray, split.T @ (w[:, None] * XY)).reshape(C, S, -1)
+            p, inv_n, w = self.pair
+            C, S = inv_n.size, p.size
+            T = cast(np.ndarray, self.split.T @ (w[:, None] * XY)).reshape(C, S, -1)
             T *= p[None, :, None] * inv_n[:, None, None]
-            back = cast(np.ndarray, split @ T.reshape(C * S, -1))
-            out = out + self.XaT @ (w[:, None] * back)
+            back = cast(np.ndarray, self.split @ T.reshape(C * S, -1))
+            out = out + Xa.T @ (w[:, None] * back)
         return out
 
 
-def _per_cohort(Xa: sp.csr_matrix, u: np.ndarray, k: int, C: int) -> np.ndarray:
-    """``(C, P)``: row ``c`` is ``Xa_cᵀ u_c``."""
-    split = cohort_split(Xa, k, C)
-    return np.asarray(split.T @ u).reshape(C, Xa.shape[1])
+def per_cohort_sums(X: sp.csr_matrix, o: np.ndarray | None, u: np.ndarray, k: int) -> np.ndarray:
+    """``(C, P)``: row ``c`` is ``Xa_cᵀ u_c`` (``Xa = [X, o]``)."""
+    C = X.shape[0] // k
+    V = np.asarray(cohort_split(X, k, C).T @ u).reshape(C, X.shape[1])
+    if o is not None:
+        V = np.column_stack([V, (o * u).reshape(C, k).sum(axis=1)])
+    return V
 
 
 def _inv(n: np.ndarray) -> np.ndarray:
@@ -100,46 +156,43 @@ def _inv(n: np.ndarray) -> np.ndarray:
 
 
 def orr_meat(
-    Xa: sp.csr_matrix, w: np.ndarray, fit: np.ndarray, Nc: np.ndarray, epsilon: float, k: int
+    X: sp.csr_matrix, o: np.ndarray | None, w: np.ndarray, fit: np.ndarray, Nc: np.ndarray, epsilon: float
 ) -> SandwichMeat:
     """Meat of the O-RR least squares: ``α = w² c² m / N_c``, ``γ_c = −c²/N_c``, ``v_c = w_c m_c``."""
     C = Nc.size
+    k = X.shape[0] // C
     e = np.exp(epsilon)
     cc = (e + k - 1) / (e - 1)
     m = (1 + (e - 1) * np.clip(fit, 0.0, 1.0)) / (e + k - 1)
-    inv_row = np.repeat(_inv(Nc), k)
-    alpha = w * w * cc * cc * m * inv_row
-    V = _per_cohort(Xa, w * m, k, C)
-    return SandwichMeat(Xa, alpha, [(V, -cc * cc * _inv(Nc))])
+    alpha = w * w * cc * cc * m * np.repeat(_inv(Nc), k)
+    V = per_cohort_sums(X, o, w * m, k)
+    return SandwichMeat(X, o, k, alpha, [(V, -cc * cc * _inv(Nc))])
 
 
 def bits_meat(
-    Xa: sp.csr_matrix,
+    X: sp.csr_matrix,
+    o: np.ndarray | None,
     w: np.ndarray,
     beta: np.ndarray,
     Nc: np.ndarray,
     q_star: float,
     p_star: float,
-    k: int,
     hbar: float,
 ) -> SandwichMeat:
     """Meat of the bit least squares (module docstring), ``p = max(β, 0)``."""
     C = Nc.size
-    S = beta.size if Xa.shape[1] == beta.size else beta.size - 1
+    k = X.shape[0] // C
+    S = X.shape[1]
     p = np.maximum(beta, 0.0)
-    p_o = float(p[S]) if p.size > S else 0.0
-    p_cand = np.concatenate([p[:S], np.zeros(p.size - S)])  # the pair part has the candidates only
+    p_o = float(p[S]) if o is not None else 0.0
     delta = q_star - p_star
-    xp = Xa @ p_cand
+    xp = X @ p[:S]
     pi = xp + (p_o * hbar / k)
     r = np.clip(p_star + delta * pi, 0.0, 1.0)
     kappa = hbar * (hbar - 1) / (k * (k - 1)) if k > 1 else 0.0
     inv_n = _inv(Nc)
-    inv_row = np.repeat(inv_n, k)
-    alpha = w * w * (r * (1 - r) / delta**2 + pi * pi - xp - p_o * kappa) * inv_row
-    split = cohort_split(Xa, k, C)
-    low = [(np.asarray(split.T @ (w * pi)).reshape(C, -1), -inv_n)]
+    alpha = w * w * (r * (1 - r) / delta**2 + pi * pi - xp - p_o * kappa) * np.repeat(inv_n, k)
+    low = [(per_cohort_sums(X, o, w * pi, k), -inv_n)]
     if p_o * kappa > 0:
-        low.append((np.asarray(split.T @ w).reshape(C, -1), p_o * kappa * inv_n))
-    pair = (split, p_cand, inv_n, w)
-    return SandwichMeat(Xa, alpha, low, pair)
+        low.append((per_cohort_sums(X, o, w, k), p_o * kappa * inv_n))
+    return SandwichMeat(X, o, k, alpha, low, (p[:S], inv_n, w))
