@@ -9,10 +9,11 @@ Responses, per cohort ``c`` with ``N_c`` reports (docs/math/estimators.md#design
 ``N_c`` so that unequal cohort sizes cost no bias):
 
 - O-RR: ``z_cy = ((e^ε + k − 1) n_cy / N_c − 1)/(e^ε − 1)``; ``E z = X p``;
-  ``Var z_cy = ((e^ε + k − 1)/(e^ε − 1))² m_cy (1 − m_cy)/N_c``, ``m_cy = (1 + (e^ε − 1)(Xp)_cy)/(e^ε + k − 1)``.
+  ``Var z_cy = ((e^ε + k − 1)/(e^ε − 1))² m_cy (1 − m_cy)/N_c``, ``m_cy = (1 + (e^ε − 1)(Xp)_cy)/(e^ε + k − 1)``
+  (cells of one cohort covary: multinomial).
 - bits: ``z_cj = (c_cj / N_c − p*)/(q* − p*)`` (RAPPOR's ``t_ij / N_j``); ``E z = X p``;
-  ``Var z_cj = r (1 − r)/(N_c (q* − p*)²)``, ``r = p* + (q* − p*)(Xp)_cj``
-  (docs/math/estimators.md#covariance-of-the-least-squares-estimate).
+  ``Var z_cj = r (1 − r)/(N_c (q* − p*)²)``, ``r = p* + (q* − p*)(Xp)_cj`` (bits of one report covary)
+  (docs/math/estimators.md#sandwich-covariance-of-the-least-squares-estimate).
 
 An optional "other" regressor stands for every string outside the list: it hashes uniformly, so it adds
 ``1/k`` to each O-RR response and ``h̄/k`` to each bit response (``h̄`` = mean bits a string sets per
@@ -22,11 +23,16 @@ Methods:
 
 - ``"ls"``: weighted least squares. The weights ``1/Var`` are evaluated at the fitted values of a pilot
   (unweighted, LSQR) fit, not at the observed cells: weights computed from each cell's own count bias the
-  estimate by about ``sqrt(C / count per cell)`` standard errors. ``Cov = (XᵀWX)⁻¹``; for O-RR, whose
-  per-cohort responses are multinomial, the exact GLS covariance is ``(XᵀWX)⁻¹ − (N/c²) u uᵀ`` with
-  ``u = (XᵀWX)⁻¹ 1`` (the weights are a generalized inverse of the cohort's multinomial covariance and every
-  column sums to 1 within a cohort). For bit mechanisms the covariance ignores the dependence between the
-  bits of one report (as RAPPOR's reference code does); it is of order (q* − p*)² p_s p_s'.
+  estimate by about ``sqrt(C / count per cell)`` standard errors. Covariance: the sandwich
+  ``Ga⁻¹ (Xaᵀ W Σ_z W Xa) Ga⁻¹`` with the exact covariance ``Σ_z`` of the responses
+  (:mod:`ldpstream.estimators.sandwich`; docs/math/estimators.md#sandwich-covariance-of-the-least-squares-estimate):
+  the sketch of a cohort is a sum of independent reports, so ``Σ_z`` is block diagonal over cohorts with
+  the covariance of one report's response vector, multinomial for O-RR (``c²(diag m − m mᵀ)``; the former
+  ``(XᵀWX)⁻¹ − (N/c²) u uᵀ`` is exact only for the weights ``N_c/(c² m)``, not for the ``N_c/(c² m(1 − m))``
+  used, and was 0.81× the true SD at k = 4) and, for bits, with the covariance of two bits of one report
+  (one-hot ``−π πᵀ`` and, for h ≥ 2, ``+X_c D_p X_cᵀ`` off the diagonal). For the bit "mle" this is the
+  Godambe covariance of the composite likelihood (its score equations are those of this least squares,
+  weights at the estimate).
 - ``"nnls"``: the same weighted least squares constrained to ``p >= 0`` and ``Σ p <= 1`` (or, with the
   "other" term, to the simplex over candidates + other), solved by FISTA on the normal equations with
   sparse products ``Xᵀ(W(Xv))`` (Lipschitz constant: the largest row sum of XᵀWX, whose entries are >= 0).
@@ -35,9 +41,10 @@ Methods:
 - ``"mle"``: EM over the candidates plus the "other" component. O-RR: exact multinomial likelihood over
   (cohort, symbol) with ``P(y, c | s) = Q(y | h_c(s))/C`` and ``P(y, c | other) = 1/(C k)``. Bits: the
   composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
-  ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors from the observed information restricted to the
-  simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`); for bits this is the naive composite
-  information (no Godambe sandwich). EM starts from the uniform distribution, runs SQUAREM
+  ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
+  to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
+  exact); bits: the least-squares sandwich (the Godambe covariance, above). EM starts from the uniform
+  distribution, runs SQUAREM
   (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
   1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate are merged into one cell per
   block (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that
@@ -48,9 +55,19 @@ Cost and memory. ``G = XᵀWX`` (and the information matrix of ``"mle"``) are ha
 (default 1024); beyond, never formed: block conjugate gradients for the solves (estimates exact to the CG
 tolerance) and, for the standard errors only, the calibrated cavity approximation of ``diag(G⁻¹)`` described
 there (exact for the ``se_top`` largest estimates, the "other" term and 16 random probes; within ≈ 3.5% at
-S = 4096, C = 64, k = 128). Memory is O(nnz(X) + S) instead of O(S²).
+S = 4096, C = 64, k = 128), then multiplied by the mean ratio sandwich / model-based variance over the probes
+(the sandwich is exact for the probes, ``top`` and "other"). Memory is O(nnz(X) + S) instead of O(S²).
+Sandwich cost up to ``exact_max``: one dense inverse of ``Ga`` (O(S³)) and the meat applied to it
+(O((nnz(X) + C·k)·S)), in column blocks of bounded memory.
 
-Standard errors of ``"nnls"`` and ``"project"`` are those of the unconstrained weighted LS estimate.
+Intervals. ``"ls"`` publishes Wald intervals from its sandwich SEs (``interval_method = "wald"``). The
+constrained decoders (``"nnls"``, ``"project"``, ``"mle"``) publish the least-squares interval
+``β̂_LS ± 1.96 SE_LS`` clipped to [0, 1] beside their point (``interval_method = "ls-sandwich"``): a Wald
+interval centred on a constrained (biased near 0) point with the unbiased estimator's SE under-covers, and at
+zero cells gives negative bounds; the LS interval has nominal coverage whatever the constraint does
+(docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders). Their ``std_errors`` are the LS
+sandwich SEs (O-RR "mle": its information SEs).
+
 The detection floor is ``Φ⁻¹(1 − 0.05/S)`` times the median candidate standard error.
 """
 
@@ -69,8 +86,9 @@ from ldpstream.mechanisms.base import CANDIDATE_METHODS
 
 from .channels import AffineChannel, compressed_affine_channel
 from .em import em_multinomial
-from .estimate import Estimate, detection_floor
+from .estimate import ConfidenceInterval, Estimate, detection_floor
 from .least_squares import WeightedLeastSquares, fista_constrained_ls
+from .sandwich import bits_meat, orr_meat
 from .simplex import project_capped_simplex, project_simplex
 from .variance import affine_constrained_variances, bit_variance, krr_variance
 
@@ -84,6 +102,7 @@ __all__ = [
 
 CandidateMethod = Literal["ls", "nnls", "project", "mle"]
 _METHODS = CANDIDATE_METHODS
+_Z95 = 1.959963984540054  # Φ⁻¹(0.975)
 
 
 def _design(design: Any, rows: int) -> sp.csr_matrix:
@@ -108,7 +127,7 @@ def _decode(
     X: sp.csr_matrix,
     other_col: np.ndarray,
     var_fn: Callable[[np.ndarray], np.ndarray],
-    rank_one: float | None,
+    meat_fn: Callable[[WeightedLeastSquares], Callable[[np.ndarray], np.ndarray]],
     channel_fn: Callable[[bool], tuple[AffineChannel, np.ndarray, float]],
     n_reports: int,
     method: str,
@@ -126,6 +145,8 @@ def _decode(
         raise ParameterError(f"{len(labels)} labels for {S} candidates")
     info: dict[str, Any] = {"candidates": S, "other": bool(other)}
     residual_se: float | None = None
+    wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, exact_max=exact_se_max)
+    beta = wls.beta
     if method == "mle":
         ch, counts, ll_shift = channel_fn(other)
         # Uniform start. Starting from the projected least-squares fit (mixed with 1-30% uniform so that no
@@ -133,37 +154,42 @@ def _decode(
         # 421-665 SQUAREM iterations against 309-578 from uniform, with no consistent gain and the cost of
         # the least-squares fit on top, so it is not used.
         res = em_multinomial(counts, ch, tol=tol, max_iter=max_iter, ll_tol=1e-7)
-        m = np.maximum(ch.forward(res.p), 1e-300)
-        top = _top(res.p, S, se_top)
-        var = affine_constrained_variances(ch, counts / m**2, exact_max=exact_se_max, top=top, info=info)
-        se = np.sqrt(var)
-        freq = res.p[:S]
-        residual = float(res.p[S]) if other else None
-        residual_se = float(se[S]) if other else None
-        se = se[:S]
+        est = res.p
         info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood + ll_shift)
+    elif method == "ls":
+        est = beta
+    elif method == "project":
+        est = project_simplex(beta)
+    else:  # nnls
+        proj = project_simplex if other else project_capped_simplex
+        est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta, max_iter=max_iter,
+                                           lipschitz=wls.lipschitz())
+        info["n_iter"] = n_iter
+    top = _top(est, S, se_top)
+    se_ls = np.sqrt(wls.variances(top, meat_fn(wls)))
+    info.update(wls.gram.info)
+    se = se_ls
+    if method == "mle" and kind == "orr":
+        # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs
+        m = np.maximum(ch.forward(est), 1e-300)
+        se = np.sqrt(affine_constrained_variances(ch, counts / m**2, exact_max=exact_se_max, top=top, info=info))
+    freq = est[:S]
+    if other:
+        residual, residual_se = float(est[S]), float(se[S])
     else:
-        wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, rank_one, exact_max=exact_se_max)
-        beta = wls.beta
-        if method == "ls":
-            est = beta
-        elif method == "project":
-            est = project_simplex(beta)
-        else:  # nnls
-            proj = project_simplex if other else project_capped_simplex
-            est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta, max_iter=max_iter,
-                                               lipschitz=wls.lipschitz())
-            info["n_iter"] = n_iter
-        se_all = np.sqrt(wls.variances(_top(est, S, se_top)))
-        info.update(wls.gram.info)
-        freq = est[:S]
-        if other:
-            residual, residual_se = float(est[S]), float(se_all[S])
-        else:
-            residual = float(1.0 - beta.sum())
-        se = se_all[:S]
+        residual = float(1.0 - est[:S].sum()) if method == "mle" else float(1.0 - beta.sum())
+    se = se[:S]
+    interval = None
+    interval_method = "wald"
+    if method != "ls":
+        # the least-squares estimate's interval (sandwich SE; its coverage is nominal) beside the constrained
+        # point, clipped to [0, 1] (docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders)
+        half = _Z95 * se_ls[:S]
+        interval = ConfidenceInterval(np.clip(beta[:S] - half, 0.0, 1.0), np.clip(beta[:S] + half, 0.0, 1.0))
+        interval_method = "ls-sandwich"
     floor = detection_floor(float(np.median(se)), S) if S else None
-    return Estimate(freq, se, n_reports, f"{kind}/{method}", labels, residual, residual_se, floor, info)
+    return Estimate(freq, se, n_reports, f"{kind}/{method}", labels, residual, residual_se, floor, info,
+                    interval, interval_method)
 
 
 def decode_orr(
@@ -194,7 +220,6 @@ def decode_orr(
     if N <= 0:
         raise ParameterError("no reports to decode")
     e = np.exp(eps)
-    c = (e + k - 1) / (e - 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         z = ((e + k - 1) * counts / Nc[:, None] - 1) / (e - 1)
     z = np.where(np.isfinite(z), z, 0.0).ravel()
@@ -210,7 +235,8 @@ def decode_orr(
                                    [counts.ravel()])
 
     return _decode(
-        kind="orr", z=z, X=X, other_col=np.full(C * k, 1.0 / k), var_fn=var_fn, rank_one=N / c**2,
+        kind="orr", z=z, X=X, other_col=np.full(C * k, 1.0 / k), var_fn=var_fn,
+        meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
     )
@@ -271,7 +297,8 @@ def decode_bits(
                                    [bits.ravel(), (Nc[:, None] - bits).ravel()])
 
     return _decode(
-        kind="bits", z=z, X=X, other_col=np.full(C * k, hbar / k), var_fn=var_fn, rank_one=None,
+        kind="bits", z=z, X=X, other_col=np.full(C * k, hbar / k), var_fn=var_fn,
+        meat_fn=lambda wls: bits_meat(X, wls.o, wls.w, wls.beta, Nc, q_star, p_star, hbar),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
     )

