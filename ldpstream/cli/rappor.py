@@ -26,8 +26,9 @@ discovery rate ≤ ``--alpha``)); the rule used is printed on stderr. ``--method
 plain candidate decoder of :mod:`ldpstream.estimators.candidates` instead (its significance test is then
 the chosen correction on its own standard errors). It writes ``results.csv``:
 ``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
-with N the total number of reports, ``prop_std_error``, and the 95% Wald interval
-``proportion ± Φ⁻¹(0.975)·prop_std_error`` clipped to [0, 1] (as Google's ``prop_low_95``/``prop_high_95``).
+with N the total number of reports, ``prop_std_error``, and the decoder's published 95% interval clipped to
+[0, 1] (as Google's ``prop_low_95``/``prop_high_95``): for the constrained methods the least-squares
+estimate ± Φ⁻¹(0.975)·its sandwich standard error (docs/math/estimators.md).
 Rows are sorted by estimate, largest first. Like Google's ``decode-dist``, only the detected strings are
 written by default (``--significant``, still accepted, is this default); ``--all`` writes every candidate
 with its estimate and interval (unselected candidates: estimate 0 and the standard error they would have
