@@ -76,12 +76,12 @@ def test_krappor_unbiased_and_l2(k, eps, n):
 
 
 @pytest.mark.slow
-def test_formula_sheet_krr_k256_eps1():
-    """n = 1e6, k = 256, ε = 1, geometric with mean k/5 (the sheet does not say which p).
+def test_krr_k256_eps1_errors_match_the_formula_and_the_reference_orderings():
+    """n = 1e6, k = 256, ε = 1, geometric with mean k/5 (the reference figures do not say which p).
 
-    The sheet's measured ℓ2²: 0.0227 unbiased, 0.0154 truncated, 0.0058 projected, 0.0040 EM. The unbiased
+    Reference ℓ2² figures: 0.0227 unbiased, 0.0154 truncated, 0.0058 projected, 0.0040 EM. The unbiased
     value is checked against its formula (CLT tolerance from the trials' sd); for the others there is no
-    formula, and the orderings the sheet reports are checked with paired tests (z at the module's family
+    formula, and the reported orderings are checked with paired tests (z at the module's family
     level). With this p truncation does NOT beat projection (the geometric with mean 51 is flat at this noise
     level, where truncation does well), and EM and projection nearly coincide (both shift or threshold the
     empirical frequencies, see docs/math/estimators.md#k-rr-maximum-likelihood).

@@ -21,7 +21,9 @@ from ldpstream.mechanisms import (
 from ldpstream.mechanisms.rappor import prr_digest_bytes, prr_message
 
 
-def test_epsilon_example_from_formula_sheet():
+def test_epsilon_of_a_worked_rappor_example():
+    """h = 2, p = 0.5, q = 0.75, f = 0.5: ε_1 = h ln(q*(1 − p*)/(p*(1 − q*))) ≈ 1.0743 and
+    ε_∞ = 2h ln((1 − f/2)/(f/2)) = 4 ln 3 (docs/math/mechanisms.md#privacy-of-one-report-and-of-all-reports)."""
     r = Rappor(k=32, hashes=2, cohorts=64, p=0.5, q=0.75, f=0.5)
     assert r.q_star == pytest.approx(0.6875)
     assert r.p_star == pytest.approx(0.5625)
