@@ -115,3 +115,24 @@ def test_bad_arguments():
     with pytest.raises(ParameterError):
         detect(sketch, X[:3], mech.q_star, mech.p_star)
 
+
+def test_detect_is_a_live_decoder_method_for_bit_sketches_only():
+    """``estimate(..., method="detect")`` routes RAPPOR / O-RAPPOR to :func:`detect` (default rule, labels from the
+    candidate list) and is listed for ``candidates_bits`` only; O-RR refuses it."""
+    from ldpstream.estimators import estimate
+    from ldpstream.mechanisms import ORR
+    from ldpstream.mechanisms.base import DECODER_METHODS
+
+    assert "detect" in DECODER_METHODS["candidates_bits"]
+    assert "detect" not in DECODER_METHODS["candidates_symbol"]
+    mech = Rappor(32, 2, 32, 0.25, 0.75, 0.5)
+    sketch, _, _ = _run(mech, 40, _probs(5), 20_000, 0)
+    cands = [f"s{i}" for i in range(40)]
+    est = estimate(sketch, mech, "detect", cands)
+    direct = detect(sketch, mech.design_matrix(mech.bloom_table(cands)), mech.q_star, mech.p_star)
+    assert (est.method, est.info["rule"], est.info["alpha"]) == ("bits/detect", "bh", 0.10)
+    assert est.info["detected"] == direct.info["detected"] and 0 in est.info["detected"]
+    assert list(est.labels or []) == cands
+    orr = ORR(k=16, epsilon=2.0, cohorts=4)
+    with pytest.raises(ParameterError, match="detect"):
+        estimate(np.zeros((4, 16)) + 5, orr, "detect", ["a", "b"])
