@@ -5,6 +5,7 @@ Equations: ``docs/math/estimators.md``. Entry point: :func:`estimate`.
 
 from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor
 from .channels import AffineChannel, MatrixChannel
+from .detection import Correction, detect
 from .direct import (
     DirectMethod,
     estimate_krappor,
@@ -36,6 +37,7 @@ __all__ = [
     "AffineChannel",
     "CandidateMethod",
     "ConfidenceInterval",
+    "Correction",
     "DirectMethod",
     "EMResult",
     "Estimate",
@@ -51,6 +53,7 @@ __all__ = [
     "decode_orr",
     "decode_rappor",
     "design_matrix",
+    "detect",
     "detection_floor",
     "em_multinomial",
     "estimate",

@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 from ldpstream.errors import ParameterError
 
 from .candidates import decode_bits, decode_orr
+from .detection import detect
 from .direct import estimate_krappor, estimate_krr
 from .estimate import Estimate
 
@@ -68,12 +69,20 @@ def _decode_direct_bits(arr: np.ndarray, mechanism: Any, method: str, **options:
 def _decode_candidates_symbol(
     arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
 ) -> Estimate:
+    if method == "detect":
+        raise ParameterError(
+            f"{mechanism.name}: method 'detect' decodes bit sketches (O-RAPPOR, RAPPOR) only; its weights and "
+            "tests treat each (cohort, bit) cell as an independent binomial, which an O-RR cohort (one multinomial "
+            "over k symbols) is not. Use 'ls', 'nnls', 'project' or 'mle' and Estimate.significant()"
+        )
     return decode_orr(arr, design, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
 
 
 def _decode_candidates_bits(
     arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
 ) -> Estimate:
+    if method == "detect":
+        return detect(arr, design, mechanism.q_star, mechanism.p_star, **options)
     return decode_bits(arr, design, mechanism.q_star, mechanism.p_star, method, **options)  # type: ignore[arg-type]
 
 
@@ -116,7 +125,10 @@ def estimate(
     ``mechanism.design_matrix(candidates)``, which is cached (:func:`design_matrix`).
 
     Methods: ``"unbiased" | "truncate" | "project" | "mle"`` for k-RR / k-RAPPOR,
-    ``"ls" | "nnls" | "project" | "mle"`` for the candidate decoders. ``options`` go to the decoder.
+    ``"ls" | "nnls" | "project" | "mle"`` for the candidate decoders, and ``"detect"`` for bit sketches
+    (O-RAPPOR, RAPPOR: :func:`~ldpstream.estimators.detection.detect`, default Benjamini–Hochberg at
+    q = 0.10; O-RR refuses it with a :class:`~ldpstream.errors.ParameterError`). ``options`` go to the
+    decoder (for ``"detect"``: ``correction``, ``alpha``, ``other``, ...).
     """
     family = getattr(mechanism, "decoder_family", None)
     if family not in _DIRECT and family not in _CANDIDATES:

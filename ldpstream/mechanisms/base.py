@@ -50,12 +50,16 @@ DecoderFamily = Literal["direct_symbol", "direct_bits", "candidates_symbol", "ca
 #: The estimation methods of the direct decoders and of the candidate decoders (a metric's ``estimator``).
 DIRECT_METHODS = ("unbiased", "truncate", "project", "mle")
 CANDIDATE_METHODS = ("ls", "nnls", "project", "mle")
+#: Bit sketches (O-RAPPOR, RAPPOR) also offer ``"detect"`` (:func:`ldpstream.estimators.detection.detect`:
+#: screen, refit and test, Benjamini–Hochberg at q = 0.10). O-RR does not: detect's weights and tests model
+#: each (cohort, bit) cell as an independent binomial, while an O-RR cohort is one multinomial over k symbols.
+BIT_CANDIDATE_METHODS = (*CANDIDATE_METHODS, "detect")
 #: The methods each decoder family offers.
 DECODER_METHODS: dict[str, tuple[str, ...]] = {
     "direct_symbol": DIRECT_METHODS,
     "direct_bits": DIRECT_METHODS,
     "candidates_symbol": CANDIDATE_METHODS,
-    "candidates_bits": CANDIDATE_METHODS,
+    "candidates_bits": BIT_CANDIDATE_METHODS,
 }
 
 
