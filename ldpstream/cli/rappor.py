@@ -21,10 +21,10 @@ The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash pe
 ``decode`` (Google's ``decode_dist.R``): by default detects which candidates are present with
 :func:`ldpstream.estimators.detection.detect` (non-negative lasso screen with a noise-calibrated penalty,
 weighted NNLS refit on the selected, well-determined set, one-sided tests corrected over all candidates with
-``--correction bonferroni`` (default, family-wise error ≤ ``--alpha``) or ``bh`` (Benjamini–Hochberg, false
-discovery rate ≤ ``--alpha``)); the rule used is printed on stderr. ``--method ls|nnls|project|mle`` uses the
-plain candidate decoder of :mod:`ldpstream.estimators.candidates` instead (its significance test is then
-the chosen correction on its own standard errors). It writes ``results.csv``:
+``--correction bh`` (the default: Benjamini–Hochberg, false discovery rate ≤ ``--alpha``, default 0.10) or
+``bonferroni`` (family-wise error ≤ ``--alpha``)); the rule used is printed on stderr.
+``--method ls|nnls|project|mle`` uses the plain candidate decoder of :mod:`ldpstream.estimators.candidates`
+instead (its significance test is then the chosen correction on its own standard errors). It writes ``results.csv``:
 ``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
 with N the total number of reports, ``prop_std_error``, and the decoder's published 95% interval clipped to
 [0, 1] (as Google's ``prop_low_95``/``prop_high_95``): for the constrained methods the least-squares
@@ -104,9 +104,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dec.add_argument("--map", required=True)
     dec.add_argument("--method", default="detect", choices=("detect", "ls", "nnls", "project", "mle"),
                      help="detect (default: screen, refit, test) or a plain candidate decoder")
-    dec.add_argument("--correction", default="bonferroni", choices=("bonferroni", "bh"),
-                     help="multiple-testing correction over all candidates (default bonferroni)")
-    dec.add_argument("--alpha", type=float, default=0.05, help="family-wise error (bonferroni) or FDR (bh)")
+    dec.add_argument("--correction", default="bh", choices=("bonferroni", "bh"),
+                     help="multiple-testing correction over all candidates (default bh: false discovery rate)")
+    dec.add_argument("--alpha", type=float, default=0.10,
+                     help="false discovery rate (bh, default 0.10) or family-wise error (bonferroni)")
     dec.add_argument("--no-other", action="store_true", help="no 'other' term for strings outside the map")
     rows = dec.add_mutually_exclusive_group()
     rows.add_argument("--significant", action="store_true",
@@ -209,7 +210,7 @@ def run_hash_candidates(args: argparse.Namespace) -> int:
 
 def decode_counts(
     params: ParamsFile, counts: np.ndarray, strings: list[str], design: Any, method: str = "detect",
-    other: bool = True, correction: str = "bonferroni", alpha: float = 0.05,
+    other: bool = True, correction: str = "bh", alpha: float = 0.10,
 ) -> Any:
     """Run :func:`~ldpstream.estimators.detection.detect` (``method="detect"``) or the candidate decoder on a
     counts sketch; returns the :class:`Estimate`."""
@@ -225,7 +226,7 @@ def decode_counts(
 
 
 def results_table(
-    est: Any, significant_only: bool = False, correction: str = "bonferroni", alpha: float = 0.05
+    est: Any, significant_only: bool = False, correction: str = "bh", alpha: float = 0.10
 ) -> dict[str, list[Any]]:
     """Google's ``results.csv`` columns from an Estimate (module docstring), sorted by estimate."""
     n = float(est.n_reports)

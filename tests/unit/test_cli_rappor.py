@@ -204,7 +204,7 @@ def test_decode_writes_detected_by_default_all_with_flag(pipeline, capsys):
     base = ("decode", "--params", P, "--counts", str(d / "counts.csv"), "--map", str(d / "map.csv"))
     capsys.readouterr()
     assert run(*base, "--out", str(d / "default.csv")) == 0
-    assert "rule bonferroni" in capsys.readouterr().err
+    assert "rule bh at alpha 0.1 " in capsys.readouterr().err
     assert run(*base, "--significant", "--out", str(d / "sig.csv")) == 0
     assert run(*base, "--all", "--out", str(d / "all.csv")) == 0
     assert run(*base, "--correction", "bh", "--out", str(d / "bh.csv")) == 0
