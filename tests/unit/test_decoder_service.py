@@ -15,6 +15,7 @@ from ldpstream.decoder.service import DecoderService
 from ldpstream.device import privatize_population
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch
+from ldpstream.store.contract import MetricSnapshot
 from ldpstream.wire import encode_records, payloads_from_reports
 
 LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
@@ -310,3 +311,33 @@ def test_independent_buckets_keep_design_effects_near_one(prometheus):
     day = service.decode_metric(registry["lang"], now=NOW)[0].to_json()
     assert day["repetition"]["rule"] == "estimated"
     assert day["design_effect"] < 1 + 5 * 0.4
+
+
+def test_the_all_window_applies_the_held_buckets_overlap_over_the_rollups_span(prometheus):
+    """Buckets that expired are gone from the snapshot but counted in the all-time rollup: the overlap
+    measured on the held buckets is applied over as many buckets as the rollup's reports fill."""
+
+    class ExpiringStore(InMemorySketchStore):
+        def snapshot(self, *args, **kwargs):  # keep the newest 6 buckets, the rollup counts all 12
+            full = super().snapshot(*args, **kwargs)
+            newest = sorted(full.buckets)[-6:]
+            total = sum(full.buckets.values())
+            return MetricSnapshot({b: full.buckets[b] for b in newest}, total)
+
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 32, "epsilon": 2.0}}})
+    store = ExpiringStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    values = concentrated(1000, [0, 1, 2], 32, seed=6)
+    for b in range(12):  # two hours of the same clients' identical reports
+        feed.add("lang", values, NOW - 120 - b * BUCKET, seed=22)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    results = {r.window: r.to_json() for r in service.decode_metric(registry["lang"], now=NOW)}
+    every, hour = results["all"], results["1h"]
+    assert every["n_reports"] == 12_000 and every["buckets"] == 6
+    assert every["repetition"]["span"] == pytest.approx(12.0)
+    assert every["design_effect"] == pytest.approx(12.0)
+    assert hour["design_effect"] == pytest.approx(hour["repetition"]["span"])
+    for a, h in zip(every["values"], hour["values"], strict=True):  # both: one bucket's 1000 reports
+        assert a["low_95"] == pytest.approx(h["low_95"]) and a["high_95"] == pytest.approx(h["high_95"])
