@@ -1,14 +1,14 @@
 """Coverage of a window's published interval when its buckets repeat reports of the same clients
 (docs/math/estimators.md#windows-of-several-buckets-repeated-reports, :mod:`ldpstream.estimators.windows`).
 
-Simulated clients (k-RR, O-RR, O-RAPPOR, RAPPOR) report once per bucket in every bucket of an 8-bucket window, with the semantics of
-:class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder` (vectorized): each client's cohort and permanent
-response are drawn once with the mechanism's first layer; per bucket the report is the permanent response
-itself (memo only: identical reports), or the instantaneous layer applied to it (``epsilon_permanent``), or
-fresh noise at ε (``memoize=False``). Control: new clients in every bucket (each reports once). Every window
-is decoded through :func:`ldpstream.decoder.published.decode_window`, the decoder's own path, and the
-interval checked is the published one (``ci(0.95, clip=True)``) against the frequencies of the window's
-clients' values.
+Simulated clients (k-RR, O-RR, O-RAPPOR, RAPPOR) report once per bucket in every bucket of an 8-bucket
+window, with the semantics of :class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder` (vectorized):
+each client's cohort and permanent response are drawn once with the mechanism's first layer (RAPPOR: its
+PRR); per bucket the report is the permanent response itself (memo only: identical reports), or the
+instantaneous layer applied to it (``epsilon_permanent``; RAPPOR's IRR), or fresh noise at ε
+(``memoize=False``). Control: new clients in every bucket (each reports once). Every window is decoded
+through :func:`ldpstream.decoder.published.decode_window`, the decoder's own path, and the interval checked
+is the published one (``ci(0.95, clip=True)``) against the frequencies of the window's clients' values.
 
 Trial count. The band is 0.93–0.97 (two-sided) and must be at least 3 standard errors of the coverage
 estimate on each side of 0.95. Indicators of one trial are dependent, so the standard error is the cluster
