@@ -16,7 +16,8 @@ estimated from the window's rate ``r_j = lo + (hi − lo) f_j``, ``(hi, lo)`` th
 
 - per-report variance ``v_j = f_j hi (1 − hi) + (1 − f_j) lo (1 − lo)``,
 - per-client covariance ``c_j = (q2 − p2)² [f_j q1 (1 − q1) + (1 − f_j) p1 (1 − p1)]``, ``ρ_j = c_j / v_j``
-  (1 for a memoized response without an instantaneous layer, 0 with fresh noise: ``memoize=False``).
+  (1 for a memoized response without an instantaneous layer, 0 with fresh noise: ``memoize=False``);
+  with several cohorts the mix of values behind a cell is persistent too (:func:`_cell_moments`).
 
 How many of a bucket's reports come from clients that also report in another bucket of the window is not
 in the sketches: it is the *overlap* ``φ ∈ [0, 1]`` (the average over pairs of buckets of the fraction of
