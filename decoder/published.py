@@ -38,7 +38,7 @@ def decode_window(metric: MetricConfig, sketch: np.ndarray, bucket_sketches: Seq
     est = decode_sketch(metric, sketch)
     mechanism = metric.mechanism
     design = window_design(mechanism, bucket_sketches, sketch if rollup else None)
-    deff = value_design_effects(design, design_matrix(mechanism, metric.candidates))
+    deff = value_design_effects(design, design_matrix(mechanism, metric.candidates), est.frequencies)
     if deff.shape != est.frequencies.shape:  # a decoder that reports fewer or more values than the design
         deff = np.full(est.frequencies.shape, float(deff.max(initial=1.0)))
     return widen_estimate(est, deff, mechanism, sketch), design, deff

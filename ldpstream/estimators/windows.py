@@ -148,6 +148,9 @@ class WindowDesign:
         overlap_estimate: the unclamped φ̂ (``None`` when not estimated).
         rho: per-cell correlation ``ρ_j`` of two reports of one client, ``(C, k)``.
         weight: per-cell variance ``n_c v_j`` (weights of the per-value design effects), ``(C, k)``.
+        share: per-cell fraction ``f_j`` of the cohort's clients whose input sets the cell (``None``: unused).
+        mix_scale: ``(1 − 1/C)(hi − lo)²``, the cohort-mix term per unit of ``f(1 − f)`` (0 with one cohort).
+        reports: reports of each cell's cohort, ``(C, k)`` (``None``: unused).
     """
 
     buckets: int
@@ -158,6 +161,9 @@ class WindowDesign:
     overlap_estimate: float | None
     rho: np.ndarray
     weight: np.ndarray
+    share: np.ndarray | None = None
+    mix_scale: float = 0.0
+    reports: np.ndarray | None = None
 
     def assumes(self) -> str:
         """What the window's interval assumes, in words (published with the estimate)."""
@@ -218,8 +224,12 @@ def window_design(mechanism: Any, bucket_sketches: Sequence[np.ndarray], window_
     v, c = _cell_moments(rate, (hi, lo), persistence, int(mechanism.cohorts))
     rho = np.clip(np.where(v > 0, c / np.where(v > 0, v, 1.0), 1.0), 0.0, 1.0)
     weight = n[:, None] * v
+    cohorts = int(mechanism.cohorts)
+    share = np.clip((rate - lo) / (hi - lo), 0.0, 1.0)
+    mix_scale = (1.0 - 1.0 / cohorts) * (hi - lo) ** 2 if cohorts > 1 else 0.0
+    reports = np.broadcast_to(n[:, None], rate.shape)
     if span <= 1.0 + 1e-9:
-        return WindowDesign(len(stack), span, 0.0, "single-bucket", 0.0, None, rho, weight)
+        return WindowDesign(len(stack), span, 0.0, "single-bucket", 0.0, None, rho, weight, share, mix_scale, reports)
     # Dispersion of the held buckets about their own pooled rate, in one pass over (B, C, k):
     # Σ_b (x_b − n_b r)²/n_b = Σ_b x_b²/n_b − r Σ_b x_b (a cohort without reports has no counts either).
     x_sum = x.sum(axis=0)
@@ -236,22 +246,42 @@ def window_design(mechanism: Any, bucket_sketches: Sequence[np.ndarray], window_
     # the worst case on it biases nothing. With ρ = 1 it exceeds MAX_OVERLAP_SD exactly when dof < 32.
     overlap_sd = float(np.sqrt(2.0 * dof) / denominator) if denominator > 0 else np.inf
     if dof < min_dof or overlap_sd > max_overlap_sd:
-        return WindowDesign(len(stack), span, 1.0, "worst-case", dof, None, rho, weight)
+        return WindowDesign(len(stack), span, 1.0, "worst-case", dof, None, rho, weight, share, mix_scale, reports)
     phi_hat = float((dof - terms.sum()) / denominator)
     return WindowDesign(len(stack), span, float(np.clip(phi_hat, 0.0, 1.0)), "estimated", dof, phi_hat, rho,
-                        weight)
+                        weight, share, mix_scale, reports)
 
 
-def value_design_effects(design: WindowDesign, value_cells: Any) -> np.ndarray:
+def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np.ndarray | None = None
+                         ) -> np.ndarray:
     """``deff_s = 1 + (span − 1) φ ρ_s`` for each value (column) of the ``(C·k, S)`` design matrix, ``ρ_s`` the
-    variance-weighted mean of ``ρ_j`` over the cells value ``s`` sets (a value that sets none: the largest ρ)."""
+    variance-weighted mean of ``ρ_j`` over the cells value ``s`` sets (a value that sets none: the largest ρ).
+
+    With several cohorts and the values' estimated ``frequencies``, the cohort-mix term of a cell counts only
+    the other values behind it, ``(1 − 1/C)(hi − lo)² g(1 − g)`` with ``g = f_j − p_s``: the fluctuation of
+    the value's own share between cohorts cancels in its estimate (its clients are all counted somewhere)."""
     X = sp.csr_matrix(value_cells, dtype=np.float64)
     factor = max(design.span - 1.0, 0.0) * design.overlap
     if factor == 0.0:
         return np.ones(X.shape[1])
     w = design.weight.ravel()
-    num = np.asarray(X.T @ (w * design.rho.ravel())).ravel()
-    den = np.asarray(X.T @ w).ravel()
+    if frequencies is not None and design.mix_scale > 0 and design.share is not None:
+        coo = X.tocoo()
+        cell, value = coo.row, coo.col
+        f = design.share.ravel()[cell]
+        g = np.maximum(f - np.clip(np.asarray(frequencies, dtype=np.float64)[value], 0.0, 1.0), 0.0)
+        shift = design.mix_scale * (g * (1 - g) - f * (1 - f))  # ≤ 0: the value's own share removed
+        n = design.reports.ravel()[cell] if design.reports is not None else np.ones(cell.size)
+        v = np.where(n > 0, w[cell] / np.where(n > 0, n, 1.0), 0.0)
+        c = design.rho.ravel()[cell] * v
+        v_own, c_own = np.maximum(v + shift, 0.0), np.maximum(c + shift, 0.0)
+        rho_own = np.clip(np.where(v_own > 0, c_own / np.where(v_own > 0, v_own, 1.0), 1.0), 0.0, 1.0)
+        w_own = n * v_own * coo.data
+        num = np.bincount(value, w_own * rho_own, minlength=X.shape[1])
+        den = np.bincount(value, w_own, minlength=X.shape[1])
+    else:
+        num = np.asarray(X.T @ (w * design.rho.ravel())).ravel()
+        den = np.asarray(X.T @ w).ravel()
     rho_max = float(design.rho.max()) if design.rho.size else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         rho_s = np.where(den > 0, num / np.where(den > 0, den, 1.0), rho_max)

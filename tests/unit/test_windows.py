@@ -91,3 +91,16 @@ def test_widening_a_wilson_interval_uses_the_effective_counts():
     np.testing.assert_allclose(wide.interval.high, quarter.interval.high)
     np.testing.assert_allclose(wide.z_scores(), est.z_scores() / 2)
     assert np.all(wide.interval.high - wide.interval.low >= est.interval.high - est.interval.low)
+
+
+def test_a_values_own_share_leaves_the_cohort_mix_term():
+    orr = ORR(16, 2.0, 8, support=32, epsilon_permanent=4.0)
+    rng = np.random.default_rng(7)
+    held = [orr.simulate_sketch(np.full(32, 100), rng)] * 4  # identical buckets: overlap 1
+    design = window_design(orr, held)
+    X = orr.design_matrix(None)
+    full = value_design_effects(design, X)
+    own = value_design_effects(design, X, np.full(32, 1 / 32))
+    assert design.mix_scale > 0 and np.all(own <= full + 1e-12) and np.all(own > 1) and np.any(own < full)
+    assert value_design_effects(window_design(MECH, buckets(MECH, 500, 4, 8)), MECH.design_matrix(),
+                                np.full(32, 1 / 32)).shape == (32,)
