@@ -56,11 +56,12 @@ import scipy.sparse as sp
 from ldpstream.mechanisms.rates import bit_rates, krr_rates
 
 from .estimate import ConfidenceInterval, Estimate
-from .intervals import ScoreTestedEstimate, affine_score_interval
+from .intervals import Z95, ScoreTestedEstimate, affine_score_interval
 
 __all__ = [
     "MAX_OVERLAP_SD",
     "MIN_DOF",
+    "SYMMETRIC_CLIPPED",
     "WindowDesign",
     "persistence_rates",
     "value_design_effects",
@@ -289,11 +290,30 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
     return out
 
 
+#: Intervals ``centre ± Z95 · se`` clipped to [0, 1] whose centre is not the published point (the candidate
+#: decoders' least-squares interval beside a constrained point): widened about their own centre.
+SYMMETRIC_CLIPPED = frozenset({"ls-sandwich"})
+
+
+def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray
+                     ) -> ConfidenceInterval:
+    """``clip(centre ± root · half)`` of ``clip(centre ± half)``: centre and half-width from the two bounds
+    when neither was clipped, else ``half = Z95 · se`` from the unclipped bound (both clipped: the point)."""
+    low, high = (np.asarray(b, dtype=np.float64) for b in interval)
+    z_half = Z95 * np.asarray(se, dtype=np.float64)
+    free_low, free_high = low > 0.0, high < 1.0
+    centre = np.where(free_low & free_high, (low + high) / 2,
+                      np.where(free_high, high - z_half, np.where(free_low, low + z_half, point)))
+    half = np.where(free_low & free_high, (high - low) / 2, z_half)
+    return ConfidenceInterval(np.clip(centre - root * half, 0.0, 1.0), np.clip(centre + root * half, 0.0, 1.0))
+
+
 def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.ndarray) -> Estimate:
     """``est`` with its uncertainty inflated by the design effects ``deff`` (one per value).
 
     Standard errors × ``sqrt(deff)``; the score interval of a direct decoder (``"wilson-score"``) recomputed
-    with the effective counts ``x/deff`` out of ``n/deff``; any other interval of the decoder widened about
+    with the effective counts ``x/deff`` out of ``n/deff``; a clipped symmetric interval beside the point
+    (:data:`SYMMETRIC_CLIPPED`) widened about its own centre; any other interval of the decoder widened about
     the estimate by ``sqrt(deff)`` (a Wald interval follows the standard errors). The score statistics of
     ``p = 0`` shrink by ``sqrt(deff)``, so tests stay consistent with the interval."""
     d = np.maximum(np.asarray(deff, dtype=np.float64), 1.0)
@@ -317,6 +337,8 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.n
             # Element-wise in n: each value's own effective number of reports.
             low, high = affine_score_interval(x / d, cast(float, total / d), lo, hi - lo)
             changes["interval"] = ConfidenceInterval(low, high)
+        elif est.interval_method in SYMMETRIC_CLIPPED and est.std_errors is not None:
+            changes["interval"] = _widen_symmetric(est.interval, est.std_errors, est.frequencies, root)
         else:
             f = est.frequencies
             low, high = est.interval

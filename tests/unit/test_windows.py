@@ -104,3 +104,18 @@ def test_a_values_own_share_leaves_the_cohort_mix_term():
     assert design.mix_scale > 0 and np.all(own <= full + 1e-12) and np.all(own > 1) and np.any(own < full)
     assert value_design_effects(window_design(MECH, buckets(MECH, 500, 4, 8)), MECH.design_matrix(),
                                 np.full(32, 1 / 32)).shape == (32,)
+
+
+def test_a_clipped_interval_beside_the_point_is_widened_about_its_own_centre():
+    from ldpstream.estimators.estimate import ConfidenceInterval, Estimate
+    from ldpstream.estimators.intervals import Z95
+
+    beta = np.array([0.30, 0.01, 0.69, 0.995])
+    se = np.full(4, 0.01)
+    clip = lambda a: np.clip(a, 0.0, 1.0)  # noqa: E731
+    est = Estimate(np.array([0.29, 0.0, 0.70, 0.99]), se, 1000, "x/project",
+                   interval=ConfidenceInterval(clip(beta - Z95 * se), clip(beta + Z95 * se)),
+                   interval_method="ls-sandwich")
+    wide = widen_estimate(est, np.full(4, 4.0), MECH, np.zeros((1, 32)))
+    np.testing.assert_allclose(wide.interval.low, clip(beta - 2 * Z95 * se))
+    np.testing.assert_allclose(wide.interval.high, clip(beta + 2 * Z95 * se))
