@@ -298,7 +298,9 @@ SYMMETRIC_CLIPPED = frozenset({"ls-sandwich"})
 def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray
                      ) -> ConfidenceInterval:
     """``clip(centre ± root · half)`` of ``clip(centre ± half)``: centre and half-width from the two bounds
-    when neither was clipped, else ``half = Z95 · se`` from the unclipped bound (both clipped: the point)."""
+    when neither was clipped, else ``half = Z95 · se`` from the unclipped bound (both clipped: the point).
+    An interval wholly below 0 (``[0, 0]``) only bounds its centre, ``≤ −half``: ``−half`` is taken, the
+    widest (conservative) choice; likewise above 1."""
     low, high = (np.asarray(b, dtype=np.float64) for b in interval)
     z_half = Z95 * np.asarray(se, dtype=np.float64)
     free_low, free_high = low > 0.0, high < 1.0
