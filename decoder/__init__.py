@@ -5,7 +5,7 @@ defines what one published estimate holds; :mod:`~ldpstream.decoder.watch` is th
 """
 
 from ldpstream.decoder.metrics import DecoderMetrics
-from ldpstream.decoder.published import PublishedEstimate, decode_sketch, window_buckets
+from ldpstream.decoder.published import PublishedEstimate, decode_sketch, decode_window, window_buckets
 from ldpstream.decoder.service import DEFAULT_ESTIMATES_TOPIC, DecoderService
 from ldpstream.decoder.watch import render, watch
 
@@ -15,6 +15,7 @@ __all__ = [
     "DecoderService",
     "PublishedEstimate",
     "decode_sketch",
+    "decode_window",
     "render",
     "watch",
     "window_buckets",

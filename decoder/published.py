@@ -3,12 +3,14 @@ window's buckets are chosen and decoded."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ldpstream.estimators import Estimate, estimate
+from ldpstream.estimators import Estimate, design_matrix, estimate
+from ldpstream.estimators.windows import WindowDesign, value_design_effects, widen_estimate, window_design
 from ldpstream.registry import MetricConfig, Window
 from ldpstream.store.contract import MetricSnapshot
 
@@ -26,6 +28,22 @@ def decode_sketch(metric: MetricConfig, sketch: np.ndarray) -> Estimate:
     return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
 
 
+def decode_window(metric: MetricConfig, sketch: np.ndarray, bucket_sketches: Sequence[np.ndarray],
+                  rollup: bool = False) -> tuple[Estimate, WindowDesign, np.ndarray]:
+    """Decode a window's summed ``sketch`` and widen its intervals for the reports its buckets repeat
+    (:mod:`ldpstream.estimators.windows`): ``(estimate, repetition model, design effect per value)``.
+
+    ``bucket_sketches`` are the window's buckets; ``rollup``: ``sketch`` is the all-time rollup, which may hold
+    buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span)."""
+    est = decode_sketch(metric, sketch)
+    mechanism = metric.mechanism
+    design = window_design(mechanism, bucket_sketches, sketch if rollup else None)
+    deff = value_design_effects(design, design_matrix(mechanism, metric.candidates), est.frequencies)
+    if deff.shape != est.frequencies.shape:  # a decoder that reports fewer or more values than the design
+        deff = np.full(est.frequencies.shape, float(deff.max(initial=1.0)))
+    return widen_estimate(est, deff, mechanism, sketch), design, deff
+
+
 @dataclass(frozen=True)
 class PublishedEstimate:
     """One metric's estimate over one window, as published."""
@@ -40,6 +58,9 @@ class PublishedEstimate:
     #: Event times the summed buckets cover, [from, to) in seconds: whole buckets, so a window of the last
     #: hour over hourly buckets may reach back up to two hours.
     covers: tuple[int, int] | None = None
+    #: How the window's reports repeat (the model its intervals use), and the design effect of each value.
+    design: WindowDesign | None = None
+    design_effects: np.ndarray | None = None
 
     def to_json(self) -> dict[str, Any]:
         est = self.estimate
@@ -51,6 +72,8 @@ class PublishedEstimate:
                 entry["std_error"] = float(est.std_errors[i])
             if ci is not None:
                 entry.update(low_95=float(ci.low[i]), high_95=float(ci.high[i]))
+            if self.design_effects is not None:
+                entry["design_effect"] = float(self.design_effects[i])
             values.append(entry)
         return {
             "metric": self.metric,
@@ -61,6 +84,9 @@ class PublishedEstimate:
             "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
             "method": est.method,
             "interval_method": est.interval_method,
+            "design_effect": None if self.design_effects is None else float(np.max(self.design_effects, initial=1.0)),
+            "interval_assumes": "independent reports" if self.design is None else self.design.assumes(),
+            "repetition": None if self.design is None else self.design.to_json(),
             "n_reports": int(est.n_reports),
             "residual": est.residual,
             "detection_floor": est.detection_floor,

@@ -5,7 +5,9 @@ Every ``interval`` seconds, for each metric of the registry:
 1. read all of the metric's sketches as one consistent snapshot (one MULTI/EXEC, see
    :meth:`ldpstream.store.RedisSketchStore.snapshot`);
 2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
-   buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`);
+   buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`),
+   widening the intervals by the design effect of the reports that its buckets repeat
+   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`);
 3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
    ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
    Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).
@@ -20,7 +22,7 @@ import time
 from typing import Any
 
 from ldpstream.decoder.metrics import DecoderMetrics, default_metrics
-from ldpstream.decoder.published import PublishedEstimate, decode_sketch, window_buckets
+from ldpstream.decoder.published import PublishedEstimate, decode_window, window_buckets
 from ldpstream.kafka import produce
 from ldpstream.registry import MetricConfig, Registry
 from ldpstream.store.contract import StatusStore, sum_buckets
@@ -65,12 +67,15 @@ class DecoderService:
                 empty.append(window.name)  # nothing to estimate in this window (yet, or any more)
                 continue
             started = time.perf_counter()
-            result = decode_sketch(metric, sketch)
+            # The window's buckets repeat reports of the same clients: its intervals carry a design effect
+            # measured from the buckets still held (the all-time rollup may hold expired ones too).
+            held = [snapshot.buckets[b] for b in buckets if b in snapshot.buckets]
+            result, design, deff = decode_window(metric, sketch, held, rollup=window.seconds is None)
             seconds = time.perf_counter() - started
             covers = ((min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
                       if buckets else None)
             out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
-                                         metric.value_names(), covers))
+                                         metric.value_names(), covers, design, deff))
         return out, empty
 
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:

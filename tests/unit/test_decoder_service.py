@@ -10,10 +10,12 @@ from prometheus_client import CollectorRegistry
 
 from ldpstream.consumers.fold import fold_messages
 from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.published import PublishedEstimate, decode_sketch
 from ldpstream.decoder.service import DecoderService
 from ldpstream.device import privatize_population
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch
+from ldpstream.store.contract import MetricSnapshot
 from ldpstream.wire import encode_records, payloads_from_reports
 
 LABELS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru"]
@@ -261,3 +263,81 @@ def test_estimates_are_withheld_while_a_partition_is_rebuilt_from_kafka():
     assert [p.metric for p in service.run_once(now=200)] == ["m"] and service.last_withheld == []
     assert store.latest_estimate("m")["n_reports"] == 2
     assert prometheus.get_sample_value("ldpstream_estimates_withheld", {"metric": "m"}) == 0
+
+
+# ------------------------------------------------------------------------------------------ repeated reports
+
+
+def test_a_window_of_buckets_that_repeat_identical_reports_carries_their_design_effect(prometheus):
+    """Clients that report in every bucket with memoized (identical) reports: the window's intervals are
+    those of one bucket's reports, and the JSON says so
+    (docs/math/estimators.md#windows-of-several-buckets-repeated-reports)."""
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1d"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 32, "epsilon": 2.0}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    values = concentrated(2000, [0, 1, 2], 32, seed=5)
+    for b in range(6):  # the same clients, the same reports, in six buckets
+        feed.add("lang", values, NOW - 120 - b * BUCKET, seed=21)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    results = {r.window: r for r in service.decode_metric(registry["lang"], now=NOW)}
+    day = results["1d"].to_json()
+    assert day["n_reports"] == 12_000 and day["design_effect"] == pytest.approx(6.0)
+    assert day["repetition"]["rule"] == "estimated" and day["repetition"]["overlap"] == pytest.approx(1.0)
+    assert "memoized permanent responses" in day["interval_assumes"]
+    assert all(v["design_effect"] == pytest.approx(6.0) for v in day["values"])
+    assert results["all"].to_json()["design_effect"] == pytest.approx(6.0)
+    # Six copies of 2000 reports hold no more information than 2000: the intervals of one bucket's reports.
+    metric = registry["lang"]
+    snapshot = store.snapshot("lang", metric.fingerprint, (1, 32), None)
+    one = PublishedEstimate("lang", "one", NOW, 0.0, 1, decode_sketch(metric, next(iter(snapshot.buckets.values()))),
+                            metric.value_names()).to_json()
+    assert one["design_effect"] is None and one["interval_assumes"] == "independent reports"
+    for d, h in zip(day["values"], one["values"], strict=True):
+        assert d["frequency"] == pytest.approx(h["frequency"])
+        assert d["low_95"] == pytest.approx(h["low_95"]) and d["high_95"] == pytest.approx(h["high_95"])
+
+
+def test_independent_buckets_keep_design_effects_near_one(prometheus):
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["1d"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 32, "epsilon": 2.0}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    for b in range(6):  # new clients in every bucket
+        feed.add("lang", concentrated(2000, [0, 1, 2], 32, seed=30 + b), NOW - 120 - b * BUCKET, seed=40 + b)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    day = service.decode_metric(registry["lang"], now=NOW)[0].to_json()
+    assert day["repetition"]["rule"] == "estimated"
+    assert day["design_effect"] < 1 + 5 * 0.4
+
+
+def test_the_all_window_applies_the_held_buckets_overlap_over_the_rollups_span(prometheus):
+    """Buckets that expired are gone from the snapshot but counted in the all-time rollup: the overlap
+    measured on the held buckets is applied over as many buckets as the rollup's reports fill."""
+
+    class ExpiringStore(InMemorySketchStore):
+        def snapshot(self, *args, **kwargs):  # keep the newest 6 buckets, the rollup counts all 12
+            full = super().snapshot(*args, **kwargs)
+            newest = sorted(full.buckets)[-6:]
+            total = sum(full.buckets.values())
+            return MetricSnapshot({b: full.buckets[b] for b in newest}, total)
+
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 32, "epsilon": 2.0}}})
+    store = ExpiringStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    values = concentrated(1000, [0, 1, 2], 32, seed=6)
+    for b in range(12):  # two hours of the same clients' identical reports
+        feed.add("lang", values, NOW - 120 - b * BUCKET, seed=22)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    results = {r.window: r.to_json() for r in service.decode_metric(registry["lang"], now=NOW)}
+    every, hour = results["all"], results["1h"]
+    assert every["n_reports"] == 12_000 and every["buckets"] == 6
+    assert every["repetition"]["span"] == pytest.approx(12.0)
+    assert every["design_effect"] == pytest.approx(12.0)
+    assert hour["design_effect"] == pytest.approx(hour["repetition"]["span"])
+    for a, h in zip(every["values"], hour["values"], strict=True):  # both: one bucket's 1000 reports
+        assert a["low_95"] == pytest.approx(h["low_95"]) and a["high_95"] == pytest.approx(h["high_95"])

@@ -1,0 +1,350 @@
+"""Intervals of a window of several time buckets whose reports repeat from one client
+(docs/math/estimators.md#windows-of-several-buckets-repeated-reports).
+
+A client sends at most one report per metric and bucket; a window of ``B`` buckets then holds up to ``B``
+reports of one client, and with a memoized permanent response those reports are dependent (identical, with
+no instantaneous layer). The decoders assume independent reports, so their standard errors of a window are
+too small by up to ``sqrt(B)``.
+
+**Model.** Condition on the clients' values (the estimand is the frequency among the window's reports, the
+randomness is the mechanism's). Sketch cell ``j`` (a symbol, or a bit, of one cohort) counts indicators
+``z``. Two reports of one client in different buckets share its permanent response ``u`` (drawn once, with
+first-layer rates ``(q1, p1)``) and differ only by the instantaneous layer (rates ``(q2, p2)``; none: ``q2 = 1,
+p2 = 0``), so their covariance is ``Var E[z | u] = (q2 − p2)² π1 (1 − π1)``, ``π1`` = ``q1`` when the client's
+input sets the cell, else ``p1``. Averaged over the clients (a fraction ``f_j`` of them set the cell,
+estimated from the window's rate ``r_j = lo + (hi − lo) f_j``, ``(hi, lo)`` the mechanism's response rates):
+
+- per-report variance ``v_j = f_j hi (1 − hi) + (1 − f_j) lo (1 − lo)``,
+- per-client covariance ``c_j = (q2 − p2)² [f_j q1 (1 − q1) + (1 − f_j) p1 (1 − p1)]``, ``ρ_j = c_j / v_j``
+  (1 for a memoized response without an instantaneous layer, 0 with fresh noise: ``memoize=False``);
+  with several cohorts the mix of values behind a cell is persistent too (:func:`_cell_moments`).
+
+How many of a bucket's reports come from clients that also report in another bucket of the window is not
+in the sketches: it is the *overlap* ``φ ∈ [0, 1]`` (the average over pairs of buckets of the fraction of
+shared clients; 1 when every client reports in every bucket, 0 when none reports twice). Then, for ``B``
+equal buckets, ``Var(window count_j) = B N v_j (1 + (B − 1) φ ρ_j)``: the design effect
+``deff_j = 1 + (B − 1) φ ρ_j``.
+
+**Estimating φ** (one number per window, from all cells): the dispersion of the per-bucket counts about the
+window's rate, ``X²_j = Σ_b (x_bj − n_b r_j)² / (n_b v_j)``, has expectation ``(B − 1)(1 − φ ρ_j)`` (shared
+clients do not move between buckets: identical memoized reports give zero dispersion). So
+``φ̂ = Σ_j (d_j − X²_j) / Σ_j d_j ρ_j`` (``d_j`` = buckets of the cell with reports − 1), clamped to [0, 1].
+With fewer than :data:`MIN_DOF` degrees of freedom the worst case ``φ = 1`` is used (rule ``"worst-case"``).
+``B`` is the effective number of buckets ``(Σ n_b)² / Σ n_b²``.
+
+**Per value.** The design effect of value ``s`` uses the variance-weighted mean of ``ρ_j`` over the cells its
+true report sets (the mechanism's design matrix); the published interval is then widened: a score (Wilson)
+interval with the effective counts ``x / deff``, ``n / deff`` (Kish), any other interval and the standard
+errors by ``sqrt(deff)`` about the estimate.
+
+Assumptions, stated with every estimate (:meth:`WindowDesign.assumes`): a client's value does not change
+within the window (a changed value draws a new permanent response: less dependence, conservative) and the
+population's distribution is stationary across the window's buckets (a trend adds dispersion, which reads as
+less overlap: anti-conservative); the clamp of ``φ̂`` at 0 makes the design effect of a window without
+repetition slightly above 1 on average (conservative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+import numpy as np
+import scipy.sparse as sp
+
+from ldpstream.mechanisms.rates import bit_rates, krr_rates
+
+from .estimate import ConfidenceInterval, Estimate
+from .intervals import Z95, ScoreTestedEstimate, affine_score_interval
+
+__all__ = [
+    "MAX_OVERLAP_SD",
+    "MIN_DOF",
+    "SYMMETRIC_CLIPPED",
+    "WindowDesign",
+    "persistence_rates",
+    "value_design_effects",
+    "widen_estimate",
+    "window_design",
+]
+
+#: Fewest degrees of freedom of the dispersion statistic for which the overlap is estimated; below, φ = 1.
+MIN_DOF = 30
+#: Largest standard error of φ̂ (without repetition) for which it is used; above, the overlap cannot be told
+#: from the noise (few cells or buckets, or a weak dependence ρ: an instantaneous layer) and φ = 1 is used.
+MAX_OVERLAP_SD = 0.25
+
+
+def persistence_rates(mechanism: Any) -> tuple[float, float, float, float] | None:
+    """``(q1, p1, q2, p2)``: rates of the permanent response of a sketch cell (its first layer) and of the
+    instantaneous layer on top of it (``(1, 0)`` when there is none); ``None`` when every report draws fresh
+    noise (``memoize=False``: reports of one client are independent given its value).
+
+    k-RR / O-RR (symbols): k-RR rates over the ``k`` output symbols; k-RAPPOR / O-RAPPOR: per-bit rates
+    (:attr:`~ldpstream.mechanisms.longitudinal.Memoizing.layers`); RAPPOR: PRR ``(1 − f/2, f/2)``, IRR ``(q, p)``.
+    A mechanism this module does not know is treated as memoized without an instantaneous layer (the worst
+    case for intervals)."""
+    hi, lo = mechanism.response_rates
+    if getattr(mechanism, "name", None) == "rappor":
+        half = float(mechanism.f) / 2.0
+        return 1.0 - half, half, float(mechanism.q), float(mechanism.p)
+    layers = getattr(mechanism, "layers", None)
+    if layers is None:
+        return float(hi), float(lo), 1.0, 0.0
+    if not mechanism.memoize:
+        return None
+    first, irr = layers
+    if irr is None:
+        return float(hi), float(lo), 1.0, 0.0
+    if mechanism.report_kind == "symbol":
+        return (*krr_rates(mechanism.k, first), *krr_rates(mechanism.k, irr))
+    return (*bit_rates(first), *bit_rates(irr))
+
+
+def _cells(mechanism: Any, sketch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts (..., C, k), reports per cohort (..., C))`` of one sketch or a stack of them: the cells are the
+    symbol columns (a symbol sketch's rows sum to its reports), or the bit columns (column 0 of a bit sketch
+    counts reports)."""
+    arr = np.asarray(sketch, dtype=np.float64)
+    if mechanism.report_kind == "symbol":
+        return arr, arr.sum(axis=-1)
+    return arr[..., 1:], arr[..., 0]
+
+
+def _cell_moments(rate: np.ndarray, rates: tuple[float, float], persistence: tuple[float, float, float, float],
+                  cohorts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-report variance and per-client covariance (two reports of one client) of each cell's indicator.
+
+    ``f = (rate − lo)/(hi − lo)``: the fraction of the cohort's clients whose input sets the cell. Given who is
+    in the cohort: ``v = f hi (1 − hi) + (1 − f) lo (1 − lo)`` and ``c = (q2 − p2)² [f q1 (1 − q1) +
+    (1 − f) p1 (1 − p1)]``. With several cohorts a client's cohort is random and kept: which clients share a
+    cohort (the cells' mix of values) is then persistent too and adds ``(1 − 1/C) (m(1 − m) − v)`` (the
+    spread of the clients' rates ``m_i``, with ``m = rate``) to both."""
+    hi, lo = rates
+    q1, p1, q2, p2 = persistence
+    f = np.clip((rate - lo) / (hi - lo), 0.0, 1.0)
+    v = f * hi * (1 - hi) + (1 - f) * lo * (1 - lo)
+    c = (q2 - p2) ** 2 * (f * q1 * (1 - q1) + (1 - f) * p1 * (1 - p1))
+    if cohorts > 1:
+        m = lo + (hi - lo) * f
+        mix = (1.0 - 1.0 / cohorts) * np.maximum(m * (1 - m) - v, 0.0)
+        v, c = v + mix, c + mix
+    return v, c
+
+
+@dataclass(frozen=True, eq=False)
+class WindowDesign:
+    """How the reports of one window repeat, and the model its intervals use.
+
+    Attributes:
+        buckets: buckets with reports from which the overlap was estimated.
+        span: effective number of buckets the window's reports come from (``(Σ n_b)²/Σ n_b²``; for a window
+            read from the all-time rollup, extrapolated to its reports, see :func:`window_design`).
+        overlap: ``φ`` used (in [0, 1]).
+        rule: ``"single-bucket"`` (span ≤ 1: no repetition), ``"fresh-noise"`` (reports of one client are
+            independent), ``"estimated"`` (φ̂ from the dispersion), ``"worst-case"`` (too few degrees of
+            freedom: φ = 1), ``"unknown-independent"`` (no per-bucket detail: independence assumed).
+        dof: degrees of freedom of the dispersion statistic.
+        overlap_estimate: the unclamped φ̂ (``None`` when not estimated).
+        rho: per-cell correlation ``ρ_j`` of two reports of one client, ``(C, k)``.
+        weight: per-cell variance ``n_c v_j`` (weights of the per-value design effects), ``(C, k)``.
+        share: per-cell fraction ``f_j`` of the cohort's clients whose input sets the cell (``None``: unused).
+        mix_scale: ``(1 − 1/C)(hi − lo)²``, the cohort-mix term per unit of ``f(1 − f)`` (0 with one cohort).
+        reports: reports of each cell's cohort, ``(C, k)`` (``None``: unused).
+    """
+
+    buckets: int
+    span: float
+    overlap: float
+    rule: str
+    dof: float
+    overlap_estimate: float | None
+    rho: np.ndarray
+    weight: np.ndarray
+    share: np.ndarray | None = None
+    mix_scale: float = 0.0
+    reports: np.ndarray | None = None
+
+    def assumes(self) -> str:
+        """What the window's interval assumes, in words (published with the estimate)."""
+        if self.rule == "single-bucket":
+            return "one report per client (a single bucket)"
+        if self.rule == "fresh-noise":
+            return "independent reports (fresh noise on every report)"
+        if self.rule == "unknown-independent":
+            return "independent reports (no per-bucket counts to measure repetition)"
+        how = ("every client reports in every bucket (too few buckets to measure the overlap)"
+               if self.rule == "worst-case" else "the client overlap between buckets measured from their dispersion")
+        return (f"repeated reports of unchanged values over {self.span:.3g} buckets with memoized permanent "
+                f"responses; {how}; a stationary population")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "buckets": self.buckets, "span": self.span, "overlap": self.overlap,
+                "overlap_estimate": self.overlap_estimate, "dof": self.dof}
+
+
+def _independent(mechanism: Any, sketch: np.ndarray, rule: str, buckets: int, span: float) -> WindowDesign:
+    cells, _ = _cells(mechanism, sketch)
+    zero = np.zeros(cells.shape)
+    return WindowDesign(buckets, span, 0.0, rule, 0.0, None, zero, np.ones(cells.shape))
+
+
+def window_design(mechanism: Any, bucket_sketches: Sequence[np.ndarray], window_sketch: np.ndarray | None = None,
+                  *, min_dof: int = MIN_DOF, max_overlap_sd: float = MAX_OVERLAP_SD) -> WindowDesign:
+    """The repetition model of a window from the sketches of its buckets (module docstring).
+
+    ``window_sketch``: the sketch actually decoded when it is not the sum of ``bucket_sketches`` (the
+    all-time rollup, which also holds expired buckets): the overlap is measured on the buckets given and the
+    span extrapolated to its reports, ``n_window / (n_held / span_held)`` (as many buckets as the rollup's
+    reports fill at the held buckets' average size; with clients that churn the overlap decays with the lag,
+    so applying the recent buckets' overlap to the whole span is conservative). Without any bucket, the rule
+    is ``"unknown-independent"``. O(B·C·k)."""
+    stack = np.stack(list(bucket_sketches)).astype(np.float64) if len(bucket_sketches) else np.zeros((0, 1, 1))
+    x, nb = _cells(mechanism, stack)  # (B, C, k), (B, C)
+    keep = nb.sum(axis=1) > 0
+    if not keep.all():
+        stack, x, nb = stack[keep], x[keep], nb[keep]
+    decoded = stack.sum(axis=0) if window_sketch is None else np.asarray(window_sketch, dtype=np.float64)
+    if not len(stack):
+        if window_sketch is None:
+            raise ValueError("a window with no bucket needs its sketch")
+        return _independent(mechanism, decoded, "unknown-independent", 0, 1.0)
+    sizes = nb.sum(axis=1)
+    span = float(sizes.sum() ** 2 / np.sum(sizes**2))
+    if window_sketch is not None:
+        n_window = float(_cells(mechanism, decoded)[1].sum())
+        span = max(span, n_window / (float(sizes.sum()) / span))
+    persistence = persistence_rates(mechanism)
+    if persistence is None:
+        return _independent(mechanism, decoded, "fresh-noise", len(stack), span)
+    hi, lo = (float(r) for r in mechanism.response_rates)
+    cells, n = _cells(mechanism, decoded)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(n[:, None] > 0, cells / np.where(n > 0, n, 1.0)[:, None], lo)
+    v, c = _cell_moments(rate, (hi, lo), persistence, int(mechanism.cohorts))
+    rho = np.clip(np.where(v > 0, c / np.where(v > 0, v, 1.0), 1.0), 0.0, 1.0)
+    weight = n[:, None] * v
+    cohorts = int(mechanism.cohorts)
+    share = np.clip((rate - lo) / (hi - lo), 0.0, 1.0)
+    mix_scale = (1.0 - 1.0 / cohorts) * (hi - lo) ** 2 if cohorts > 1 else 0.0
+    reports = np.broadcast_to(n[:, None], rate.shape)
+    if span <= 1.0 + 1e-9:
+        return WindowDesign(len(stack), span, 0.0, "single-bucket", 0.0, None, rho, weight, share, mix_scale, reports)
+    # Dispersion of the held buckets about their own pooled rate, in one pass over (B, C, k):
+    # Σ_b (x_b − n_b r)²/n_b = Σ_b x_b²/n_b − r Σ_b x_b (a cohort without reports has no counts either).
+    x_sum = x.sum(axis=0)
+    n_held = nb.sum(axis=0)[:, None]  # (C, 1)
+    r_held = np.where(n_held > 0, x_sum / np.maximum(n_held, 1.0), lo)
+    v_h, c_h = _cell_moments(r_held, (hi, lo), persistence, int(mechanism.cohorts))
+    rho_h = np.clip(c_h / v_h, 0.0, 1.0)
+    squares = np.einsum("bck,bck,bc->ck", x, x, 1.0 / np.maximum(nb, 1.0))
+    terms = np.maximum(squares - r_held * x_sum, 0.0) / v_h
+    dof_cell = np.broadcast_to(np.maximum((nb > 0).sum(axis=0) - 1, 0)[:, None], r_held.shape)
+    dof = float(dof_cell.sum())
+    denominator = float((dof_cell * rho_h).sum())
+    # sd of φ̂ when no client repeats (Var X²_j ≈ 2 d_j): known before the data are looked at, so choosing
+    # the worst case on it biases nothing. With ρ = 1 it exceeds MAX_OVERLAP_SD exactly when dof < 32.
+    overlap_sd = float(np.sqrt(2.0 * dof) / denominator) if denominator > 0 else np.inf
+    if dof < min_dof or overlap_sd > max_overlap_sd:
+        return WindowDesign(len(stack), span, 1.0, "worst-case", dof, None, rho, weight, share, mix_scale, reports)
+    phi_hat = float((dof - terms.sum()) / denominator)
+    return WindowDesign(len(stack), span, float(np.clip(phi_hat, 0.0, 1.0)), "estimated", dof, phi_hat, rho,
+                        weight, share, mix_scale, reports)
+
+
+def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np.ndarray | None = None
+                         ) -> np.ndarray:
+    """``deff_s = 1 + (span − 1) φ ρ_s`` for each value (column) of the ``(C·k, S)`` design matrix, ``ρ_s`` the
+    variance-weighted mean of ``ρ_j`` over the cells value ``s`` sets (a value that sets none: the largest ρ).
+
+    With several cohorts and the values' estimated ``frequencies``, the cohort-mix term of a cell counts only
+    the other values behind it, ``(1 − 1/C)(hi − lo)² g(1 − g)`` with ``g = f_j − p_s``: the fluctuation of
+    the value's own share between cohorts cancels in its estimate (its clients are all counted somewhere)."""
+    X = sp.csr_matrix(value_cells, dtype=np.float64)
+    factor = max(design.span - 1.0, 0.0) * design.overlap
+    if factor == 0.0:
+        return np.ones(X.shape[1])
+    w = design.weight.ravel()
+    if frequencies is not None and design.mix_scale > 0 and design.share is not None:
+        coo = X.tocoo()
+        cell, value = coo.row, coo.col
+        f = design.share.ravel()[cell]
+        g = np.maximum(f - np.clip(np.asarray(frequencies, dtype=np.float64)[value], 0.0, 1.0), 0.0)
+        shift = design.mix_scale * (g * (1 - g) - f * (1 - f))  # ≤ 0: the value's own share removed
+        n = design.reports.ravel()[cell] if design.reports is not None else np.ones(cell.size)
+        v = np.where(n > 0, w[cell] / np.where(n > 0, n, 1.0), 0.0)
+        c = design.rho.ravel()[cell] * v
+        v_own, c_own = np.maximum(v + shift, 0.0), np.maximum(c + shift, 0.0)
+        rho_own = np.clip(np.where(v_own > 0, c_own / np.where(v_own > 0, v_own, 1.0), 1.0), 0.0, 1.0)
+        w_own = n * v_own * coo.data
+        num = np.bincount(value, w_own * rho_own, minlength=X.shape[1])
+        den = np.bincount(value, w_own, minlength=X.shape[1])
+    else:
+        num = np.asarray(X.T @ (w * design.rho.ravel())).ravel()
+        den = np.asarray(X.T @ w).ravel()
+    rho_max = float(design.rho.max()) if design.rho.size else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho_s = np.where(den > 0, num / np.where(den > 0, den, 1.0), rho_max)
+    out: np.ndarray = 1.0 + factor * np.clip(rho_s, 0.0, 1.0)
+    return out
+
+
+#: Intervals ``centre ± Z95 · se`` clipped to [0, 1] whose centre is not the published point (the candidate
+#: decoders' least-squares interval beside a constrained point): widened about their own centre.
+SYMMETRIC_CLIPPED = frozenset({"ls-sandwich"})
+
+
+def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray
+                     ) -> ConfidenceInterval:
+    """``clip(centre ± root · half)`` of ``clip(centre ± half)``: centre and half-width from the two bounds
+    when neither was clipped, else ``half = Z95 · se`` from the unclipped bound (both clipped: the point).
+    An interval wholly below 0 (``[0, 0]``) only bounds its centre, ``≤ −half``: ``−half`` is taken, the
+    widest (conservative) choice; likewise above 1."""
+    low, high = (np.asarray(b, dtype=np.float64) for b in interval)
+    z_half = Z95 * np.asarray(se, dtype=np.float64)
+    free_low, free_high = low > 0.0, high < 1.0
+    centre = np.where(free_low & free_high, (low + high) / 2,
+                      np.where(free_high, high - z_half, np.where(free_low, low + z_half, point)))
+    half = np.where(free_low & free_high, (high - low) / 2, z_half)
+    return ConfidenceInterval(np.clip(centre - root * half, 0.0, 1.0), np.clip(centre + root * half, 0.0, 1.0))
+
+
+def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.ndarray) -> Estimate:
+    """``est`` with its uncertainty inflated by the design effects ``deff`` (one per value).
+
+    Standard errors × ``sqrt(deff)``; the score interval of a direct decoder (``"wilson-score"``) recomputed
+    with the effective counts ``x/deff`` out of ``n/deff``; a clipped symmetric interval beside the point
+    (:data:`SYMMETRIC_CLIPPED`) widened about its own centre; any other interval of the decoder widened about
+    the estimate by ``sqrt(deff)`` (a Wald interval follows the standard errors). The score statistics of
+    ``p = 0`` shrink by ``sqrt(deff)``, so tests stay consistent with the interval."""
+    d = np.maximum(np.asarray(deff, dtype=np.float64), 1.0)
+    if d.shape != est.frequencies.shape:
+        raise ValueError(f"{d.shape[0]} design effects for {est.frequencies.shape[0]} values")
+    if np.all(d == 1.0):
+        return est
+    root = np.sqrt(d)
+    changes: dict[str, Any] = {"info": {**est.info, "design_effect_max": float(d.max())}}
+    if est.std_errors is not None:
+        changes["std_errors"] = est.std_errors * root
+    if est.residual_std_error is not None:
+        changes["residual_std_error"] = est.residual_std_error * float(root.max())
+    if est.detection_floor is not None:
+        changes["detection_floor"] = est.detection_floor * float(np.sqrt(np.median(d)))
+    if est.interval is not None:
+        if est.interval_method == "wilson-score" and mechanism.decoder_family.startswith("direct"):
+            cells, n = _cells(mechanism, sketch)
+            x, total = cells.sum(axis=0), float(n.sum())
+            hi, lo = (float(r) for r in mechanism.response_rates)
+            # Element-wise in n: each value's own effective number of reports.
+            low, high = affine_score_interval(x / d, cast(float, total / d), lo, hi - lo)
+            changes["interval"] = ConfidenceInterval(low, high)
+        elif est.interval_method in SYMMETRIC_CLIPPED and est.std_errors is not None:
+            changes["interval"] = _widen_symmetric(est.interval, est.std_errors, est.frequencies, root)
+        else:
+            f = est.frequencies
+            low, high = est.interval
+            changes["interval"] = ConfidenceInterval(f - (f - low) * root, f + (high - f) * root)
+    if isinstance(est, ScoreTestedEstimate) and est.null_z is not None:
+        changes["null_z"] = np.asarray(est.null_z) / root
+    return replace(est, **changes)
