@@ -11,7 +11,7 @@
     Open alphabet (default): symbol s is the string ``"s{s}"`` hashed per cohort. ``--closed``: the
     symbols are integers mapped through per-cohort permutations. k-RR and k-RAPPOR always encode the
     symbols directly (k = S). For O-RR/O-RAPPOR an unset ``--k``, ``--cohorts``, ``--hashes`` is chosen
-    by the tuner's analytic prediction (:func:`ldpstream.simulation.grid_search.best_predicted`).
+    by the tuner's analytic prediction (the first of :func:`ldpstream.simulation.grid_search.ranked_predictions`).
 
     RAPPOR: ``--epsilon E`` sets f = 0 and q = e^{E/(2h)}/(1 + e^{E/(2h)}), p = 1 − q, so one report is
     exactly E-LDP (:func:`ldpstream.simulation.setups.rappor_rates_for_epsilon`); or give ``--p --q [--f]``

@@ -86,26 +86,6 @@ def cost(params: dict[str, Any]) -> int:
     return int(params.get("k", 1)) * int(params.get("cohorts", 1)) * int(params.get("hashes", 1))
 
 
-def best_predicted(
-    name: str,
-    epsilon: float,
-    support: int,
-    n: int,
-    p: np.ndarray,
-    closed: bool,
-    *,
-    k: int | None = None,
-    cohorts: int | None = None,
-    hashes: int | None = None,
-    decoder: str = "project",
-) -> dict[str, Any]:
-    """The grid point (with fixed values respected) recommended by the model for ``decoder``: the first
-    of :func:`ranked_predictions`."""
-    return ranked_predictions(
-        name, epsilon, support, n, p, closed, k=k, cohorts=cohorts, hashes=hashes, decoder=decoder
-    )[0]
-
-
 def ranked_predictions(
     name: str,
     epsilon: float,

@@ -2,7 +2,7 @@
 its parameters given, the free ones chosen by the error model.
 
 This is what ``ldpstream simulate`` builds from its options: k-RR / k-RAPPOR need only ε and S; O-RR /
-O-RAPPOR take the grid point :func:`ldpstream.simulation.grid_search.best_predicted` recommends for the
+O-RAPPOR take the grid point :func:`ldpstream.simulation.grid_search.ranked_predictions` ranks first for the
 parameters left unset; RAPPOR takes ε (then ``f = 0`` and
 :func:`~ldpstream.simulation.setups.rappor_rates_for_epsilon`) or explicit ``p``, ``q``, ``f``
 (docs/math/mechanisms.md, "RAPPOR").
@@ -15,7 +15,7 @@ import numpy as np
 from ldpstream.distributions import candidate_strings
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.factory import make_mechanism
-from ldpstream.simulation.grid_search import best_predicted
+from ldpstream.simulation.grid_search import ranked_predictions
 from ldpstream.simulation.setups import (
     DIRECT_MECHANISMS,
     MECHANISM_NAMES,
@@ -45,7 +45,7 @@ def build_setup(
     """A :class:`~ldpstream.simulation.setups.Setup` for mechanism ``name`` over symbols 0..``support``−1.
 
     Unset ``k``, ``cohorts``, ``hashes`` of O-RR / O-RAPPOR are chosen by the analytic prediction
-    (:func:`~ldpstream.simulation.grid_search.best_predicted` for ``decoder``, needs ``n`` and ``dist``;
+    (:func:`~ldpstream.simulation.grid_search.ranked_predictions` first for ``decoder``, needs ``n`` and ``dist``;
     defaults n = 10^6 and uniform). RAPPOR takes either ``epsilon`` (then f = 0 and p, q from
     :func:`~ldpstream.simulation.setups.rappor_rates_for_epsilon`) or explicit ``p``, ``q``, ``f``;
     its defaults are k = the smallest power of two >= S (at least 8), h = 2 and C = 32 cohorts.
@@ -82,9 +82,9 @@ def build_setup(
     if k is None or cohorts is None or (name == "orappor" and hashes is None):
         dist_p = np.full(S, 1.0 / S) if dist is None else dist
         n_pred = 10**6 if n is None else n
-        best = best_predicted(
+        best = ranked_predictions(
             name, eps, S, n_pred, dist_p, closed, k=k, cohorts=cohorts, hashes=hashes, decoder=decoder
-        )
+        )[0]
         k, cohorts, hashes = best["k"], best["cohorts"], best.get("hashes")
     return hashed_setup(name, eps, S, closed, int(k), int(cohorts), hashes)
 
