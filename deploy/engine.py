@@ -1,0 +1,174 @@
+"""A private Docker engine for tests and image builds: Debian's ``dockerd`` with folders of its own.
+
+``ldpstream stack engine up`` starts ``dockerd`` (Debian's ``docker.io`` package, installed with apt-get when
+missing and we are root) so that it shares nothing with a system Docker and leaves the host's firewall alone:
+
+- its own socket, pid file and ``--exec-root`` under the stack folder (``LDPSTREAM_STACK_DIR``/``engine``);
+- its own ``--data-root`` (images, containers, volumes) under the cache folder (``LDPSTREAM_CACHE_DIR``/``engine``,
+  or ``LDPSTREAM_ENGINE_DATA_ROOT``): images are a cache, kept between runs where the machine is kept;
+- ``--storage-driver=vfs`` (works inside any container or sandbox, at the price of a full copy per layer);
+- ``--iptables=false --ip6tables=false``: no NAT and no firewall rules; containers reach one another on the
+  default bridge and the host reaches them through ports published on ``--ip 127.0.0.1`` (docker-proxy);
+  builds that install packages run with host networking.
+
+``up`` is idempotent (an engine that answers on the socket is left alone); ``down`` sends SIGTERM, which makes
+dockerd stop its containers and its containerd, and waits for it to exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ldpstream.deploy.stack import StackConfig, _read_pid, _spawn, _stop_pid, _tail, _wait_until
+from ldpstream.errors import ServiceError
+
+#: Unix socket paths longer than this do not fit ``sockaddr_un`` (108 bytes with the terminating NUL).
+MAX_SOCKET_PATH = 107
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where the private engine keeps its socket, state and images."""
+
+    run_dir: Path
+    data_root: Path
+
+    @classmethod
+    def from_env(cls) -> EngineConfig:
+        stack_cfg = StackConfig.from_env()
+        data_root = os.environ.get("LDPSTREAM_ENGINE_DATA_ROOT")
+        return cls(run_dir=stack_cfg.state_dir / "engine",
+                   data_root=Path(data_root) if data_root else stack_cfg.cache_dir / "engine")
+
+    @property
+    def socket(self) -> Path:
+        return self.run_dir / "docker.sock"
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def exec_root(self) -> Path:
+        return self.run_dir / "exec"
+
+    @property
+    def pid_file(self) -> Path:
+        """Written by dockerd itself."""
+        return self.run_dir / "dockerd.pid"
+
+    @property
+    def spawn_pid_file(self) -> Path:
+        """Written by :func:`up` (dockerd refuses a pid file that names a live process, even its own)."""
+        return self.run_dir / "engine.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.run_dir / "dockerd.log"
+
+
+def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
+    """True when a Docker engine answers ``GET /_ping`` on the unix socket ``path``."""
+    path = str(path)
+    if not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+        except OSError:
+            return False
+
+
+def dockerd_binary() -> str:
+    """Path of ``dockerd``; installs Debian's ``docker.io`` when missing and we may."""
+    found = shutil.which("dockerd")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("dockerd not found: installing Debian's docker.io package", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "docker.io"],
+                       check=False, env=env)
+        found = shutil.which("dockerd")
+        if found:
+            return found
+    raise ServiceError("dockerd is not installed; install Debian's package: apt-get install docker.io")
+
+
+def dockerd_argv(cfg: EngineConfig, binary: str) -> list[str]:
+    return [
+        binary,
+        "--host", cfg.docker_host,
+        "--data-root", str(cfg.data_root),
+        "--exec-root", str(cfg.exec_root),
+        "--pidfile", str(cfg.pid_file),
+        "--storage-driver=vfs",
+        "--iptables=false", "--ip6tables=false",
+        "--ip", "127.0.0.1",
+        "--shutdown-timeout", "10",
+    ]
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    running: bool
+    docker_host: str
+    data_root: Path
+    log: Path
+
+    def describe(self) -> str:
+        return (f"engine     {'up' if self.running else 'down'}\n"
+                f"data root  {self.data_root}\n"
+                f"log        {self.log}\n"
+                f"DOCKER_HOST={self.docker_host}")
+
+
+def status(cfg: EngineConfig | None = None) -> EngineStatus:
+    cfg = cfg or EngineConfig.from_env()
+    return EngineStatus(socket_answers(cfg.socket), cfg.docker_host, cfg.data_root, cfg.log)
+
+
+def up(cfg: EngineConfig | None = None, timeout: float = 90.0) -> EngineStatus:
+    """Start the engine unless it already answers; returns once it answers ``/_ping``."""
+    cfg = cfg or EngineConfig.from_env()
+    if socket_answers(cfg.socket):
+        return status(cfg)
+    if len(str(cfg.socket)) > MAX_SOCKET_PATH:
+        raise ServiceError(f"the engine's socket path is too long for a unix socket ({len(str(cfg.socket))} > "
+                           f"{MAX_SOCKET_PATH} bytes): {cfg.socket}; set a shorter LDPSTREAM_STACK_DIR")
+    binary = dockerd_binary()
+    if _read_pid(cfg.spawn_pid_file) is not None:  # a dockerd of ours that does not answer: restart it
+        _stop_pid(cfg.spawn_pid_file)
+    for stale in (cfg.socket, cfg.pid_file):
+        stale.unlink(missing_ok=True)
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.data_root.mkdir(parents=True, exist_ok=True)
+    proc = _spawn(dockerd_argv(cfg, binary), cfg.log, cfg.spawn_pid_file, cfg.run_dir)
+    _wait_until(lambda: socket_answers(cfg.socket), timeout, "the Docker engine", cfg.log,
+                alive=lambda: proc.poll() is None)
+    return status(cfg)
+
+
+def down(cfg: EngineConfig | None = None) -> bool:
+    """Stop the engine (SIGTERM: dockerd stops its containers, then exits); True if one was running."""
+    cfg = cfg or EngineConfig.from_env()
+    stopped = _stop_pid(cfg.spawn_pid_file, timeout=60.0)
+    if not stopped and _read_pid(cfg.pid_file) is not None:  # started by an earlier process of ours
+        stopped = _stop_pid(cfg.pid_file, timeout=60.0)
+    cfg.socket.unlink(missing_ok=True)
+    return stopped
+
+
+def log_tail(cfg: EngineConfig | None = None) -> str:
+    cfg = cfg or EngineConfig.from_env()
+    return _tail(cfg.log)
