@@ -6,7 +6,10 @@ missing and we are root) so that it shares nothing with a system Docker and leav
 - its own socket, pid file and ``--exec-root`` under the stack folder (``LDPSTREAM_STACK_DIR``/``engine``);
 - its own ``--data-root`` (images, containers, volumes) under the cache folder (``LDPSTREAM_CACHE_DIR``/``engine``,
   or ``LDPSTREAM_ENGINE_DATA_ROOT``): images are a cache, kept between runs where the machine is kept;
-- ``--storage-driver=vfs`` (works inside any container or sandbox, at the price of a full copy per layer);
+- ``--storage-driver``: ``overlay2`` when an overlay mount works in the data root, else ``vfs`` (works in any
+  sandbox, but copies the whole image for every build step and every container: with the classic builder a
+  ten-step Dockerfile on a 250 MB base took over three minutes here, against seconds with overlay2);
+  ``LDPSTREAM_ENGINE_STORAGE_DRIVER`` chooses one;
 - ``--iptables=false --ip6tables=false``: no NAT and no firewall rules; containers reach one another on the
   default bridge and the host reaches them through ports published on ``--ip 127.0.0.1`` (docker-proxy);
   builds that install packages run with host networking.
@@ -22,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,14 +109,39 @@ def dockerd_binary() -> str:
     raise ServiceError("dockerd is not installed; install Debian's package: apt-get install docker.io")
 
 
-def dockerd_argv(cfg: EngineConfig, binary: str) -> list[str]:
+def overlay_works(where: Path) -> bool:
+    """True when this kernel, as this user, mounts an overlay file system on top of ``where`` (needs root)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix=".overlay-probe-", dir=where))
+    try:
+        for name in ("lower", "upper", "work", "merged"):
+            (probe / name).mkdir()
+        options = f"lowerdir={probe / 'lower'},upperdir={probe / 'upper'},workdir={probe / 'work'}"
+        mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(probe / "merged")],
+                                 capture_output=True, check=False).returncode == 0
+        if mounted:
+            subprocess.run(["umount", str(probe / "merged")], capture_output=True, check=False)
+        return mounted
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def storage_driver(cfg: EngineConfig) -> str:
+    chosen = os.environ.get("LDPSTREAM_ENGINE_STORAGE_DRIVER")
+    if chosen:
+        return chosen
+    return "overlay2" if overlay_works(cfg.data_root) else "vfs"
+
+
+def dockerd_argv(cfg: EngineConfig, binary: str, driver: str = "vfs") -> list[str]:
     return [
         binary,
         "--host", cfg.docker_host,
         "--data-root", str(cfg.data_root),
         "--exec-root", str(cfg.exec_root),
         "--pidfile", str(cfg.pid_file),
-        "--storage-driver=vfs",
+        f"--storage-driver={driver}",
         "--iptables=false", "--ip6tables=false",
         "--ip", "127.0.0.1",
         "--shutdown-timeout", "10",
@@ -153,7 +182,7 @@ def up(cfg: EngineConfig | None = None, timeout: float = 90.0) -> EngineStatus:
         stale.unlink(missing_ok=True)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    proc = _spawn(dockerd_argv(cfg, binary), cfg.log, cfg.spawn_pid_file, cfg.run_dir)
+    proc = _spawn(dockerd_argv(cfg, binary, storage_driver(cfg)), cfg.log, cfg.spawn_pid_file, cfg.run_dir)
     _wait_until(lambda: socket_answers(cfg.socket), timeout, "the Docker engine", cfg.log,
                 alive=lambda: proc.poll() is None)
     return status(cfg)

@@ -293,27 +293,31 @@ def start_kafka(cfg: StackConfig) -> None:
 
 
 def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:
+    check_kafka_serves_groups(cfg.kafka_bootstrap, f"log: {cfg.kafka_log}", timeout)
+
+
+def check_kafka_serves_groups(bootstrap: str, log_hint: str, timeout: float = 60.0) -> None:
     """Readiness beyond metadata: a topic can be created and a consumer group can join it."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = "_ldpstream_readiness"
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic not in admin.list_topics(timeout=10).topics:
         for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
             try:
                 future.result(timeout=30)
             except Exception as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise ServiceError(f"Kafka cannot create a topic: {exc}; log: {cfg.kafka_log}") from exc
-    consumer = Consumer({"bootstrap.servers": cfg.kafka_bootstrap, "group.id": "_ldpstream_readiness",
+                    raise ServiceError(f"Kafka cannot create a topic: {exc}; {log_hint}") from exc
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "_ldpstream_readiness",
                          "session.timeout.ms": 6000, "enable.auto.commit": False})
     try:
         consumer.subscribe([topic])
         deadline = time.monotonic() + timeout
         while not consumer.assignment():
             if time.monotonic() > deadline:
-                raise ServiceError(f"a consumer group could not join within {timeout:.0f} s; log: {cfg.kafka_log}")
+                raise ServiceError(f"a consumer group could not join within {timeout:.0f} s; {log_hint}")
             consumer.poll(0.2)
     finally:
         consumer.close()

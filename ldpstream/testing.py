@@ -6,9 +6,13 @@ any test session:
 - ``services`` (session): where Kafka and Redis are, found in this order:
 
   1. the environment: ``LDPSTREAM_KAFKA`` (bootstrap servers) and ``LDPSTREAM_REDIS`` (URL), when set;
-  2. testcontainers (``testcontainers.community.kafka`` / ``.redis``), when a Docker engine answers a ping;
+  2. testcontainers, when a Docker engine answers a ping (:mod:`ldpstream.deploy.containers`: the pinned images
+     ``apache/kafka`` and ``redis``, which ``ldpstream stack images`` builds where no registry is reachable);
   3. the local stack (:mod:`ldpstream.deploy.stack`: Kafka from Maven Central jars in KRaft mode, Debian's
      redis-server), started as local processes.
+
+  ``LDPSTREAM_SERVICES`` (``environment``, ``testcontainers`` or ``local``) forces one of them; a forced source
+  that is not there fails every test that needs it (``testcontainers``: no Docker engine answers).
 
 - ``kafka_bootstrap``, ``redis_url`` (session): the two addresses;
 - ``key_prefix``: a Redis key prefix of the test's own, whose keys are deleted afterwards;
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 import pytest
 
 from ldpstream.config import KafkaConfig, RedisConfig, ServiceConfig
+from ldpstream.errors import ServiceError
 from ldpstream.kafka import ensure_topics
 
 
@@ -40,21 +44,26 @@ class Services:
     source: str
 
 
+SOURCES = ("environment", "testcontainers", "local")
+
+
+def forced_source() -> str | None:
+    """``LDPSTREAM_SERVICES``, checked: one of :data:`SOURCES`, or None when unset (the usual order)."""
+    value = os.environ.get("LDPSTREAM_SERVICES", "").strip().lower()
+    if not value:
+        return None
+    if value not in SOURCES:
+        raise ValueError(f"LDPSTREAM_SERVICES={value!r}: choose one of {', '.join(SOURCES)}")
+    return value
+
+
 def _docker_answers() -> bool:
     """True when a Docker engine answers ``GET /_ping`` (a docker client on PATH is not an engine)."""
+    from ldpstream.deploy.engine import socket_answers
+
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if host.startswith("unix://"):
-        path = host.removeprefix("unix://")
-        if not os.path.exists(path):
-            return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(3)
-            try:
-                sock.connect(path)
-                sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-                return b" 200 " in sock.recv(256)
-            except OSError:
-                return False
+        return socket_answers(host.removeprefix("unix://"))
     try:
         import docker
 
@@ -76,33 +85,45 @@ def unavailable(reason: str) -> None:
 
 @contextlib.contextmanager
 def provide_services() -> Iterator[Services]:
+    forced = forced_source()
     kafka = os.environ.get("LDPSTREAM_KAFKA")
     redis_url = os.environ.get("LDPSTREAM_REDIS")
-    if kafka and redis_url:
+    if forced == "environment" and not (kafka and redis_url):
+        raise ServiceError("LDPSTREAM_SERVICES=environment needs LDPSTREAM_KAFKA and LDPSTREAM_REDIS")
+    if forced == "environment" or (forced is None and kafka and redis_url):
+        assert kafka and redis_url
         yield Services(kafka, redis_url, "environment")
         return
-    if _docker_answers():
-        from testcontainers.community.kafka import KafkaContainer
-        from testcontainers.community.redis import RedisContainer
+    if forced == "testcontainers" and not _docker_answers():
+        raise ServiceError(f"LDPSTREAM_SERVICES=testcontainers but no Docker engine answers at "
+                           f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}")
+    if forced == "testcontainers" or (forced is None and _docker_answers()):
+        from ldpstream.deploy.containers import kafka_and_redis
 
-        with KafkaContainer().with_kraft() as kafka_container, RedisContainer() as redis_container:
-            host = redis_container.get_container_host_ip()
-            port = redis_container.get_exposed_port(6379)
-            yield Services(kafka or kafka_container.get_bootstrap_server(),
-                           redis_url or f"redis://{host}:{port}/0", "testcontainers")
+        with kafka_and_redis() as (kafka_bootstrap, container_redis):
+            yield Services(kafka_bootstrap, container_redis, "testcontainers")
         return
     from ldpstream.deploy import stack
 
     status = stack.up()
-    yield Services(kafka or status.kafka_bootstrap, redis_url or status.redis_url, "local stack")
+    if forced == "local":
+        yield Services(status.kafka_bootstrap, status.redis_url, "local stack")
+    else:
+        yield Services(kafka or status.kafka_bootstrap, redis_url or status.redis_url, "local stack")
 
 
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
     try:
+        forced = forced_source()
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
         with provide_services() as found:
             yield found
     except Exception as exc:  # no environment, no Docker, and the local stack would not start
+        if forced is not None:  # asked for by name: never a skip
+            pytest.fail(f"Kafka/Redis from LDPSTREAM_SERVICES={forced}: {exc}", pytrace=False)
         unavailable(f"Kafka/Redis: {exc}")
 
 
