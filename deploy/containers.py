@@ -10,7 +10,8 @@
 
 On the private engine of :mod:`ldpstream.deploy.engine` (``DOCKER_HOST`` is its socket) testcontainers is set up
 for a machine without a registry: Ryuk (its reaper, an image pulled from Docker Hub) is disabled and the
-containers' host is 127.0.0.1, unless ``TESTCONTAINERS_RYUK_DISABLED`` / ``TESTCONTAINERS_HOST_OVERRIDE`` say
+containers' host is 127.0.0.1, dialled on the published ports (connection mode ``docker_host``), unless
+``TESTCONTAINERS_RYUK_DISABLED`` / ``TESTCONTAINERS_HOST_OVERRIDE`` / ``TESTCONTAINERS_CONNECTION_MODE`` say
 otherwise. Elsewhere testcontainers' own defaults apply.
 """
 
@@ -40,12 +41,16 @@ def configure_testcontainers() -> None:
     """Ryuk off and host 127.0.0.1 on the private engine (no registry, ports published on loopback)."""
     if not on_private_engine():
         return
-    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.config import ConnectionMode, testcontainers_config
 
     if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
         testcontainers_config.ryuk_disabled = True
     if not testcontainers_config.tc_host_override:
         testcontainers_config.tc_host_override = LOOPBACK
+    # Inside a sandbox testcontainers would dial the bridge gateway (its "inside a container" mode): the
+    # private engine publishes on 127.0.0.1 only, so dial the published ports there.
+    if "TESTCONTAINERS_CONNECTION_MODE" not in os.environ:
+        testcontainers_config.connection_mode_override = ConnectionMode.docker_host
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -94,7 +99,8 @@ def wait_for_kafka(bootstrap: str, container: object, timeout: float = 180.0) ->
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 3: no line per refused connection while docker-proxy answers before the broker does
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     while True:
         try:
             admin.list_topics(timeout=2)

@@ -5,7 +5,9 @@ registries this machine reaches), in this order, by the Docker engine of ``DOCKE
 one of :mod:`ldpstream.deploy.engine`):
 
 1. :data:`BASE_IMAGE`: a Debian bookworm root filesystem made by ``debootstrap --variant=minbase`` with Python 3
-   (``python3``, ``python3-venv``, ``python-is-python3``), imported with ``docker import``; local only.
+   (``python3``, ``python3-venv``, ``python-is-python3``), imported with ``docker import``; local only. It
+   trusts the CA certificates the machine adds in ``/usr/local/share/ca-certificates`` (where egress goes
+   through a TLS-inspecting proxy, pip inside a build needs them), and pip uses the system bundle (``PIP_CERT``).
 2. :data:`REDIS_IMAGE`: Debian's ``redis-server`` (7.0.15) on the base (``deploy/images/redis``).
 3. :data:`KAFKA_IMAGE`: OpenJDK 17 and the Kafka jars from Maven Central on the base (``deploy/images/kafka``).
 4. ``ldpstream:<version>``: ``deploy/Dockerfile`` with ``PYTHON_IMAGE`` set to the base.
@@ -42,6 +44,8 @@ BASE_IMAGE = f"ldpstream-base:{DEBIAN_SUITE}"
 REDIS_IMAGE = f"redis:7.0.15-{DEBIAN_SUITE}"
 KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 INPUTS_LABEL = "io.ldpstream.inputs"
+#: CA certificates this machine adds to Debian's (``update-ca-certificates``); the base image trusts them too.
+LOCAL_CA_DIR = Path("/usr/local/share/ca-certificates")
 #: Bump when the way an image is made changes without its input files changing.
 RECIPE = "1"
 
@@ -194,7 +198,9 @@ def _debootstrap() -> str:
 
 def build_base(client: Any, work: Path, log: Path) -> str:
     mirror = debian_mirror()
-    digest = _digest(RECIPE, "base", DEBIAN_SUITE, "minbase", BASE_PACKAGES, mirror)
+    local_cas = sorted(LOCAL_CA_DIR.glob("*.crt"))
+    digest = _digest(RECIPE, "base", DEBIAN_SUITE, "minbase", BASE_PACKAGES, mirror,
+                     [(ca.name, hashlib.sha256(ca.read_bytes()).hexdigest()) for ca in local_cas])
     if _existing_digest(client, BASE_IMAGE) == digest:
         return ""
     if os.geteuid() != 0:
@@ -215,8 +221,17 @@ def build_base(client: Any, work: Path, log: Path) -> str:
             for entry in (root / cache).glob("*"):
                 if entry.is_file():
                     entry.unlink()
+        if local_cas:  # the machine's own CAs (a TLS-inspecting egress proxy): builds reach PyPI through it
+            target = root / "usr/local/share/ca-certificates"
+            target.mkdir(parents=True, exist_ok=True)
+            for ca in local_cas:
+                shutil.copyfile(ca, target / ca.name)
+            with open(log, "a") as out:
+                subprocess.run(["chroot", str(root), "update-ca-certificates"], stdout=out,
+                               stderr=subprocess.STDOUT, check=True)
         stamp.write_text(digest)
-    changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8", f"LABEL {INPUTS_LABEL}={digest}"]
+    changes = ['CMD ["bash"]', "ENV LANG=C.UTF-8", "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
+               f"LABEL {INPUTS_LABEL}={digest}"]
     repository, tag = BASE_IMAGE.split(":")
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
