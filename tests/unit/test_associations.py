@@ -276,6 +276,19 @@ def test_a_too_old_associated_record_is_refused():
     assert refused == [(0, "event_time_out_of_range")]
 
 
+def test_the_stored_form_is_a_hash_of_cells_for_small_symbol_tables_and_rows_otherwise():
+    assert layout_of(REGISTRY.association("lang_font")).kind == "cells"  # 6 × (4 · 8) = 192 cells
+    assert layout_of(REGISTRY.association("lang_page")).kind == "rows"  # bits
+    assert layout_of(REGISTRY.association("lang_page")).row_size == (2 + 4) + (2 + 3)
+    wide_font = {**METRICS["font"], "cohorts": 64, "k": 32, "support": 256}
+    wide = dict(METRICS, font=wide_font, font2={**wide_font, "id": 4})
+    metrics_pair = registry({"a": {"id": 1, "metrics": ["lang", "font"]},  # 6 · 64 · 32 = 12,288 cells
+                             "b": {"id": 2, "metrics": ["font", "font2"]}}, wide)  # (64 · 32)² = 4,194,304 cells
+    assert layout_of(metrics_pair.association("a")).kind == "cells"
+    assert layout_of(metrics_pair.association("b")).kind == "rows"
+    assert layout_of(metrics_pair.association("b")).row_size == 2 * (2 + 4)
+
+
 # ------------------------------------------------------------------------------------------------ loadgen
 
 
