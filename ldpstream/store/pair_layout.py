@@ -110,9 +110,13 @@ def patterns_from_cells(layout: PairLayout, cells: np.ndarray, counts: np.ndarra
     _check_pair(layout)
     distinct, totals = sum_cells([cells], [counts])
     keep = totals > 0
-    cohort_x, y_x, cohort_y, y_y = np.unravel_index(distinct[keep], layout.dims)
+    return _patterns_of_distinct_cells(layout, distinct[keep], totals[keep])
+
+
+def _patterns_of_distinct_cells(layout: PairLayout, cells: np.ndarray, counts: np.ndarray) -> PairPatterns:
+    cohort_x, y_x, cohort_y, y_y = np.unravel_index(cells, layout.dims)
     return PairPatterns(cohort_x.astype(np.int64), y_x.astype(np.int64), cohort_y.astype(np.int64),
-                        y_y.astype(np.int64), totals[keep])
+                        y_y.astype(np.int64), counts)
 
 
 def patterns_from_rows(layout: PairLayout, packed: bytes | np.ndarray) -> PairPatterns:
@@ -125,14 +129,14 @@ def patterns_from_rows(layout: PairLayout, packed: bytes | np.ndarray) -> PairPa
                              f"bytes is not a whole number of {layout.row_size}-byte rows")
     rows = np.ascontiguousarray(flat).reshape(-1, layout.row_size)
     if _numbered(layout):  # symbol rows: count cell numbers (a 1-D unique, much faster than one over bytes)
-        columns = []
+        numbers: list[np.ndarray] = []
         at = 0
         for _member in layout.association.metrics:
-            columns += [(rows[:, at].astype(np.int64) << 8) | rows[:, at + 1],
+            numbers += [(rows[:, at].astype(np.int64) << 8) | rows[:, at + 1],
                         symbols_from_payloads(np.ascontiguousarray(rows[:, at + COHORT_BYTES:at + COHORT_BYTES + 4]))]
             at += COHORT_BYTES + 4
-        cells = np.ravel_multi_index(tuple(columns), layout.dims)
-        return patterns_from_cells(layout, cells, np.ones(cells.size, dtype=np.int64))
+        distinct, counts = np.unique(np.ravel_multi_index(tuple(numbers), layout.dims), return_counts=True)
+        return _patterns_of_distinct_cells(layout, distinct, counts.astype(np.int64))
     opaque = rows.view(np.dtype((np.void, layout.row_size))).reshape(-1)
     distinct, counts = np.unique(opaque, return_counts=True)
     unique_rows = distinct.view(np.uint8).reshape(-1, layout.row_size)
