@@ -287,8 +287,10 @@ class Registry:
                                   f"{association.id}")
             association_ids[association.id] = name
             for member in association.metrics:
-                if self.metrics.get(member.name) is not member:
-                    raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric")
+                mine = self.metrics.get(member.name)
+                if mine is None or mine.fingerprint != member.fingerprint:
+                    raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric "
+                                      "(absent, or made under other parameters)")
 
     @property
     def associations_by_id(self) -> dict[int, AssociationConfig]:
