@@ -26,11 +26,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     decode.add_argument("--metrics-addr", default="127.0.0.1", help="Prometheus bind address")
     decode.set_defaults(func=_decode)
 
-    watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates",
+    watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates (or an association's)",
                                   description="Shows the latest published estimate of METRIC with 95% intervals, "
-                                  "report count and freshness, refreshed every --interval seconds.")
+                                  "report count and freshness, refreshed every --interval seconds. Given the name "
+                                  "of an association instead, shows its joint table with 95% intervals and the "
+                                  "test of independence (statistic, degrees of freedom, p-value).")
     add_service_arguments(watch, kafka=False, registry=False)
-    watch.add_argument("metric")
+    watch.add_argument("metric", help="a metric, or an association of two metrics")
     watch.add_argument("--window", default="all")
     watch.add_argument("--interval", type=float, default=1.0)
     watch.add_argument("--top", type=int, default=20)

@@ -1,0 +1,306 @@
+"""The decoder's joint path (:meth:`ldpstream.decoder.service.DecoderService.run_once` over associations)
+against the in-memory store: no Redis, no Kafka. Candidates taken from the members' marginals of the same
+window, the joint JSON (labels with "Other", intervals, conditionals, the test) with a bounded history, the
+estimates-topic messages, warm starts, retraction of a window that became empty, top-N cell gauges, the
+terminal view, and a failing association that stops neither the marginals nor the other associations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ldpstream.decoder import service as service_module
+from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.published import OTHER
+from ldpstream.decoder.service import DecoderService
+from ldpstream.decoder.watch import render_joint, watch
+from ldpstream.registry import Registry
+from ldpstream.store import InMemorySketchStore
+from tests.unit.joint_feed import JointFeeder, associated_values
+
+LANGS = ["en", "es", "zh", "hi", "ar", "pt"]
+OSES = ["android", "ios", "web", "tv"]
+BUCKET = 600
+NOW = 1_750_000_200 // BUCKET * BUCKET
+OLD_TIME = NOW - 3 * 3600 + 100   # three hours before NOW
+RECENT_TIME = NOW - 120           # two minutes before NOW
+OLD, RECENT = 6000, 4000
+CANDIDATES = 2
+TOP_N = 3
+
+
+def make_registry() -> Registry:
+    return Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"], "retention": "1d"},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 6, "epsilon": 4.0, "labels": LANGS},
+            "os": {"id": 2, "mechanism": "krr", "k": 4, "epsilon": 4.0, "labels": OSES},
+            "flags": {"id": 3, "mechanism": "krappor", "k": 4, "epsilon": 4.0},
+        },
+        "associations": {
+            "lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": CANDIDATES, "windows": ["all", "1h"]},
+            "lang_flags": {"id": 2, "metrics": ["lang", "flags"], "candidates": CANDIDATES, "windows": ["all"]},
+        }})
+
+
+class FakeProducer:
+    """Collects what the decoder produces to the estimates topic."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str, dict]] = []
+
+    def produce(self, topic, value, key=None, **_):
+        self.messages.append((topic, key.decode(), json.loads(value)))
+
+    def poll(self, _timeout=0):
+        return 0
+
+    def flush(self, _timeout=None):
+        return 0
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return make_registry()
+
+
+#: The clients' true values: old ones favour en and es (with android and ios), recent ones hi and ar.
+OLD_VALUES = associated_values(OLD, 6, 4, on=[0, 1], seed=1)
+RECENT_VALUES = associated_values(RECENT, 6, 4, on=[3, 4], seed=2)
+FLAG_VALUES = associated_values(2000, 6, 4, on=[2, 5], seed=3)
+
+
+@pytest.fixture
+def store(registry) -> InMemorySketchStore:
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = JointFeeder(registry, store, now=NOW)
+    feed.add("lang_os", *OLD_VALUES, OLD_TIME, seed=11)
+    feed.add("lang_os", *RECENT_VALUES, RECENT_TIME, seed=12)
+    feed.add("lang_flags", *FLAG_VALUES, OLD_TIME, seed=13)
+    return store
+
+
+@pytest.fixture
+def prometheus() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def producer() -> FakeProducer:
+    return FakeProducer()
+
+
+@pytest.fixture
+def service(registry, store, prometheus, producer) -> DecoderService:
+    return DecoderService(registry, store, producer=producer, metrics=DecoderMetrics(prometheus), history=2,
+                          top_n=TOP_N)
+
+
+def top_labels(marginal: dict, n: int) -> list[str]:
+    ordered = sorted(marginal["values"], key=lambda v: -v["frequency"])
+    return [v["value"] for v in ordered[:n]]
+
+
+def shown_cells(prometheus: CollectorRegistry, association: str, window: str) -> set[tuple[str, str]]:
+    return {(s.labels["x"], s.labels["y"]) for family in prometheus.collect()
+            if family.name == "ldpstream_joint_cell_ratio" for s in family.samples
+            if s.labels["association"] == association and s.labels["window"] == window}
+
+
+# ------------------------------------------------------------------------------------------ what is published
+
+
+def test_each_window_of_each_association_is_published_with_its_candidates_and_other(service, store):
+    service.run_once(now=NOW)
+    for window, n in (("all", OLD + RECENT), ("1h", RECENT)):
+        joint = store.latest_joint("lang_os", window)
+        assert joint is not None
+        assert joint["association"] == "lang_os" and (joint["x"], joint["y"]) == ("lang", "os")
+        assert joint["window"] == window and joint["snapshot_time"] == NOW
+        assert joint["n_reports"] == n
+        # The candidates are the top values of each member's marginal of the same window, then "Other".
+        assert joint["rows"] == [*top_labels(store.latest_estimate("lang", window), CANDIDATES), OTHER]
+        assert joint["columns"] == [*top_labels(store.latest_estimate("os", window), CANDIDATES), OTHER]
+        table, low, high = (np.array(joint[k]) for k in ("table", "low_95", "high_95"))
+        assert table.shape == (CANDIDATES + 1, CANDIDATES + 1)
+        assert table.sum() == pytest.approx(1.0, abs=1e-6)
+        assert np.all(low <= table + 1e-12) and np.all(table <= high + 1e-12)
+        assert np.all(low >= 0) and np.all(high <= 1)
+        assert np.array(joint["std_error"]).shape == table.shape
+        assert isinstance(joint["interval_method"], str) and joint["interval_method"]
+        for name in ("x_given_y", "y_given_x"):
+            conditional = joint[name]
+            assert set(conditional) == {"table", "std_error", "low_95", "high_95"}
+            assert np.array(conditional["table"]).shape == table.shape
+        np.testing.assert_allclose(np.array(joint["x_given_y"]["table"]).sum(axis=0), 1.0, atol=1e-6)
+        np.testing.assert_allclose(np.array(joint["y_given_x"]["table"]).sum(axis=1), 1.0, atol=1e-6)
+        test = joint["independence"]
+        assert test["df"] == CANDIDATES * CANDIDATES and test["statistic"] >= 0 and 0 <= test["p_value"] <= 1
+        assert test["p_value"] < 1e-6  # the simulated pair is strongly associated
+        assert joint["em"]["iterations"] >= 1 and joint["em"]["seconds"] >= 0
+    assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["hi", "ar"]
+    # lang_flags declares only "all"; flags' values are named by their numbers.
+    assert store.latest_joint("lang_flags", "1h") is None
+    assert store.latest_joint("lang_flags", "all")["n_reports"] == 2000
+
+
+def test_the_joint_estimate_is_close_to_the_simulated_truth(service, store, registry):
+    """Every cell of the published table within a Bonferroni-adjusted 4-sigma band of the truth (the table's
+    own standard errors), over the cells of both windows."""
+    service.run_once(now=NOW)
+    truth = {"all": tuple(np.concatenate(v) for v in zip(OLD_VALUES, RECENT_VALUES, strict=True)),
+             "1h": RECENT_VALUES}
+    for window in ("all", "1h"):
+        joint = store.latest_joint("lang_os", window)
+        x, y = truth[window]
+        expected = true_table(x, y, joint, registry)
+        table, se = np.array(joint["table"]), np.array(joint["std_error"])
+        assert np.all(np.abs(table - expected) <= 4.0 * se + 1e-9), (window, table - expected, se)
+
+
+def true_table(x: np.ndarray, y: np.ndarray, joint: dict, registry: Registry) -> np.ndarray:
+    """The true shares of (row, column) among the clients, with every value outside the candidates "Other"."""
+    names_x, names_y = registry[joint["x"]].value_names(), registry[joint["y"]].value_names()
+    rows = [names_x.index(r) for r in joint["rows"][:-1]]
+    columns = [names_y.index(c) for c in joint["columns"][:-1]]
+    row_of = np.full(len(names_x), len(rows))
+    row_of[rows] = np.arange(len(rows))
+    column_of = np.full(len(names_y), len(columns))
+    column_of[columns] = np.arange(len(columns))
+    counts = np.zeros((len(rows) + 1, len(columns) + 1))
+    np.add.at(counts, (row_of[x], column_of[y]), 1)
+    return counts / len(x)
+
+
+def test_joint_estimates_keep_a_bounded_history_and_go_to_the_estimates_topic(service, store, producer):
+    for i in range(3):
+        service.run_once(now=NOW + i)
+    assert [e["snapshot_time"] for e in store.joint_history("lang_os", "all")] == [NOW + 2, NOW + 1]
+    keys = [key for _, key, _ in producer.messages]
+    assert keys.count("joint:lang_os:all") == 3 and keys.count("joint:lang_os:1h") == 3
+    assert keys.count("joint:lang_flags:all") == 3 and keys.count("lang:all") == 3  # marginals as before
+    last = [body for _, key, body in producer.messages if key == "joint:lang_os:all"][-1]
+    assert last == store.latest_joint("lang_os", "all")
+
+
+def test_the_em_starts_warm_from_the_previous_table_while_the_candidates_stay(service, store):
+    service.run_once(now=NOW)
+    first = store.latest_joint("lang_os", "all")
+    assert first["em"]["warm_start"] is False
+    service.run_once(now=NOW + 1)
+    second = store.latest_joint("lang_os", "all")
+    assert second["em"]["warm_start"] is True
+    assert second["em"]["iterations"] <= first["em"]["iterations"]
+    np.testing.assert_allclose(second["table"], first["table"], atol=1e-4)
+
+
+def test_a_window_that_became_empty_is_retracted_with_its_gauges(service, store, prometheus, producer):
+    service.run_once(now=NOW)
+    assert store.latest_joint("lang_os", "1h") is not None and shown_cells(prometheus, "lang_os", "1h")
+    later = NOW + 5 * 3600  # no report pair in the last hour any more
+    service.run_once(now=later)
+    assert store.latest_joint("lang_os", "1h") is None
+    assert len(store.joint_history("lang_os", "1h")) == 1
+    assert shown_cells(prometheus, "lang_os", "1h") == set()
+    labels = {"association": "lang_os", "window": "1h"}
+    assert prometheus.get_sample_value("ldpstream_joint_independence_p_value", labels) is None
+    assert any(key == "joint:lang_os:1h" and body.get("retracted") for _, key, body in producer.messages)
+    assert store.latest_joint("lang_os", "all")["n_reports"] == OLD + RECENT
+
+
+# ------------------------------------------------------------------------------------------ Prometheus
+
+
+def test_gauges_show_the_top_cells_the_test_and_the_em(service, store, prometheus):
+    service.run_once(now=NOW)
+    joint = store.latest_joint("lang_os", "all")
+    table = np.array(joint["table"])
+    order = np.argsort(-table, axis=None, kind="stable")[:TOP_N]
+    rows, columns = np.unravel_index(order, table.shape)
+    expected = {(joint["rows"][i], joint["columns"][j]) for i, j in zip(rows, columns, strict=True)}
+    assert shown_cells(prometheus, "lang_os", "all") == expected
+    for x, y in expected:
+        i, j = joint["rows"].index(x), joint["columns"].index(y)
+        labels = {"association": "lang_os", "window": "all", "x": x, "y": y}
+        assert prometheus.get_sample_value("ldpstream_joint_cell_ratio", labels) == pytest.approx(table[i, j])
+        assert prometheus.get_sample_value("ldpstream_joint_cell_low_95_ratio", labels) == pytest.approx(
+            joint["low_95"][i][j])
+        assert prometheus.get_sample_value("ldpstream_joint_cell_high_95_ratio", labels) == pytest.approx(
+            joint["high_95"][i][j])
+    labels = {"association": "lang_os", "window": "all"}
+    get = prometheus.get_sample_value
+    assert get("ldpstream_joint_independence_statistic", labels) == pytest.approx(joint["independence"]["statistic"])
+    assert get("ldpstream_joint_independence_p_value", labels) == pytest.approx(joint["independence"]["p_value"])
+    assert get("ldpstream_joint_em_iterations", labels) == joint["em"]["iterations"]
+    assert get("ldpstream_joint_em_seconds", labels) == pytest.approx(joint["em"]["seconds"])
+    assert get("ldpstream_joint_reports", labels) == OLD + RECENT
+    assert get("ldpstream_joint_decode_seconds_count", {"association": "lang_os"}) == 2  # two windows
+
+
+# ------------------------------------------------------------------------------------------ failures
+
+
+def test_a_failing_association_stops_neither_the_marginals_nor_the_other_associations(
+        service, store, prometheus, monkeypatch, caplog):
+    real = service_module.estimate_joint
+
+    def failing(patterns, x, y, **kwargs):
+        if set(y.labels) <= set(OSES):  # only lang_os (its Y is os)
+            raise FloatingPointError("EM diverged")
+        return real(patterns, x, y, **kwargs)
+
+    monkeypatch.setattr(service_module, "estimate_joint", failing)
+    published = service.run_once(now=NOW)
+    assert {(p.metric, p.window) for p in published} >= {("lang", "all"), ("os", "all"), ("flags", "all")}
+    assert store.latest_joint("lang_os", "all") is None
+    assert store.latest_joint("lang_flags", "all") is not None
+    assert service.last_failed == ["lang_os"] and store.last_decode()["failed"] == ["lang_os"]
+    assert prometheus.get_sample_value("ldpstream_joint_decode_failures_total", {"association": "lang_os"}) == 1
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) is None
+    assert "decoding association lang_os failed" in caplog.text
+
+
+def test_an_association_whose_member_failed_is_skipped_and_keeps_its_last_estimate(
+        registry, prometheus, monkeypatch, caplog):
+    store = InMemorySketchStore(clock=lambda: NOW)
+    JointFeeder(registry, store, now=NOW).add("lang_os", *OLD_VALUES, OLD_TIME, seed=11)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus), top_n=TOP_N)
+    service.run_once(now=NOW)
+    before = store.latest_joint("lang_os", "all")
+    assert before is not None
+
+    real = store.snapshot
+
+    def snapshot(metric, *args, **kwargs):
+        if metric == "os":
+            raise RuntimeError("snapshot of os failed")
+        return real(metric, *args, **kwargs)
+
+    monkeypatch.setattr(store, "snapshot", snapshot)
+    service.run_once(now=NOW + 1)
+    assert service.last_failed == ["os"]  # the member, not the association, failed
+    assert store.latest_joint("lang_os", "all") == before
+    assert store.latest_estimate("lang", "all")["snapshot_time"] == NOW + 1
+    assert "association lang_os: not decoded this pass" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------ the terminal view
+
+
+def test_watch_shows_the_table_with_intervals_and_the_test(service, store, capsys):
+    service.run_once(now=NOW)
+    joint = store.latest_joint("lang_os", "all")
+    text = render_joint(joint, now=NOW + 2)
+    assert "association lang_os (lang × os)" in text and "report pairs 10,000" in text
+    for label in joint["rows"] + joint["columns"]:
+        assert label in text
+    assert f"{joint['table'][0][0]:6.4f}" in text
+    assert f"df {joint['independence']['df']}" in text and "p-value" in text
+    assert joint["interval_method"] in text
+    # `ldpstream watch NAME` shows the association's table when no metric of that name has an estimate.
+    watch(store, "lang_os", "all", iterations=1)
+    shown = capsys.readouterr().out
+    assert "association lang_os" in shown and "independence" in shown
