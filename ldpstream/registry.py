@@ -28,6 +28,23 @@ Example (``deploy/metrics.toml`` is a complete one)::
     f = 0.5
     candidates = "homepage-candidates.txt"   # one string a line, relative to this file; or a list
 
+Associations (metrics whose values one client reports together, so that the decoder can estimate their joint
+distribution) are declared beside the metrics::
+
+    [associations.fruit_by_homepage]
+    id = 1                       # u16, unique among associations (its own id space), carried by every record
+    metrics = ["fruit", "homepage"]   # two or more members, in this order on the wire
+    windows = ["all", "1d"]      # joint windows (default ["all"]); "all" = every bucket still retained
+    candidates = 5               # the decoder's top count per member (plus "Other"), default 5
+    retention = "30d"            # optional: default and upper bound, the shortest retention of the members
+
+Members keep their own mechanism, ε and marginal sketches (every associated record updates them too); they must
+share ``topic`` and ``bucket_seconds``. The pair statistic lives per time bucket and expires with the
+association's retention: there is no all-time pair store, so the longest joint window is the retention and
+``all`` means "every bucket still retained". An association of members that keep their buckets forever must
+state a ``retention`` (it is refused otherwise). Privacy: a client reporting an association spends the sum of
+its members' ε (sequential composition), and the sum of their ε∞ over repeated reports.
+
 Each metric's *fingerprint* is the first 4 bytes (u32, big-endian) of SHA-256 over the canonical JSON of its
 id and mechanism parameters. Every report carries it, and a consumer refuses reports whose fingerprint does
 not match, so counts made under different parameters never mix. Labels, candidates, topic, windows and the
@@ -70,6 +87,10 @@ DEFAULT_BUCKET_SECONDS = 3600
 DEFAULT_WINDOWS = ("all",)
 _SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidates", "estimator", "description",
                  "retention"}
+_ASSOCIATION_KEYS = {"id", "metrics", "windows", "candidates", "retention", "description"}
+#: Most members of one association (the report format carries the member count in a byte).
+MAX_ASSOCIATION_MEMBERS = 8
+DEFAULT_JOINT_CANDIDATES = 5
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -144,6 +165,99 @@ class MetricConfig:
         return tuple(str(i) for i in range(support))
 
 
+@dataclass(frozen=True)
+class AssociationConfig:
+    """Metrics one client reports together (one wire record, version 2), for their joint distribution.
+
+    The members keep their own mechanisms, ε and marginal sketches; the consumers also keep the association's
+    pair statistic per time bucket, which expires ``retention_seconds`` after its bucket ends (there is no
+    all-time pair store: the longest joint window is the retention, and ``all`` means every retained bucket).
+    """
+
+    name: str
+    #: u16, unique among associations (a separate id space from the metrics'), carried by every record.
+    id: int
+    #: The member metrics, in their order on the wire.
+    metrics: tuple[MetricConfig, ...]
+    #: Seconds a bucket's pair statistic is kept after the bucket ends (at most every member's retention).
+    retention_seconds: int
+    windows: tuple[Window, ...] = tuple(Window.parse(w) for w in DEFAULT_WINDOWS)
+    #: How many top values of each member's marginal estimate the joint decoder keeps (plus "Other").
+    candidates: int = DEFAULT_JOINT_CANDIDATES
+    description: str = ""
+    fingerprint: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        where = f"association {self.name!r}"
+        if not 0 <= self.id <= 0xFFFF:
+            raise ConfigError(f"{where}: id must be in 0..65535")
+        if not 2 <= len(self.metrics) <= MAX_ASSOCIATION_MEMBERS:
+            raise ConfigError(f"{where}: needs 2 to {MAX_ASSOCIATION_MEMBERS} member metrics, got {len(self.metrics)}")
+        names = [m.name for m in self.metrics]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}: a metric may appear once among its members ({', '.join(names)})")
+        first = self.metrics[0]
+        for other in self.metrics[1:]:
+            if other.topic != first.topic:
+                raise ConfigError(f"{where}: members {first.name!r} (topic {first.topic!r}) and {other.name!r} "
+                                  f"(topic {other.topic!r}) must share one topic (a record goes to one topic)")
+            if other.bucket_seconds != first.bucket_seconds:
+                raise ConfigError(f"{where}: members {first.name!r} ({first.bucket_seconds} s) and {other.name!r} "
+                                  f"({other.bucket_seconds} s) must share bucket_seconds (a pair is counted in "
+                                  "one bucket)")
+        if not 0 < self.retention_seconds <= MAX_RETENTION_SECONDS:
+            raise ConfigError(f"{where}: retention must be positive and at most 3650d")
+        for member in self.metrics:
+            if member.retention_seconds is not None and member.retention_seconds < self.retention_seconds:
+                raise ConfigError(f"{where}: retention is longer than member {member.name!r}'s; pairs would outlive "
+                                  "the marginal counts they must agree with")
+        longest = max((w.seconds for w in self.windows if w.seconds is not None), default=0)
+        if longest > self.retention_seconds:
+            raise ConfigError(f"{where}: a window is longer than the association's retention "
+                              f"({self.retention_seconds} s): joint state lives per bucket and expires with it")
+        if isinstance(self.candidates, bool) or not isinstance(self.candidates, int) or self.candidates < 1:
+            raise ConfigError(f"{where}: candidates must be a positive integer (the decoder's top count)")
+        object.__setattr__(self, "fingerprint", association_fingerprint(
+            self.id, [(m.id, m.fingerprint) for m in self.metrics]))
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The member metrics' names, in their order on the wire."""
+        return tuple(m.name for m in self.metrics)
+
+    @property
+    def topic(self) -> str:
+        return self.metrics[0].topic
+
+    @property
+    def bucket_seconds(self) -> int:
+        return self.metrics[0].bucket_seconds
+
+    @property
+    def longest_window_seconds(self) -> int:
+        """The longest joint window: the retention (``all`` covers every bucket still retained)."""
+        return self.retention_seconds
+
+    @property
+    def epsilon(self) -> float:
+        """ε of one associated record: the members' ε summed (sequential composition)."""
+        return float(sum(m.mechanism.epsilon for m in self.metrics))
+
+    @property
+    def epsilon_inf(self) -> float:
+        """ε over any number of records of one tuple of values: the members' ε∞ summed (infinite when a member's
+        is: each of its reports spends ε again)."""
+        return float(sum(m.mechanism.epsilon_inf for m in self.metrics))
+
+
+def association_fingerprint(association_id: int, members: list[tuple[int, int]]) -> int:
+    """u32 fingerprint of an association: SHA-256 of canonical JSON of its id and its members' (id, fingerprint)
+    in order, so a record made under other member parameters or another member order is refused."""
+    canonical = json.dumps({"association": association_id, "members": [list(m) for m in members]},
+                           separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
+
+
 def fingerprint(metric_id: int, parameters: Mapping[str, Any]) -> int:
     """u32 fingerprint of a metric: SHA-256 of canonical JSON ``{"id": ..., "parameters": ...}``."""
     canonical = json.dumps({"id": metric_id, "parameters": dict(parameters)}, sort_keys=True,
@@ -157,6 +271,8 @@ class Registry:
 
     metrics: Mapping[str, MetricConfig]
     source: Path | None = None
+    #: Associations of metrics reported together, by name (see the module docstring).
+    associations: Mapping[str, AssociationConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         ids: dict[int, str] = {}
@@ -164,6 +280,27 @@ class Registry:
             if metric.id in ids:
                 raise ConfigError(f"metrics {ids[metric.id]!r} and {name!r} share id {metric.id}")
             ids[metric.id] = name
+        association_ids: dict[int, str] = {}
+        for name, association in self.associations.items():
+            if association.id in association_ids:
+                raise ConfigError(f"associations {association_ids[association.id]!r} and {name!r} share id "
+                                  f"{association.id}")
+            association_ids[association.id] = name
+            for member in association.metrics:
+                if self.metrics.get(member.name) is not member:
+                    raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric")
+
+    @property
+    def associations_by_id(self) -> dict[int, AssociationConfig]:
+        return {a.id: a for a in self.associations.values()}
+
+    def association(self, name: str) -> AssociationConfig:
+        """The association named ``name``, or a ConfigError listing the known ones."""
+        try:
+            return self.associations[name]
+        except KeyError:
+            known = ", ".join(sorted(self.associations)) or "none"
+            raise ConfigError(f"no association named {name!r} in the registry (known: {known})") from None
 
     @property
     def by_id(self) -> dict[int, MetricConfig]:
@@ -203,7 +340,12 @@ class Registry:
             raise ConfigError(f"metrics.{bad[0]} must be a table")
         metrics = {name: _metric_from_table(name, {**defaults, **table}, base_dir)
                    for name, table in metrics_table.items()}
-        return cls(metrics=metrics, source=source)
+        associations_table = data.get("associations", {})
+        if not isinstance(associations_table, Mapping):
+            raise ConfigError("the registry's [associations] must be a table of [associations.NAME] tables")
+        associations = {name: _association_from_table(name, table, metrics)
+                        for name, table in associations_table.items()}
+        return cls(metrics=metrics, source=source, associations=associations)
 
 
 def _check_mechanism_fits(name: str, mechanism: Mechanism) -> None:
@@ -281,6 +423,46 @@ def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | Non
         candidates=tuple(candidates) if candidates is not None else None,
         description=_string(name, "description", table.get("description", "")),
         retention_seconds=None if table.get("retention") is None else _duration(name, str(table["retention"])),
+    )
+
+
+def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricConfig]) -> AssociationConfig:
+    where = f"association {name!r}"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"associations.{name} must be a table")
+    unknown = sorted(set(table) - _ASSOCIATION_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted(_ASSOCIATION_KEYS))})")
+    if "id" not in table:
+        raise ConfigError(f"{where} has no id")
+    members = table.get("metrics")
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise ConfigError(f"{where}: metrics must be a list of metric names, like [\"x\", \"y\"]")
+    missing = [m for m in members if m not in metrics]
+    if missing:
+        raise ConfigError(f"{where}: no metric named {missing[0]!r} in the registry")
+    member_configs = tuple(metrics[m] for m in members)
+    if "retention" in table:
+        retention = _duration(name, str(table["retention"]))
+    else:
+        kept = [m.retention_seconds for m in member_configs if m.retention_seconds is not None]
+        if not kept:
+            raise ConfigError(f"{where}: its members keep their buckets forever, but pair statistics live per bucket "
+                              "and must expire: give the association (or its members) a retention, e.g. "
+                              "retention = \"30d\"")
+        retention = min(kept)
+    windows = table.get("windows", list(DEFAULT_WINDOWS))
+    if not isinstance(windows, list | tuple) or not all(isinstance(w, str) for w in windows):
+        raise ConfigError(f"{where}: windows must be a list like [\"all\", \"1d\"]")
+    return AssociationConfig(
+        name=name,
+        id=_integer(name, "id", table["id"]),
+        metrics=member_configs,
+        retention_seconds=retention,
+        windows=tuple(Window.parse(w) for w in windows),
+        candidates=_integer(name, "candidates", table.get("candidates", DEFAULT_JOINT_CANDIDATES)),
+        description=_string(name, "description", table.get("description", "")),
     )
 
 

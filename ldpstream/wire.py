@@ -1,4 +1,4 @@
-"""The report wire format (version 1): what a client publishes and a consumer decodes.
+"""The report wire format (versions 1 and 2): what a client publishes and a consumer decodes.
 
 A Kafka message value holds one or more *records* back to back: one record when a device publishes its own
 report, many when a gateway batches its clients. Every record is self-describing::
@@ -16,7 +16,23 @@ report, many when a gateway batches its clients. Every record is self-describing
     16      L     payload            symbol mechanisms: the symbol as u32 big-endian (L = 4);
                                      bit mechanisms: the k bits packed little-endian (L = ceil(k/8))
 
-A 128-bit RAPPOR report is 16 + 16 = 32 bytes; a k-RR report 20 bytes. The byte layout, versions and worked
+A version-2 record carries the reports of one client for the N metrics of an *association* (the values it
+reports together, for joint estimation)::
+
+    0       1     version            u8, = 2
+    1       1     flags              u8, reserved, = 0
+    2       2     association id     u16 big-endian, the association's ``id`` in the registry
+    4       4     fingerprint        u32 big-endian, the association's fingerprint (covers its members' ones)
+    8       1     payload count N    u8, 2..8, = the association's number of members
+    9       1     reserved           u8, = 0
+    10      2     body length B      u16 big-endian, bytes after the header (the same place as version 1's L,
+                                     so both versions are walked alike)
+    12      4     event time         u32 big-endian, as in version 1
+    16      B     N entries          each: cohort u16 BE, payload length L_j u16 BE, L_j payload bytes
+                                     (the member's version-1 payload), in the association's member order
+
+A 128-bit RAPPOR report is 16 + 16 = 32 bytes; a k-RR report 20 bytes; a k-RR × k-RR pair 16 + 2 × 8 = 32.
+The byte layout, versions and worked
 examples are in ``docs/report-format.md``.
 
 Decoding is vectorized: messages are grouped by length, and a message whose records all have the same size
@@ -28,7 +44,7 @@ breaks the format is returned with its reason instead of raising, so a consumer 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 import numpy as np
@@ -37,7 +53,15 @@ from ldpstream.errors import ReportFormatError
 from ldpstream.mechanisms.base import Mechanism, pack_bits, unpack_bits
 
 VERSION = 1
+#: The version of records that carry the reports of an association's members together.
+ASSOCIATION_VERSION = 2
+#: Every version this module reads.
+VERSIONS = (VERSION, ASSOCIATION_VERSION)
 HEADER_SIZE = 16
+#: Bytes before each payload of a version-2 record: cohort (u16) and payload length (u16).
+ENTRY_HEADER_SIZE = 4
+#: Payloads one version-2 record may carry.
+MAX_ASSOCIATION_PAYLOADS = 8
 SYMBOL_PAYLOAD_SIZE = 4
 MAX_PAYLOAD_SIZE = 0xFFFF
 
@@ -53,6 +77,20 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+ASSOCIATION_HEADER_DTYPE = np.dtype(
+    [
+        ("version", "u1"),
+        ("flags", "u1"),
+        ("association_id", ">u2"),
+        ("fingerprint", ">u4"),
+        ("count", "u1"),
+        ("reserved", "u1"),
+        ("body_length", ">u2"),
+        ("event_time", ">u4"),
+    ]
+)
+assert ASSOCIATION_HEADER_DTYPE.itemsize == HEADER_SIZE
 
 
 @dataclass(frozen=True)
@@ -77,6 +115,37 @@ class RecordBatch:
 
 
 @dataclass(frozen=True)
+class AssociationBatch:
+    """Version-2 records of one layout (the same payload lengths), decoded column-wise: ``cohorts`` is
+    ``(n, N)``, ``payloads[j]`` the ``(n, L_j)`` uint8 payloads of member ``j``."""
+
+    association_id: np.ndarray
+    fingerprint: np.ndarray
+    event_time: np.ndarray
+    cohorts: np.ndarray
+    payloads: tuple[np.ndarray, ...]
+    message_index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.association_id)
+
+    def take(self, index: np.ndarray | slice) -> AssociationBatch:
+        return AssociationBatch(self.association_id[index], self.fingerprint[index], self.event_time[index],
+                                self.cohorts[index], tuple(p[index] for p in self.payloads),
+                                self.message_index[index])
+
+    def with_event_time(self, event_time: np.ndarray) -> AssociationBatch:
+        return AssociationBatch(self.association_id, self.fingerprint, event_time, self.cohorts, self.payloads,
+                                self.message_index)
+
+    def member(self, j: int, metric_id: int, fingerprint: int) -> RecordBatch:
+        """Member ``j``'s reports as a version-1 batch of that metric (for its marginal sketches)."""
+        n = len(self)
+        return RecordBatch(np.full(n, metric_id, dtype=np.int64), np.full(n, fingerprint, dtype=np.uint32),
+                           self.cohorts[:, j], self.event_time, self.payloads[j], self.message_index)
+
+
+@dataclass(frozen=True)
 class Malformed:
     """A message (or part of one) that does not follow the format, and why."""
 
@@ -88,10 +157,12 @@ class Malformed:
 class DecodedMessages:
     batches: list[RecordBatch]
     malformed: list[Malformed]
+    #: Version-2 records (reports of an association's members together).
+    association_batches: list[AssociationBatch] = field(default_factory=list)
 
     @property
     def record_count(self) -> int:
-        return sum(len(b) for b in self.batches)
+        return sum(len(b) for b in self.batches) + sum(len(b) for b in self.association_batches)
 
 
 # ------------------------------------------------------------------------------------------- encoding
@@ -135,6 +206,57 @@ def encode_records(
     out = np.empty((n, HEADER_SIZE + length), dtype=np.uint8)
     out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
     out[:, HEADER_SIZE:] = payloads
+    return out
+
+
+def encode_association_records(
+    association_id: int,
+    fingerprint: int,
+    cohorts: np.ndarray | Sequence[Sequence[int]],
+    payloads: Sequence[np.ndarray],
+    event_time: int | np.ndarray = 0,
+) -> np.ndarray:
+    """Encode n version-2 records, each carrying one client's reports of an association's N members, as an
+    ``(n, 16 + Σ(4 + L_j))`` uint8 array (vectorized).
+
+    ``cohorts`` is ``(n, N)`` (member j's cohort in column j); ``payloads[j]`` is member j's ``(n, L_j)`` uint8
+    payloads, as for :func:`encode_records`.
+    """
+    blocks = [np.asarray(p, dtype=np.uint8) for p in payloads]
+    count = len(blocks)
+    if not 1 <= count <= MAX_ASSOCIATION_PAYLOADS:
+        raise ReportFormatError(f"a version-2 record carries 1..{MAX_ASSOCIATION_PAYLOADS} payloads, got {count}")
+    if any(b.ndim != 2 for b in blocks) or len({b.shape[0] for b in blocks}) != 1:
+        raise ReportFormatError("payloads must be 2-D (n, L_j) uint8 arrays with the same n")
+    n = blocks[0].shape[0]
+    cohorts = np.asarray(cohorts)
+    if cohorts.shape != (n, count):
+        raise ReportFormatError(f"cohorts must be (n, N) = ({n}, {count}), got {cohorts.shape}")
+    if np.any(cohorts < 0) or np.any(cohorts > 0xFFFF):
+        raise ReportFormatError("cohort must be in 0..65535")
+    if not 0 <= association_id <= 0xFFFF:
+        raise ReportFormatError("association id must be in 0..65535")
+    body = sum(ENTRY_HEADER_SIZE + b.shape[1] for b in blocks)
+    if body > MAX_PAYLOAD_SIZE:
+        raise ReportFormatError(f"record body of {body} bytes exceeds the format's {MAX_PAYLOAD_SIZE}")
+    event_time = np.asarray(event_time)
+    if event_time.shape not in ((n,), ()) or np.any(event_time < 0) or np.any(event_time > 0xFFFFFFFF):
+        raise ReportFormatError("event time must be seconds since the epoch in 0..2**32-1, scalar or one per record")
+    header = np.zeros(n, dtype=ASSOCIATION_HEADER_DTYPE)
+    header["version"] = ASSOCIATION_VERSION
+    header["association_id"] = association_id
+    header["fingerprint"] = fingerprint
+    header["count"] = count
+    header["body_length"] = body
+    header["event_time"] = event_time
+    out = np.empty((n, HEADER_SIZE + body), dtype=np.uint8)
+    out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
+    at = HEADER_SIZE
+    for j, block in enumerate(blocks):
+        out[:, at:at + 2] = cohorts[:, j].astype(">u2").reshape(-1, 1).view(np.uint8)
+        out[:, at + 2:at + 4] = np.array([block.shape[1]], dtype=">u2").view(np.uint8)
+        out[:, at + 4:at + 4 + block.shape[1]] = block
+        at += ENTRY_HEADER_SIZE + block.shape[1]
     return out
 
 
@@ -193,6 +315,7 @@ def decode_messages(values: Sequence[bytes]) -> DecodedMessages:
     reason, and contributes no record at all (a message is accepted or refused whole).
     """
     batches: list[RecordBatch] = []
+    association_batches: list[AssociationBatch] = []
     malformed: list[Malformed] = []
     slow: list[int] = []
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
@@ -212,8 +335,15 @@ def decode_messages(values: Sequence[bytes]) -> DecodedMessages:
             owner = np.repeat(members[chosen], length // size)
             rows = block[chosen].reshape(-1, int(size))
             header = np.ascontiguousarray(rows[:, :HEADER_SIZE]).view(HEADER_DTYPE).reshape(-1)
-            bad = ((header["version"] != VERSION) | (header["flags"] != 0)
+            version = header["version"]
+            bad = (~np.isin(version, VERSIONS) | (header["flags"] != 0)
                    | (header["payload_length"].astype(np.int64) != size - HEADER_SIZE))
+            paired = version == ASSOCIATION_VERSION
+            associated: list[AssociationBatch] = []
+            if paired.any():
+                chosen_pairs = np.flatnonzero(paired & ~bad)
+                associated, broken = _association_batches(rows[chosen_pairs], owner[chosen_pairs])
+                bad[chosen_pairs[broken]] = True
             if bad.any():
                 # A message with a bad record, or one mixing record sizes (its later headers then
                 # disagree with its first), is retried record by record to find the reason.
@@ -221,15 +351,99 @@ def decode_messages(values: Sequence[bytes]) -> DecodedMessages:
                 slow.extend(bad_messages.tolist())
                 keep = ~np.isin(owner, bad_messages)
                 rows, owner, header = rows[keep], owner[keep], header[keep]
+                associated = [b.take(~np.isin(b.message_index, bad_messages)) for b in associated]
+                paired = paired[keep]
+            association_batches.extend(b for b in associated if len(b))
+            if paired.any():
+                rows, owner, header = rows[~paired], owner[~paired], header[~paired]
             if len(rows):
                 batches.append(_batch(header, rows[:, HEADER_SIZE:], owner))
     for i in sorted(slow):
-        sub, reason = _decode_mixed(values[i], i)
+        sub, sub_associated, reason = _decode_mixed(values[i], i)
         if reason is not None:
             malformed.append(Malformed(i, reason))
         else:
             batches.extend(sub)
-    return DecodedMessages(batches, malformed)
+            association_batches.extend(sub_associated)
+    return DecodedMessages(batches, malformed, association_batches)
+
+
+def _association_batches(rows: np.ndarray, owner: np.ndarray) -> tuple[list[AssociationBatch], np.ndarray]:
+    """Version-2 records of one size (``rows``, whose header's version, flags and body length are already
+    checked) → batches of one layout each, and the indices of the rows whose body breaks the format.
+
+    Vectorized: the rows are split by payload count, then payload by payload by the payload's length, so
+    Python runs once per layout and payload position, never per record.
+    """
+    size = rows.shape[1]
+    header = np.ascontiguousarray(rows[:, :HEADER_SIZE]).view(ASSOCIATION_HEADER_DTYPE).reshape(-1)
+    count = header["count"].astype(np.int64)
+    broken = [np.flatnonzero((count < 1) | (count > MAX_ASSOCIATION_PAYLOADS) | (header["reserved"] != 0))]
+    out: list[AssociationBatch] = []
+    valid = np.flatnonzero((count >= 1) & (count <= MAX_ASSOCIATION_PAYLOADS) & (header["reserved"] == 0))
+    stack: list[tuple[np.ndarray, int, tuple[int, ...]]] = [
+        (valid[count[valid] == c], HEADER_SIZE, ()) for c in _distinct(count[valid])]
+    while stack:
+        index, at, lengths = stack.pop()
+        if not index.size:
+            continue
+        if len(lengths) == count[index[0]]:
+            if at != size:  # entries end before the record does
+                broken.append(index)
+                continue
+            picked = rows[index]
+            cohorts = np.empty((len(index), len(lengths)), dtype=np.int64)
+            payloads = []
+            start = HEADER_SIZE
+            for j, length in enumerate(lengths):
+                cohorts[:, j] = (picked[:, start].astype(np.int64) << 8) | picked[:, start + 1]
+                payloads.append(picked[:, start + ENTRY_HEADER_SIZE:start + ENTRY_HEADER_SIZE + length])
+                start += ENTRY_HEADER_SIZE + length
+            out.append(AssociationBatch(header["association_id"][index].astype(np.int64),
+                                        header["fingerprint"][index], header["event_time"][index], cohorts,
+                                        tuple(payloads), owner[index]))
+            continue
+        if at + ENTRY_HEADER_SIZE > size:
+            broken.append(index)
+            continue
+        entry_length = (rows[index, at + 2].astype(np.int64) << 8) | rows[index, at + 3]
+        for length in _distinct(entry_length).tolist():
+            chosen = index[entry_length == length]
+            if at + ENTRY_HEADER_SIZE + length > size:
+                broken.append(chosen)
+            else:
+                stack.append((chosen, at + ENTRY_HEADER_SIZE + length, (*lengths, length)))
+    return out, np.concatenate(broken) if broken else np.zeros(0, dtype=np.int64)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` with a fast path for the common case of a single value."""
+    if values.size and values.min() == values.max():
+        return values[:1]
+    return np.unique(values)
+
+
+def _association_problem(data: np.ndarray, pos: int, size: int) -> str | None:
+    """Why the version-2 record at byte ``pos`` (``size`` bytes, header included) breaks the format, or None."""
+    header = data[pos:pos + HEADER_SIZE].copy().view(ASSOCIATION_HEADER_DTYPE)[0]
+    count = int(header["count"])
+    if not 1 <= count <= MAX_ASSOCIATION_PAYLOADS:
+        return f"version-2 record at byte {pos} carries {count} payloads (1..{MAX_ASSOCIATION_PAYLOADS} allowed)"
+    if header["reserved"] != 0:
+        return f"version-2 record at byte {pos}: reserved byte 9 set ({int(header['reserved'])})"
+    at = pos + HEADER_SIZE
+    end = pos + size
+    for j in range(count):
+        if at + ENTRY_HEADER_SIZE > end:
+            return f"version-2 record at byte {pos}: payload {j} starts beyond the record's end"
+        length = (int(data[at + 2]) << 8) | int(data[at + 3])
+        if at + ENTRY_HEADER_SIZE + length > end:
+            return f"version-2 record at byte {pos}: payload {j} declares {length} bytes beyond the record's end"
+        at += ENTRY_HEADER_SIZE + length
+    if at != end:
+        return (f"version-2 record at byte {pos}: its {count} payloads end at byte {at}, but the record declares "
+                f"{size - HEADER_SIZE} body bytes (ends at byte {end})")
+    return None
 
 
 def _batch(header: np.ndarray, payloads: np.ndarray, owner: np.ndarray) -> RecordBatch:
@@ -243,28 +457,38 @@ def _batch(header: np.ndarray, payloads: np.ndarray, owner: np.ndarray) -> Recor
     )
 
 
-def _decode_mixed(value: bytes, message_index: int) -> tuple[list[RecordBatch], str | None]:
+def _decode_mixed(value: bytes, message_index: int
+                  ) -> tuple[list[RecordBatch], list[AssociationBatch], str | None]:
     """Walk a message record by record (messages that mix record sizes, or that failed the fast path)."""
     pos = 0
-    rows_by_size: dict[int, list[np.ndarray]] = {}
+    rows_by_size: dict[tuple[int, int], list[np.ndarray]] = {}
     data = np.frombuffer(value, dtype=np.uint8)
     while pos < len(value):
         if len(value) - pos < HEADER_SIZE:
-            return [], f"truncated record header at byte {pos}"
+            return [], [], f"truncated record header at byte {pos}"
         header = data[pos:pos + HEADER_SIZE].copy().view(HEADER_DTYPE)[0]
-        if header["version"] != VERSION:
-            return [], f"unsupported format version {int(header['version'])} at byte {pos}"
+        version = int(header["version"])
+        if version not in VERSIONS:
+            return [], [], f"unsupported format version {version} at byte {pos}"
         if header["flags"] != 0:
-            return [], f"reserved flags set ({int(header['flags'])}) at byte {pos}"
+            return [], [], f"reserved flags set ({int(header['flags'])}) at byte {pos}"
         size = HEADER_SIZE + int(header["payload_length"])
         if pos + size > len(value):
-            return [], f"record at byte {pos} declares {size} bytes but only {len(value) - pos} remain"
-        rows_by_size.setdefault(size, []).append(data[pos:pos + size])
+            return [], [], f"record at byte {pos} declares {size} bytes but only {len(value) - pos} remain"
+        if version == ASSOCIATION_VERSION and (problem := _association_problem(data, pos, size)) is not None:
+            return [], [], problem
+        rows_by_size.setdefault((version, size), []).append(data[pos:pos + size])
         pos += size
-    batches = []
-    for rows in rows_by_size.values():
+    batches: list[RecordBatch] = []
+    associated: list[AssociationBatch] = []
+    for (version, _size), rows in rows_by_size.items():
         stacked = np.stack(rows)
-        header = stacked[:, :HEADER_SIZE].copy().view(HEADER_DTYPE).reshape(-1)
-        batches.append(_batch(header, stacked[:, HEADER_SIZE:],
-                              np.full(len(rows), message_index, dtype=np.int64)))
-    return batches, None
+        owner = np.full(len(rows), message_index, dtype=np.int64)
+        if version == ASSOCIATION_VERSION:
+            found, broken = _association_batches(stacked, owner)
+            assert not broken.size, "records checked by _association_problem parse"
+            associated.extend(found)
+        else:
+            header = stacked[:, :HEADER_SIZE].copy().view(HEADER_DTYPE).reshape(-1)
+            batches.append(_batch(header, stacked[:, HEADER_SIZE:], owner))
+    return batches, associated, None

@@ -79,7 +79,8 @@ def test_messages_mixing_record_sizes_are_decoded_record_by_record():
     [
         (b"", "shorter than a record header"),
         (b"\x01" * 5, "shorter than a record header"),
-        (bytes([2]) + bytes(19), "unsupported format version 2"),
+        (bytes([3]) + bytes(19), "unsupported format version 3"),
+        (bytes([2]) + bytes(9) + bytes([0, 4]) + bytes(8), "carries 0 payloads"),
         (bytes([1, 1]) + bytes(18), "reserved flags"),
     ],
 )
