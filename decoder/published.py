@@ -125,6 +125,10 @@ class PublishedJoint:
     #: Whether the EM started from the previous decode's table (the candidates had not changed).
     warm_start: bool
     covers: tuple[int, int] | None = None
+    #: The largest design effect of the members' marginal estimates of the window (their clients' repeated
+    #: reports across its buckets, :mod:`ldpstream.estimators.windows`); None when unknown. The joint intervals
+    #: assume independent report pairs and are not widened by it.
+    members_design_effect: float | None = None
 
     @property
     def key(self) -> str:
@@ -147,6 +151,7 @@ class PublishedJoint:
             "columns": [str(label) for label in est.column_labels],
             "interval_method": est.interval_method,
             "interval_assumes": "independent report pairs",
+            "members_design_effect": self.members_design_effect,
             "table": _nested(est.table),
             "std_error": _nested(est.std_error),
             "low_95": _nested(est.low),

@@ -144,7 +144,7 @@ class DecoderService:
                 continue
             published.extend(results)
             marginals.update(((metric.name, r.window), r) for r in results)
-        for association in self.registry.associations.values():
+        for association in self.joint_associations():
             if not self._decode_association(association, marginals, failed + withheld, now):
                 failed.append(association.name)
         if self.producer is not None:
@@ -155,13 +155,18 @@ class DecoderService:
         #: The metrics whose decode or publication failed in the last pass, and those withheld (rebuilding).
         self.last_failed = failed
         self.last_withheld = withheld
-        if len(failed) < len(self.registry.metrics) + len(self.registry.associations):
+        if len(failed) < len(self.registry.metrics) + len(self.joint_associations()):
             try:
                 self.store.record_decode(failed)
             except Exception:  # the store went away after the pass: the estimates stand, the record is next time's
                 log.exception("recording the decoder pass failed")
             self.metrics.last_run.set_to_current_time()
         return published
+
+    def joint_associations(self) -> list[AssociationConfig]:
+        """The associations the decoder estimates a joint table of: those of two metrics (an association of
+        more members feeds other decoders)."""
+        return [a for a in self.registry.associations.values() if len(a.members) == 2]
 
     def decode_association(self, association: AssociationConfig, now: float | None = None,
                            marginals: dict[tuple[str, str], PublishedEstimate] | None = None
@@ -193,9 +198,12 @@ class DecoderService:
             result = estimate_joint(patterns, var_x, var_y, start=previous[2] if warm and previous else None)
             self._joint_start[(association.name, window.name)] = (var_x.labels, var_y.labels, result.table)
             seconds = time.perf_counter() - started
-            covers = ((min(buckets) * x.bucket_seconds, (max(buckets) + 1) * x.bucket_seconds) if buckets else None)
+            covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
+                      if buckets else None)
+            effects = [float(np.max(m.design_effects, initial=1.0)) for m in (marginal_x, marginal_y)
+                       if m.design_effects is not None]
             out.append(PublishedJoint(association.name, (x.name, y.name), window.name, now, seconds, len(buckets),
-                                      result, warm, covers))
+                                      result, warm, covers, max(effects) if effects else None))
         return out, empty
 
     def _decode_association(self, association: AssociationConfig,
@@ -226,9 +234,12 @@ class DecoderService:
         return True
 
     def _pair_buckets(self, association: AssociationConfig, window: Window, now: float) -> list[int]:
-        """The buckets of the association's report pairs that the window covers (all held for ``all``)."""
-        held = self.store.pair_buckets(association.name)
-        bucket_seconds = self.registry[association.members[0]].bucket_seconds
+        """The buckets of the association's report pairs that the window covers (for ``all``, every bucket
+        still retained: the pair statistic has no all-time rollup). Buckets whose retention has passed (or is
+        about to) are left out, as the marginals' snapshot leaves them out."""
+        bucket_seconds = association.bucket_seconds
+        expired_before = int((now - association.retention_seconds) // bucket_seconds)
+        held = [b for b in self.store.pair_buckets(association.name) if b >= expired_before]
         if window.seconds is None:
             return sorted(held)
         start = now - window.seconds

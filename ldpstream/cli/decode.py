@@ -63,8 +63,9 @@ def _decode(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.run(args.interval, stop, iterations=1 if args.once else None)
     if args.once and service.last_failed:
-        raise ServiceError(f"{len(service.last_failed)} of {len(registry.metrics)} metric(s) failed to decode or "
-                           f"publish: {', '.join(service.last_failed)} (the log above says why)")
+        total = len(registry.metrics) + len(service.joint_associations())
+        raise ServiceError(f"{len(service.last_failed)} of {total} metric(s) and association(s) failed to decode "
+                           f"or publish: {', '.join(service.last_failed)} (the log above says why)")
     return 0
 
 

@@ -131,6 +131,7 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         assert np.all(low >= 0) and np.all(high <= 1)
         assert np.array(joint["std_error"]).shape == table.shape
         assert isinstance(joint["interval_method"], str) and joint["interval_method"]
+        assert joint["interval_assumes"] == "independent report pairs" and joint["members_design_effect"] >= 1
         for name in ("x_given_y", "y_given_x"):
             conditional = joint[name]
             assert set(conditional) == {"table", "std_error", "low_95", "high_95"}
