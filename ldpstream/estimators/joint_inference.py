@@ -137,8 +137,8 @@ def interaction_contrasts(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     jac = np.zeros((len(h), r, c))
     rows = np.arange(len(h))
     jac[rows, a, b] += 1.0
-    jac[rows, a, :] -= pc[None, :]
-    jac[rows, :, b] -= pr[None, :]
+    jac[rows, a, :] -= pc[b][:, None]  # ∂(p_a· p_·b)/∂p_aj = p_·b
+    jac[rows, :, b] -= pr[a][:, None]  # ∂(p_a· p_·b)/∂p_ib = p_a·
     return h, jac.reshape(len(h), r * c)
 
 
