@@ -6,12 +6,20 @@ plus the messages it refused and why. A message is accepted or refused whole: if
 none of them is counted and the whole message goes to the dead-letter topic, so replaying dead letters can
 never count a report twice.
 
+A version-2 record (one client's reports of an association's members) updates each member's sketches exactly
+as a version-1 record of that member would (so marginals and joints count the same reports), and the
+association's pair statistic of its time bucket (:mod:`ldpstream.store.pair_layout`; it expires with the
+association's retention, there is no all-time one); it is accepted or refused whole with its message.
+
 Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``):
 
 - ``malformed``: the bytes do not follow the report format (see :mod:`ldpstream.wire`);
 - ``unknown_metric``: no metric in the registry has the record's id;
-- ``fingerprint_mismatch``: the record was made under other parameters than the registry's;
-- ``payload_size``: the payload length does not fit the metric's mechanism;
+- ``unknown_association``: no association in the registry has the (version-2) record's id;
+- ``fingerprint_mismatch``: the record was made under other parameters than the registry's (for a version-2
+  record: another association fingerprint, which covers the members' ones and their order);
+- ``payload_size``: the payload length does not fit the metric's mechanism (or a version-2 record carries
+  another number of payloads than its association has members);
 - ``out_of_range``: cohort ≥ C, symbol ≥ k, or padding bits set beyond bit k−1;
 - ``event_time_out_of_range``: an effective event time (the record's own, else its message's Kafka
   timestamp) older than the metric's acceptance window or further ahead than :data:`MAX_CLOCK_SKEW` of the
@@ -29,15 +37,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from ldpstream.registry import MetricConfig, Registry
+from ldpstream.registry import AssociationConfig, MetricConfig, Registry
 from ldpstream.store import ALL_TIME, SketchKey
-from ldpstream.wire import RecordBatch, decode_messages, payload_size, reports_from_payloads
+from ldpstream.store.contract import PairIncrement, PairKey
+from ldpstream.store.pair_layout import layout_of, merge_increments, pair_increment
+from ldpstream.wire import AssociationBatch, RecordBatch, decode_messages, payload_size, reports_from_payloads
 
-REJECTION_REASONS = ("malformed", "unknown_metric", "fingerprint_mismatch", "payload_size", "out_of_range",
-                     "event_time_out_of_range", "too_many_buckets")
+REJECTION_REASONS = ("malformed", "unknown_metric", "unknown_association", "fingerprint_mismatch", "payload_size",
+                     "out_of_range", "event_time_out_of_range", "too_many_buckets")
 #: Oldest event time accepted, in seconds before the consumer's clock (a metric with a shorter
 #: ``retention`` accepts no older data than its retention: such data would expire on arrival).
 MAX_EVENT_AGE = 400 * 86400
@@ -60,6 +71,10 @@ class FoldResult:
     #: When bucket sketches expire, for metrics with a retention.
     expire_at: dict[SketchKey, int] = field(default_factory=dict)
     applied: dict[str, int] = field(default_factory=dict)
+    #: Increments of associations' pair statistics (per association, fingerprint and bucket).
+    pairs: dict[PairKey, PairIncrement] = field(default_factory=dict)
+    #: Report tuples applied per association (each also counts once in ``applied`` of every member).
+    associated: dict[str, int] = field(default_factory=dict)
     #: Records decoded from the messages, accepted or not (malformed messages contribute none).
     records_decoded: int = 0
     rejections: list[Rejection] = field(default_factory=list)
@@ -72,6 +87,7 @@ class FoldResult:
         """Counters stored with the batch: totals per metric and per rejection reason."""
         out = {"reports_applied": self.reports_applied}
         out.update({f"applied:{metric}": n for metric, n in self.applied.items()})
+        out.update({f"associated:{association}": n for association, n in self.associated.items()})
         for rejection in self.rejections:
             key = f"rejected:{rejection.reason}"
             out[key] = out.get(key, 0) + 1
@@ -109,6 +125,26 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
             records = _with_effective_event_times(records, timestamps)
             ok = _validate(metric, records, refused, now)
             accepted.append((metric, records if ok.all() else records.take(ok)))
+    associated: list[tuple[AssociationConfig, AssociationBatch]] = []
+    by_association_id = registry.associations_by_id
+    for tuples in decoded.association_batches:
+        association_ids = _distinct(tuples.association_id)
+        for association_id in association_ids:
+            chosen = tuples if association_ids.size == 1 else tuples.take(tuples.association_id == association_id)
+            association = by_association_id.get(int(association_id))
+            if association is None:
+                _refuse(refused, chosen.message_index, "unknown_association",
+                        f"no association with id {association_id}")
+                continue
+            chosen = _with_effective_event_times(chosen, timestamps)
+            ok = _validate_association(association, chosen, refused, now)
+            if not ok.any():
+                continue
+            chosen = chosen if ok.all() else chosen.take(ok)
+            associated.append((association, chosen))
+            # Every member's marginal sketches count the member's report, like a version-1 record of it.
+            accepted.extend((member, chosen.member(j, member.id, member.fingerprint))
+                            for j, member in enumerate(association.metrics))
     capped = [(metric, _cap_buckets(metric, kept, refused)) for metric, records in accepted
               if len(kept := _without_refused(records, refused))]
     for metric, records in capped:
@@ -116,11 +152,25 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
         records = _without_refused(records, refused)
         if len(records):
             _fold_metric(metric, records, result)
+    for association, tuples in associated:
+        tuples = _without_refused(tuples, refused)
+        if len(tuples):
+            _fold_pairs(association, tuples, result)
     result.rejections = sorted(refused.values(), key=lambda r: r.message_index)
     return result
 
 
-def _without_refused(records: RecordBatch, refused: dict[int, Rejection]) -> RecordBatch:
+class _Records(Protocol):
+    @property
+    def message_index(self) -> np.ndarray: ...
+
+    def take(self: B, index: np.ndarray) -> B: ...
+
+
+B = TypeVar("B", bound=_Records)
+
+
+def _without_refused(records: B, refused: dict[int, Rejection]) -> B:
     """The records whose message is not refused."""
     if not refused:
         return records
@@ -133,15 +183,39 @@ def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, de
         refused.setdefault(i, Rejection(i, reason, detail))
 
 
-def _with_effective_event_times(records: RecordBatch, timestamps: Timestamps) -> RecordBatch:
+R = TypeVar("R", RecordBatch, AssociationBatch)
+
+
+def _with_effective_event_times(records: R, timestamps: Timestamps) -> R:
     """The records with each event time of 0 (none given) replaced by its message's Kafka timestamp."""
     event_time = records.event_time.astype(np.int64)
     missing = np.flatnonzero(event_time == 0)
     if missing.size:
         owners = records.message_index[missing]
         event_time[missing] = timestamps(owners) if callable(timestamps) else timestamps[owners]
+    if isinstance(records, AssociationBatch):
+        return records.with_event_time(event_time)
     return RecordBatch(records.metric_id, records.fingerprint, records.cohort, event_time, records.payloads,
                        records.message_index)
+
+
+def _validate_association(association: AssociationConfig, tuples: AssociationBatch, refused: dict[int, Rejection],
+                          now: float) -> np.ndarray:
+    """Mask of the version-2 records valid for ``association`` (its fingerprint, its number of members, and each
+    member's report as :func:`_validate` checks it); refuses the messages of the others."""
+    bad_fingerprint = tuples.fingerprint != association.fingerprint
+    if bad_fingerprint.any():
+        _refuse(refused, tuples.message_index[bad_fingerprint], "fingerprint_mismatch",
+                f"association {association.name!r} expects fingerprint {association.fingerprint:08x}")
+    ok: np.ndarray = ~bad_fingerprint
+    if tuples.cohorts.shape[1] != len(association.metrics):
+        _refuse(refused, tuples.message_index[ok], "payload_size",
+                f"association {association.name!r} has {len(association.metrics)} members, the record carries "
+                f"{tuples.cohorts.shape[1]} payloads")
+        return np.zeros(len(tuples), dtype=bool)
+    for j, member in enumerate(association.metrics):
+        ok &= _validate(member, tuples.member(j, member.id, member.fingerprint), refused, now)
+    return ok
 
 
 def oldest_accepted(metric: MetricConfig, now: float) -> float:
@@ -251,6 +325,20 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, result: FoldResult)
     # The all-time rollup, updated in the same atomic call: the "all" window never depends on old buckets.
     _add(result, SketchKey(metric.name, metric.fingerprint, ALL_TIME), all_time)
     result.applied[metric.name] = result.applied.get(metric.name, 0) + len(records)
+
+
+def _fold_pairs(association: AssociationConfig, tuples: AssociationBatch, result: FoldResult) -> None:
+    """The pair statistic's increments of the tuples, one per time bucket (vectorized per bucket)."""
+    layout = layout_of(association)
+    buckets = tuples.event_time // association.bucket_seconds
+    for bucket in _distinct(buckets).tolist():
+        part = tuples if buckets.min() == buckets.max() else tuples.take(buckets == bucket)
+        expire_at = (bucket + 1) * association.bucket_seconds + association.retention_seconds
+        increment = pair_increment(layout, part.cohorts, part.payloads, expire_at)
+        key = PairKey(association.name, association.fingerprint, int(bucket))
+        current = result.pairs.get(key)
+        result.pairs[key] = increment if current is None else merge_increments(current, increment)
+    result.associated[association.name] = result.associated.get(association.name, 0) + len(tuples)
 
 
 def _add(result: FoldResult, key: SketchKey, sketch: np.ndarray) -> None:

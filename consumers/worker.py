@@ -234,7 +234,7 @@ class SketchConsumer:
             return  # revoked while this batch was in flight: its new owner reads it again
         batch = PartitionBatch(topic=topic, partition=partition, expected_offset=self._expected[where],
                                next_offset=last + 1, increments=folded.increments, stats=folded.stats(),
-                               expire_at=folded.expire_at)
+                               expire_at=folded.expire_at, pairs=folded.pairs)
         result = self._with_store(lambda: self.store.apply(batch))
         if not result.applied:
             self._resume_from_store(topic, partition, first, last, result.next_offset)

@@ -1,5 +1,6 @@
-"""What ``ldpstream status`` gathers: counts per metric and bucket, offsets and lag per partition, dead
-letters by reason, and the last decode."""
+"""What ``ldpstream status`` gathers: counts per metric and bucket, associations (members, summed privacy cost,
+longest joint window, report tuples), offsets and lag per partition, dead letters by reason, and the last
+decode."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ldpstream.store.contract import StatusStore
 def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusStore) -> dict[str, Any]:
     """Counts per metric and bucket, offsets and lag per partition, dead letters by reason, last decode."""
     kafka = KafkaConfig.of(kafka)
-    out: dict[str, Any] = {"metrics": {}, "partitions": [], "dead_letters": {}, "last_decode": None}
+    out: dict[str, Any] = {"metrics": {}, "associations": {}, "partitions": [], "dead_letters": {},
+                           "last_decode": None}
     for metric in registry.metrics.values():
         mechanism = metric.mechanism
         snapshot = store.snapshot(metric.name, metric.fingerprint, (mechanism.cohorts, mechanism.sketch_width))
@@ -31,6 +33,7 @@ def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusSt
                                        "privacy": privacy_of(mechanism),
                                        "rebuilding": {str(p): until for p, until in
                                                       store.rebuilding(metric.topic).items()}}
+    associated: dict[str, int] = {}
     probe = Consumer(kafka.probe("_ldpstream_status"))
     try:
         for topic in registry.topics:
@@ -48,8 +51,23 @@ def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusSt
                 if name.startswith("rejected:"):
                     reason = name.split(":", 1)[1]
                     out["dead_letters"][reason] = out["dead_letters"].get(reason, 0) + value
+                elif name.startswith("associated:"):
+                    associated[name.split(":", 1)[1]] = associated.get(name.split(":", 1)[1], 0) + value
     finally:
         probe.close()
+    for association in registry.associations.values():
+        epsilon_inf = association.epsilon_inf
+        out["associations"][association.name] = {
+            "members": list(association.members),
+            "fingerprint": f"{association.fingerprint:08x}",
+            "privacy": {"epsilon": association.epsilon,
+                        "epsilon_inf": epsilon_inf if math.isfinite(epsilon_inf) else None},
+            # Pair statistics live per bucket and expire with the retention: no joint window is longer.
+            "longest_window_seconds": association.longest_window_seconds,
+            "windows": [w.name for w in association.windows],
+            "reports": associated.get(association.name, 0),
+            "buckets": store.pair_buckets(association),
+        }
     last = store.last_decode()
     if last is not None:
         when = last["time"]
@@ -74,6 +92,15 @@ def format_status(report: dict[str, Any]) -> str:
                      f"ε {privacy['epsilon']:g} a report, ε∞ {forever} for repeated reports of one value")
         if entry["rebuilding"]:
             lines.append(f"  {'':<20} rebuilding from Kafka: partitions {sorted(entry['rebuilding'])}")
+    if report.get("associations"):
+        lines.append("associations (reported together; ε by composition: the members' summed):")
+        for name, entry in report["associations"].items():
+            privacy = entry["privacy"]
+            forever = "unbounded" if privacy["epsilon_inf"] is None else f"{privacy['epsilon_inf']:g}"
+            lines.append(f"  {name:<20} {entry['reports']:>12,} report tuples of {' + '.join(entry['members'])}, "
+                         f"{len(entry['buckets'])} bucket(s) held; ε {privacy['epsilon']:g}, ε∞ {forever}; longest "
+                         f"joint window {_duration(entry['longest_window_seconds'])} (the retention; windows "
+                         f"{', '.join(entry['windows'])})")
     lines.append("partitions (offset stored in Redis / end offset / lag):")
     for p in report["partitions"]:
         stored = "-" if p["stored_offset"] is None else f"{p['stored_offset']:,}"
@@ -83,3 +110,11 @@ def format_status(report: dict[str, Any]) -> str:
     last = report["last_decode"]
     lines.append("last decode: " + (f"{last['seconds_ago']} s ago" if last else "never"))
     return "\n".join(lines)
+
+
+def _duration(seconds: int) -> str:
+    """``30d``, ``12h``, ``90m`` or ``45s``: the largest unit that divides ``seconds``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -3,6 +3,7 @@
 >>> client = LdpClient(Registry.load("metrics.toml"), "127.0.0.1:39092",               # doctest: +SKIP
 ...                    secret_file="~/.local/share/myapp/ldp-secret")
 >>> client.report("fruit", "banana")                                                   # doctest: +SKIP
+>>> client.report_together("fruit_by_homepage", {"fruit": "fig", "homepage": "example.com"})  # doctest: +SKIP
 >>> client.flush()                                                                     # doctest: +SKIP
 
 Each value is privatized on the device with secure randomness (:class:`ldpstream.device.ClientPrivatizer`)
@@ -25,8 +26,8 @@ from ldpstream.config import KafkaConfig
 from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
-from ldpstream.registry import Registry
-from ldpstream.wire import encode_records, payloads_from_reports
+from ldpstream.registry import MetricConfig, Registry
+from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
 #: Fewest bytes of a device secret: the secret keys the HMACs that derive the client's cohort and its
 #: permanent (memoized) responses, so a short one would let anyone recompute them.
@@ -151,12 +152,9 @@ class LdpClient:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`). Returns False, and sends
         nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``)."""
         metric = self.registry[metric_name]
-        when = int(event_time if event_time is not None else time.time())
-        if not 0 <= when <= 0xFFFFFFFF:
-            # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).
-            raise ReportFormatError(f"event_time {event_time!r} is outside the report format's 0..2**32-1 s")
+        when = self._event_time(event_time)
         bucket = when // metric.bucket_seconds
-        key = f"{metric.name}:{metric.fingerprint:08x}"
+        key = _reported_key(metric)
         if self.once_per_bucket and self._reported.get(key) == bucket:
             return False
         cohort, report = self.privatizer.privatize(metric, value)
@@ -167,6 +165,54 @@ class LdpClient:
             self._reported.set(key, bucket)
         return True
 
+    def report_together(self, association_name: str, values: Mapping[str, Any],
+                        event_time: float | None = None) -> bool:
+        """Privatize one value of each member of an association and queue them as one record (format version 2),
+        so that the decoder can estimate their joint distribution. ``values`` maps every member's name to its
+        value. Each value is privatized exactly as :meth:`report` would (the member's own encoder: the same
+        cohort, memoized permanent response and secure randomness), and the record also counts in each member's
+        marginal estimates. The privacy cost is the members' ε summed (``Registry.association(name).epsilon``).
+
+        Returns False, and sends nothing, when ``once_per_bucket`` holds and the association or any of its members
+        was already reported in this time bucket (a member's marginal rests on one report per client and bucket,
+        whether sent alone or together); otherwise marks the association and every member as reported."""
+        association = self.registry.association(association_name)
+        if not isinstance(values, Mapping) or set(values) != set(association.members):
+            given = sorted(values) if isinstance(values, Mapping) else type(values).__name__
+            raise ParameterError(f"association {association.name!r} takes one value for each of its members "
+                                 f"{list(association.members)}, got {given}")
+        when = self._event_time(event_time)
+        bucket = when // association.bucket_seconds
+        keys = [f"association:{association.name}:{association.fingerprint:08x}",
+                *(_reported_key(member) for member in association.metrics)]
+        if self.once_per_bucket and any(self._reported.get(key) == bucket for key in keys):
+            return False
+        cohorts, payloads = [], []
+        for member in association.metrics:
+            cohort, report = self.privatizer.privatize(member, values[member.name])
+            cohorts.append(cohort)
+            payloads.append(payloads_from_reports(member.mechanism, np.asarray(report)[None, ...]))
+        rows = encode_association_records(association.id, association.fingerprint, [cohorts], payloads,
+                                          event_time=when)
+        self.publisher.publish(association.topic, rows)
+        if self.once_per_bucket:
+            for key in keys:
+                self._reported.set(key, bucket)
+        return True
+
+    @staticmethod
+    def _event_time(event_time: float | None) -> int:
+        when = int(event_time if event_time is not None else time.time())
+        if not 0 <= when <= 0xFFFFFFFF:
+            # The format's event time is a u32 of seconds since the epoch (0: use the Kafka timestamp).
+            raise ReportFormatError(f"event_time {event_time!r} is outside the report format's 0..2**32-1 s")
+        return when
+
     def flush(self, timeout: float | None = None) -> DeliveryStats:
         """Block until Kafka acknowledged every queued report; raises ServiceError when it cannot."""
         return self.publisher.flush(timeout)
+
+
+def _reported_key(metric: MetricConfig) -> str:
+    """The key of a metric in the reported-buckets file."""
+    return f"{metric.name}:{metric.fingerprint:08x}"

@@ -1,4 +1,6 @@
-"""The load generator behind ``ldpstream produce``: simulates a population of clients for one metric.
+"""The load generator behind ``ldpstream produce``: simulates a population of clients for one metric, or for an
+association of metrics reported together (:func:`simulate_association_and_publish`, values drawn from a joint
+table: a given one, or :func:`association_joint`'s model of marginals and a dependence).
 
 Values are drawn from a named distribution over the metric's value list (candidates, labels or symbols),
 privatized in batches with a seeded generator (simulation only: real clients use secure randomness), encoded
@@ -9,16 +11,18 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ldpstream.device import privatize_population, value_table
 from ldpstream.distributions import parse_distribution
+from ldpstream.errors import ParameterError
+from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.producers.publisher import ReportPublisher
-from ldpstream.registry import MetricConfig
-from ldpstream.wire import encode_records, payloads_from_reports
+from ldpstream.registry import AssociationConfig, MetricConfig
+from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,114 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
     if progress:
         _progress(sent, clients, acked, seconds, final=True)
     return LoadResult(true_counts, acked, messages, seconds)
+
+
+@dataclass(frozen=True)
+class AssociationLoadResult:
+    """What :func:`simulate_association_and_publish` sent: the true joint counts (one axis per member, over each
+    member's :meth:`~ldpstream.registry.MetricConfig.value_names`), what Kafka acknowledged, and (when asked, for
+    two members) the report pairs sent, as the consumers should store them."""
+
+    true_counts: np.ndarray
+    records_acked: int
+    messages: int
+    seconds: float
+    sent: PairPatterns | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.records_acked / self.seconds if self.seconds else float("nan")
+
+
+def association_joint(association: AssociationConfig, distributions: str | Sequence[str], dependence: float,
+                      rng: np.random.Generator | None = None) -> np.ndarray:
+    """A joint distribution of the members' values (an array with one axis per member) with the given marginal of
+    the first member and a ``dependence`` in [0, 1]: with probability ``dependence`` every other member holds the
+    value of the same rank as the first's (rank modulo its number of values), otherwise an independent draw
+    from its own distribution. 0 is independence; 1 makes the others functions of the first.
+
+    ``distributions``: one name for every member, or one per member (``uniform``, ``geometric``, ``zipf:A``, …).
+    """
+    if not 0.0 <= dependence <= 1.0:
+        raise ParameterError(f"dependence must be in [0, 1], got {dependence}")
+    names = [distributions] * len(association.metrics) if isinstance(distributions, str) else list(distributions)
+    if len(names) != len(association.metrics):
+        raise ParameterError(f"association {association.name!r}: one distribution for each of its "
+                             f"{len(association.metrics)} members, got {len(names)}")
+    rng = np.random.default_rng(0) if rng is None else rng
+    sizes = [len(m.value_names()) for m in association.metrics]
+    marginals = [parse_distribution(name, size, rng) for name, size in zip(names, sizes, strict=True)]
+    independent = marginals[0]
+    for p in marginals[1:]:
+        independent = np.multiply.outer(independent, p)
+    coupled = np.zeros(sizes)
+    first = np.arange(sizes[0])
+    coupled[(first, *(first % size for size in sizes[1:]))] = marginals[0]
+    joint: np.ndarray = (1.0 - dependence) * independent + dependence * coupled
+    return np.asarray(joint / joint.sum(), dtype=np.float64)
+
+
+def simulate_association_and_publish(association: AssociationConfig, publisher: ReportPublisher, *, clients: int,
+                                     joint: np.ndarray | None = None, distribution: str | Sequence[str] = "geometric",
+                                     dependence: float = 0.5, seed: int | None = None, per_message: int = 1,
+                                     chunk: int = 50_000, rate: float | None = None, event_time: int | None = None,
+                                     progress: bool = False, should_stop: Callable[[], bool] | None = None,
+                                     keep_sent: bool = False) -> AssociationLoadResult:
+    """One associated record (version 2: a report of every member) from each of ``clients`` simulated clients,
+    whose tuples of values are drawn from ``joint`` (an array with one axis per member over its value names), or
+    by default from :func:`association_joint` of ``distribution`` and ``dependence``. Each member's value is
+    privatized with the member's mechanism as :func:`simulate_and_publish` does (each member has its own cohort
+    per client). ``keep_sent`` (two members): also return the report pairs sent. Waits for every
+    acknowledgement; the other arguments are :func:`simulate_and_publish`'s."""
+    rng = np.random.default_rng(seed)
+    members = association.metrics
+    sizes = tuple(len(m.value_names()) for m in members)
+    if joint is None:
+        joint = association_joint(association, distribution, dependence, rng)
+    joint = np.asarray(joint, dtype=np.float64)
+    if joint.shape != sizes or np.any(joint < 0) or not np.isclose(joint.sum(), 1.0):
+        raise ParameterError(f"association {association.name!r}: the joint distribution must be a probability "
+                             f"table of shape {sizes} (one axis per member's values), got shape {joint.shape}")
+    if keep_sent and len(members) != 2:
+        raise ParameterError("keep_sent returns report pairs: it needs an association of two members")
+    flat = joint.reshape(-1) / joint.sum()
+    tables = [value_table(m) for m in members]
+    true_counts = np.zeros(joint.size, dtype=np.int64)
+    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    acked_before = publisher.stats.records_acked
+    started = time.monotonic()
+    messages = 0
+    sent = 0
+    while sent < clients and not (should_stop and should_stop()):
+        n = min(chunk, clients - sent)
+        drawn = rng.choice(joint.size, size=n, p=flat)
+        true_counts += np.bincount(drawn, minlength=joint.size)
+        values = np.unravel_index(drawn, sizes)
+        cohorts, payloads, reports = [], [], []
+        for member, member_values, table in zip(members, values, tables, strict=True):
+            member_cohorts, member_reports = privatize_population(member, member_values, rng, table)
+            cohorts.append(np.broadcast_to(np.asarray(member_cohorts), (n,)))
+            reports.append(member_reports)
+            payloads.append(payloads_from_reports(member.mechanism, member_reports))
+        rows = encode_association_records(association.id, association.fingerprint, np.column_stack(cohorts),
+                                          payloads, event_time=int(time.time()) if event_time is None else event_time)
+        messages += publisher.publish(association.topic, rows, per_message=per_message)
+        if keep_sent:
+            kept.append((cohorts[0], reports[0], cohorts[1], reports[1]))
+        sent += n
+        if rate:
+            while (ahead := sent / rate - (time.monotonic() - started)) > 0:
+                publisher.poll(min(ahead, 0.1))
+        if progress:
+            _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
+    acked = publisher.flush().records_acked - acked_before
+    seconds = time.monotonic() - started
+    if progress:
+        _progress(sent, clients, acked, seconds, final=True)
+    patterns = None
+    if keep_sent and kept:
+        patterns = PairPatterns.from_pairs(*(np.concatenate([k[i] for k in kept]) for i in range(4)))
+    return AssociationLoadResult(true_counts.reshape(sizes), acked, messages, seconds, patterns)
 
 
 def _progress(sent: int, total: int, acked: int, seconds: float, final: bool = False) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ldpstream.config import ServiceConfig, add_service_arguments
+
+if TYPE_CHECKING:
+    from ldpstream.registry import Registry
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,10 +19,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "seeded generator (simulation only: the client SDK uses secure randomness), and publishes the reports "
         "with an idempotent producer (acks=all). Prints the reports Kafka acknowledged.")
     add_service_arguments(produce, redis=False)
-    produce.add_argument("metric", help="metric name in the registry")
+    produce.add_argument("metric", help="metric name in the registry, or an association's: then every client reports "
+                         "all its members together (values drawn with --dist and --dependence)")
     produce.add_argument("--clients", type=int, default=100_000, help="number of simulated clients (one report each)")
     produce.add_argument("--dist", default="geometric",
                          help="uniform | geometric | zipf:A | binomial:P | dirichlet:A | file:PATH (default geometric)")
+    produce.add_argument("--dependence", type=float, default=0.5,
+                         help="associations: probability that the other members take the first's value rank "
+                         "(0 = independent, 1 = functions of the first; default 0.5)")
     produce.add_argument("--seed", type=int, default=None, help="seed of the simulation's generator")
     produce.add_argument("--rate", type=float, default=None, help="reports per second (default: as fast as possible)")
     produce.add_argument("--per-message", type=int, default=1,
@@ -35,7 +43,10 @@ def _produce(args: argparse.Namespace) -> int:
     from ldpstream.registry import Registry
 
     config = ServiceConfig.from_args(args)
-    metric = Registry.load(config.registry)[args.metric]
+    registry = Registry.load(config.registry)
+    if args.metric in registry.associations and args.metric not in registry.metrics:
+        return _produce_association(args, config, registry)
+    metric = registry[args.metric]
     ensure_topics(config.kafka, [metric.topic])
     result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
                                   distribution=args.dist, seed=args.seed, per_message=args.per_message,
@@ -47,4 +58,26 @@ def _produce(args: argparse.Namespace) -> int:
     else:
         print(f"{result.records_acked:,} reports acknowledged by Kafka in {result.messages:,} messages, "
               f"{result.seconds:.2f} s ({result.rate:,.0f} reports/s)")
+    return 0
+
+
+def _produce_association(args: argparse.Namespace, config: ServiceConfig, registry: Registry) -> int:
+    from ldpstream.kafka import ensure_topics
+    from ldpstream.producers.loadgen import simulate_association_and_publish
+    from ldpstream.producers.publisher import ReportPublisher
+
+    association = registry.association(args.metric)
+    ensure_topics(config.kafka, [association.topic])
+    result = simulate_association_and_publish(
+        association, ReportPublisher(config.kafka), clients=args.clients, distribution=args.dist,
+        dependence=args.dependence, seed=args.seed, per_message=args.per_message, rate=args.rate,
+        progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps({"association": association.name, "members": list(association.members),
+                          "records_acked": result.records_acked, "messages": result.messages,
+                          "seconds": result.seconds, "rate": result.rate,
+                          "true_counts": result.true_counts.tolist()}))
+    else:
+        print(f"{result.records_acked:,} associated records ({' + '.join(association.members)}) acknowledged by "
+              f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
     return 0

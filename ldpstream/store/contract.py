@@ -1,7 +1,9 @@
 """The sketch-store contract that consumers write and the decoder reads.
 
-A store keeps, per Kafka partition, the next offset to apply, stats counters, and additive count sketches
-per (metric, fingerprint, time bucket). :meth:`SketchStore.apply` is a compare-and-set: a
+A store keeps, per Kafka partition, the next offset to apply, stats counters, additive count sketches
+per (metric, fingerprint, time bucket), and the pair statistics of associations per (association,
+fingerprint, time bucket) (:mod:`ldpstream.store.pair_layout`: sparse cell counts for symbol members, packed
+report tuples otherwise). :meth:`SketchStore.apply` is a compare-and-set: a
 :class:`PartitionBatch` is applied whole, with its next offset, only when the store still holds the offset
 the batch expects; otherwise nothing is written. That is the exactly-once argument of
 ``docs/math/exactly-once.md``. Implementations: :class:`~ldpstream.store.redis_store.RedisSketchStore` and
@@ -16,11 +18,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.registry import AssociationConfig
+
 #: The bucket number of the all-time rollup sketch (real buckets are ≥ 0).
 ALL_TIME = -1
 
 #: Cells one sketch may hold: a Redis string holds at most 2^32 bits, 64 bits a cell.
 MAX_CELLS = 2**26
+#: Largest cell index of a pair statistic (cells are exact integers in Redis' Lua numbers).
+MAX_PAIR_CELL = 2**53 - 1
+#: Bytes one batch may append to a packed pair statistic, and bytes one such statistic may hold (Redis
+#: strings hold 512 MiB; the script refuses a batch that would pass this, before writing anything).
+MAX_PAIR_APPEND = 2**28
+MAX_PAIR_BYTES = 2**29 - 2**20
 #: The latest expiry a batch may set (9999-12-31T23:59:59Z); Redis refuses expiries that overflow in ms.
 MAX_EXPIRE_AT = 253_402_300_799
 
@@ -32,6 +43,32 @@ class SketchKey:
     metric: str
     fingerprint: int
     bucket: int
+
+
+@dataclass(frozen=True)
+class PairKey:
+    """Which pair statistic an increment goes to: an association's, in one time bucket (there is no all-time one)."""
+
+    association: str
+    fingerprint: int
+    bucket: int
+
+
+@dataclass(frozen=True)
+class PairIncrement:
+    """What one batch adds to a pair statistic (:mod:`ldpstream.store.pair_layout` says which form an
+    association uses): ``cells`` (distinct, ``(M,)`` int64 ≥ 0) with their ``counts`` (``(M,)`` int64 ≥ 1), or
+    ``rows`` (``(n, R)`` uint8, one packed report tuple a row, appended). ``expire_at``: Unix time at which the
+    statistic expires (0: never)."""
+
+    cells: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    expire_at: int = 0
+
+    @property
+    def kind(self) -> str:
+        return "rows" if self.rows is not None else "cells"
 
 
 @dataclass
@@ -48,6 +85,8 @@ class PartitionBatch:
     stats: dict[str, int] = field(default_factory=dict)
     #: Unix time at which a sketch key expires (keys absent here never do).
     expire_at: dict[SketchKey, int] = field(default_factory=dict)
+    #: Increments of associations' pair statistics, applied in the same compare-and-set.
+    pairs: dict[PairKey, PairIncrement] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,6 +125,23 @@ def check_batch(batch: PartitionBatch) -> None:
         expire_at = batch.expire_at.get(key, 0)
         if not 0 <= expire_at <= MAX_EXPIRE_AT:
             raise ValueError(f"sketch {key}: expiry {expire_at} is outside 0..{MAX_EXPIRE_AT} (Unix seconds)")
+    for pair_key, increment in batch.pairs.items():
+        if pair_key.bucket < 0:
+            raise ValueError(f"pair statistic {pair_key}: buckets are ≥ 0 (there is no all-time pair statistic)")
+        if not 0 <= increment.expire_at <= MAX_EXPIRE_AT:
+            raise ValueError(f"pair statistic {pair_key}: expiry {increment.expire_at} is outside 0..{MAX_EXPIRE_AT}")
+        if increment.rows is not None:
+            if increment.rows.dtype != np.uint8 or increment.rows.ndim != 2 or increment.rows.shape[1] == 0:
+                raise ValueError(f"pair statistic {pair_key}: rows must be a 2-D (n, R) uint8 array")
+            if increment.rows.size > MAX_PAIR_APPEND:
+                raise ValueError(f"pair statistic {pair_key}: {increment.rows.size:,} bytes in one batch; at most "
+                                 f"{MAX_PAIR_APPEND:,}")
+        else:
+            cells, cell_counts = increment.cells, increment.counts
+            if cells is None or cell_counts is None or cells.shape != cell_counts.shape or cells.ndim != 1:
+                raise ValueError(f"pair statistic {pair_key}: cells and counts must be 1-D arrays of one length")
+            if cells.size and (cells.min() < 0 or cell_counts.min() < 1 or cells.max() > MAX_PAIR_CELL):
+                raise ValueError(f"pair statistic {pair_key}: cells must be in 0..2^53 and counts ≥ 1")
 
 
 class SketchStore(Protocol):
@@ -122,6 +178,16 @@ class SketchStore(Protocol):
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
         """The stats counters of the partitions, summed."""
+        ...
+
+    def pair_buckets(self, association: AssociationConfig) -> list[int]:
+        """The time buckets (sorted) in which the association's pair statistic holds reports and has not
+        expired, over every partition."""
+        ...
+
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
+        """The distinct report pairs of a two-member association over ``buckets`` (summed over partitions),
+        read at one instant; buckets without a statistic contribute nothing."""
         ...
 
 

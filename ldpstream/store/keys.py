@@ -7,7 +7,8 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:rebuild                         string  while partition N is re-applied from Kafka after Redis lost
                                                     its state: the next offset the rebuild must reach
     P:partitions:<T>                        set     partition numbers of topic T that consumers were assigned
-    P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>
+    P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>,
+                                                    associated:<assoc> (report tuples of an association)
     P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
                                                     with config fingerprint fp (8 hex digits) in time
                                                     bucket <bucket> (= event time // bucket_seconds), as
@@ -18,6 +19,17 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
                                                     updated in the same call; never expires)
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
+    P:{T:N}:pr:<assoc>:<fp>:<bucket>        hash    the pair statistic of association <assoc> (fingerprint fp)
+                                                    from partition N in time bucket <bucket>, when every member
+                                                    reports a symbol: field = cell number (decimal) of
+                                                    (cohort_1, y_1, ..., cohort_N, y_N) in the product table,
+                                                    value = count (only the cells seen);
+                                            string  otherwise: the report tuples packed, one fixed-size row
+                                                    each (cohort u16 BE + payload per member), APPENDed.
+                                                    Either expires with the association's retention after the
+                                                    bucket's end; there is no all-time pair statistic.
+                                                    (ldpstream.store.pair_layout)
+    P:pairindex:<assoc>:<fp>                set     every pair-statistic key of the association
     P:estimate:<metric>:<window>            string  the last published estimate (JSON)
     P:history:<metric>:<window>             list    the last published estimates, newest first (bounded)
     P:joint:<association>:<window>          string  the last published joint estimate of an association of
@@ -32,7 +44,7 @@ tag ``{T:N}``; the index, estimate, joint and decoder keys are read by one clien
 
 from __future__ import annotations
 
-from ldpstream.store.contract import ALL_TIME, SketchKey
+from ldpstream.store.contract import ALL_TIME, PairKey, SketchKey
 
 
 def partition_tag(prefix: str, topic: str, partition: int) -> str:
@@ -65,6 +77,14 @@ def bucket_of(sketch_key_name: str) -> int:
     """The bucket number of a sketch key (:data:`ALL_TIME` for the rollup)."""
     suffix = sketch_key_name.rsplit(":", 1)[1]
     return ALL_TIME if suffix == "all" else int(suffix)
+
+
+def pair_key(prefix: str, topic: str, partition: int, key: PairKey) -> str:
+    return f"{partition_tag(prefix, topic, partition)}:pr:{key.association}:{key.fingerprint:08x}:{key.bucket}"
+
+
+def pair_index_key(prefix: str, association: str, fingerprint: int) -> str:
+    return f"{prefix}:pairindex:{association}:{fingerprint:08x}"
 
 
 def index_key(prefix: str, metric: str, fingerprint: int) -> str:

@@ -10,7 +10,24 @@ from typing import Any
 
 import numpy as np
 
-from ldpstream.store.contract import ALL_TIME, ApplyResult, MetricSnapshot, PartitionBatch, check_batch
+from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.registry import AssociationConfig
+from ldpstream.store.contract import (
+    ALL_TIME,
+    MAX_PAIR_BYTES,
+    ApplyResult,
+    MetricSnapshot,
+    PairIncrement,
+    PartitionBatch,
+    check_batch,
+)
+from ldpstream.store.pair_layout import (
+    empty_patterns,
+    layout_of,
+    merge_increments,
+    patterns_from_cells,
+    patterns_from_rows,
+)
 
 
 class InMemorySketchStore:
@@ -31,6 +48,8 @@ class InMemorySketchStore:
         self._sketches: dict[tuple[str, int], dict[tuple[str, int, int], np.ndarray]] = {}
         #: Unix time at which a partition's sketch expires (as Redis' EXPIREAT).
         self._expire_at: dict[tuple[str, int, str, int, int], int] = {}
+        #: (association, fingerprint) → (topic, partition, bucket) → the pair statistic, like Redis' pair keys.
+        self._pairs: dict[tuple[str, int], dict[tuple[str, int, int], PairIncrement]] = {}
 
     def check_safe(self) -> None:
         """Process memory evicts nothing."""
@@ -41,6 +60,13 @@ class InMemorySketchStore:
         stored = self._offsets.get(where)
         if stored != batch.expected_offset:
             return ApplyResult(False, stored)
+        for pair_key, increment in batch.pairs.items():  # as the Redis script: refuse before writing anything
+            if increment.rows is not None:
+                held = self._pairs.get((pair_key.association, pair_key.fingerprint), {}).get(
+                    (batch.topic, batch.partition, pair_key.bucket))
+                size = 0 if held is None or held.rows is None else held.rows.size
+                if size + increment.rows.size > MAX_PAIR_BYTES:
+                    raise ValueError(f"pair statistic {pair_key} would exceed {MAX_PAIR_BYTES} bytes")
         stats = self._stats.setdefault(where, {})
         for name, value in batch.stats.items():
             stats[name] = stats.get(name, 0) + int(value)
@@ -61,6 +87,18 @@ class InMemorySketchStore:
             expire_at = int(batch.expire_at.get(key, 0))
             if expire_at > 0:
                 self._expire_at[(key.metric, key.fingerprint, *sketch)] = expire_at
+        for pair_key, increment in batch.pairs.items():
+            written = increment.rows if increment.rows is not None else increment.cells
+            if written is None or written.size == 0:
+                continue
+            per_association = self._pairs.setdefault((pair_key.association, pair_key.fingerprint), {})
+            where_pair = (batch.topic, batch.partition, pair_key.bucket)
+            held_pair = per_association.get(where_pair)
+            if held_pair is not None and 0 < held_pair.expire_at <= now:
+                held_pair = None
+            merged = increment if held_pair is None else merge_increments(held_pair, increment)
+            per_association[where_pair] = PairIncrement(merged.cells, merged.counts, merged.rows,
+                                                        increment.expire_at or merged.expire_at)
         self._offsets[where] = batch.next_offset
         if self._rebuild_until.get(where, batch.next_offset + 1) <= batch.next_offset:
             del self._rebuild_until[where]
@@ -109,6 +147,31 @@ class InMemorySketchStore:
             for name, value in self._stats.get((topic, p), {}).items():
                 total[name] = total.get(name, 0) + value
         return total
+
+    # ------------------------------------------------------------------ pair statistics
+
+    def _live_pairs(self, association: AssociationConfig) -> dict[tuple[str, int, int], PairIncrement]:
+        """The association's statistics that have not expired (expired ones are forgotten, as Redis does)."""
+        per_association = self._pairs.get((association.name, association.fingerprint), {})
+        now = self._clock()
+        for where, held in list(per_association.items()):
+            if 0 < held.expire_at <= now:
+                del per_association[where]
+        return per_association
+
+    def pair_buckets(self, association: AssociationConfig) -> list[int]:
+        return sorted({bucket for (_, _, bucket) in self._live_pairs(association)})
+
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
+        layout = layout_of(association)
+        wanted = set(buckets)
+        chosen = [held for (_, _, bucket), held in self._live_pairs(association).items() if bucket in wanted]
+        if not chosen:
+            return empty_patterns(layout)
+        if layout.kind == "rows":
+            return patterns_from_rows(layout, np.vstack([h.rows for h in chosen if h.rows is not None]))
+        return patterns_from_cells(layout, np.concatenate([h.cells for h in chosen if h.cells is not None]),
+                                   np.concatenate([h.counts for h in chosen if h.counts is not None]))
 
     # ------------------------------------------------------------------ published estimates
 

@@ -17,30 +17,37 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import redis
 
 from ldpstream.errors import ServiceError, StoreUnavailableError
+from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.registry import AssociationConfig
 from ldpstream.store import keys
 from ldpstream.store.contract import (
     ALL_TIME,
     MAX_CELLS,
     MAX_EXPIRE_AT,
+    MAX_PAIR_BYTES,
+    MAX_PAIR_CELL,
     ApplyResult,
     MetricSnapshot,
     PartitionBatch,
     check_batch,
 )
+from ldpstream.store.pair_layout import empty_patterns, layout_of, patterns_from_cells, patterns_from_rows
 
 log = logging.getLogger(__name__)
 
-#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4..] sketch keys.
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4..3+K] sketch keys, then pair keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
-#: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then for each sketch key:
-#: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment) pairs.
+#: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then the number K of sketch
+#: keys, then for each sketch key: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment)
+#: pairs; then for each pair key: its form ('h': a hash of cell counts, or 'a': packed rows appended to a
+#: string), expiry, and for 'h' the cell count M and M (cell, increment) pairs, for 'a' the bytes to append.
 #: A rebuild marker (the offset up to which the partition is being re-applied after Redis lost data) is
 #: deleted by the batch whose next offset reaches it.
 #: Returns {1, new next offset}, {0, stored next offset or ''} (refused: another offset is stored), or
@@ -81,7 +88,13 @@ for s = 1, nstats do
   end
   a = a + 2
 end
-for i = 4, #KEYS do
+if not is_int(ARGV[a], 0, #KEYS - 3) then
+  return {-1, 'sketch key count out of range'}
+end
+local last_sketch = 3 + tonumber(ARGV[a])
+a = a + 1
+local first_arg = a
+for i = 4, last_sketch do
   t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= 'string' then
     return {-1, 'sketch key holds a ' .. t}
@@ -98,12 +111,46 @@ for i = 4, #KEYS do
     a = a + 2
   end
 end
+for i = last_sketch + 1, #KEYS do
+  t = redis.call('TYPE', KEYS[i]).ok
+  local form = ARGV[a]
+  if not is_int(ARGV[a + 1], 0, MAX_EXPIRE_AT) then
+    return {-1, 'pair statistic expiry out of range'}
+  end
+  if form == 'h' then
+    if t ~= 'none' and t ~= 'hash' then
+      return {-1, 'pair statistic key holds a ' .. t}
+    end
+    if not is_int(ARGV[a + 2], 0, 9007199254740991) then
+      return {-1, 'pair cell count out of range'}
+    end
+    local cells = tonumber(ARGV[a + 2])
+    a = a + 3
+    for c = 1, cells do
+      if not is_int(ARGV[a], 0, MAX_PAIR_CELL) or not is_int(ARGV[a + 1], 1, 9007199254740991) then
+        return {-1, 'pair cell or count out of range'}
+      end
+      a = a + 2
+    end
+  elseif form == 'a' then
+    if t ~= 'none' and t ~= 'string' then
+      return {-1, 'pair statistic key holds a ' .. t}
+    end
+    if redis.call('STRLEN', KEYS[i]) + #ARGV[a + 2] > MAX_PAIR_BYTES then
+      return {-1, 'pair statistic would exceed MAX_PAIR_BYTES bytes'}
+    end
+    a = a + 3
+  else
+    return {-1, 'unknown pair statistic form'}
+  end
+end
 a = 4
 for s = 1, nstats do
   redis.call('HINCRBY', KEYS[2], ARGV[a], ARGV[a + 1])
   a = a + 2
 end
-for i = 4, #KEYS do
+a = first_arg
+for i = 4, last_sketch do
   local cells = tonumber(ARGV[a])
   local expire_at = tonumber(ARGV[a + 1])
   a = a + 2
@@ -125,13 +172,32 @@ for i = 4, #KEYS do
     redis.call('EXPIREAT', KEYS[i], expire_at)
   end
 end
+for i = last_sketch + 1, #KEYS do
+  local form = ARGV[a]
+  local expire_at = tonumber(ARGV[a + 1])
+  if form == 'h' then
+    local cells = tonumber(ARGV[a + 2])
+    a = a + 3
+    for c = 1, cells do
+      redis.call('HINCRBY', KEYS[i], ARGV[a], ARGV[a + 1])
+      a = a + 2
+    end
+  else
+    redis.call('APPEND', KEYS[i], ARGV[a + 2])
+    a = a + 3
+  end
+  if expire_at > 0 then
+    redis.call('EXPIREAT', KEYS[i], expire_at)
+  end
+end
 redis.call('SET', KEYS[1], ARGV[2])
 local rebuild_until = tonumber(redis.call('GET', KEYS[3]) or '')
 if rebuild_until ~= nil and tonumber(ARGV[2]) >= rebuild_until then
   redis.call('DEL', KEYS[3])
 end
 return {1, ARGV[2]}
-""".replace("MAX_CELLS", str(MAX_CELLS)).replace("MAX_EXPIRE_AT", str(MAX_EXPIRE_AT))
+""".replace("MAX_CELLS", str(MAX_CELLS)).replace("MAX_EXPIRE_AT", str(MAX_EXPIRE_AT)).replace(
+    "MAX_PAIR_CELL", str(MAX_PAIR_CELL)).replace("MAX_PAIR_BYTES", str(MAX_PAIR_BYTES))
 
 
 @contextlib.contextmanager
@@ -196,10 +262,11 @@ class RedisSketchStore:
                        keys.stats_key(self.prefix, batch.topic, batch.partition),
                        keys.rebuild_key(self.prefix, batch.topic, batch.partition)]
         expected = "" if batch.expected_offset is None else str(batch.expected_offset)
-        args: list[int | str] = [expected, batch.next_offset, len(batch.stats)]
+        args: list[int | str | bytes] = [expected, batch.next_offset, len(batch.stats)]
         for name, value in batch.stats.items():
             args += [name, int(value)]
         new_index: dict[str, list[str]] = {}
+        sketch_args: list[int | str] = []
         for key, counts in batch.increments.items():
             flat = np.asarray(counts, dtype=np.int64).reshape(-1)
             cells = np.flatnonzero(flat)
@@ -211,8 +278,28 @@ class RedisSketchStore:
             pairs = np.empty(2 * cells.size, dtype=np.int64)
             pairs[0::2] = cells
             pairs[1::2] = flat[cells]
-            args += [int(cells.size), int(batch.expire_at.get(key, 0))]
-            args.extend(pairs.tolist())
+            sketch_args += [int(cells.size), int(batch.expire_at.get(key, 0))]
+            sketch_args.extend(pairs.tolist())
+        args.append(len(script_keys) - 3)
+        args += sketch_args
+        for pair_key, increment in batch.pairs.items():
+            name = keys.pair_key(self.prefix, batch.topic, batch.partition, pair_key)
+            if increment.rows is not None:
+                if not increment.rows.size:
+                    continue
+                args += ["a", int(increment.expire_at), increment.rows.tobytes()]
+            else:
+                assert increment.cells is not None and increment.counts is not None  # check_batch
+                if not increment.cells.size:
+                    continue
+                cell_pairs = np.empty(2 * increment.cells.size, dtype=np.int64)
+                cell_pairs[0::2] = increment.cells
+                cell_pairs[1::2] = increment.counts
+                args += ["h", int(increment.expire_at), int(increment.cells.size)]
+                args.extend(cell_pairs.tolist())
+            script_keys.append(name)
+            new_index.setdefault(keys.pair_index_key(self.prefix, pair_key.association, pair_key.fingerprint),
+                                 []).append(name)
         if new_index:
             # The index is idempotent and written first: a sketch key is always findable once it exists.
             pipe = self._redis.pipeline(transaction=False)
@@ -270,7 +357,8 @@ class RedisSketchStore:
                 buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
         return MetricSnapshot(buckets, total)
 
-    def _read_indexed(self, index: str) -> tuple[list[str], list[bytes | None]]:
+    def _read_indexed(self, index: str, chosen: Callable[[str], bool] | None = None,
+                      read: str = "get") -> tuple[list[str], list[Any]]:
         """Every key listed in ``index`` and its value, as of one instant.
 
         The index is WATCHed while it is read and the values are read in one MULTI/EXEC: a consumer batch
@@ -282,9 +370,11 @@ class RedisSketchStore:
                 try:
                     pipe.watch(index)  # type: ignore[no-untyped-call]
                     keys = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
+                    if chosen is not None:
+                        keys = [k for k in keys if chosen(k)]
                     pipe.multi()
                     for key in keys:
-                        pipe.get(key)
+                        getattr(pipe, read)(key)
                     return keys, pipe.execute() if keys else []
                 except redis.WatchError:
                     continue
@@ -300,6 +390,40 @@ class RedisSketchStore:
                 name = name.decode() if isinstance(name, bytes) else name
                 total[name] = total.get(name, 0) + int(value)
         return total
+
+    # ------------------------------------------------------------------ pair statistics
+
+    def pair_buckets(self, association: AssociationConfig) -> list[int]:
+        """Buckets whose pair statistic still exists; index entries of expired ones are removed."""
+        index = keys.pair_index_key(self.prefix, association.name, association.fingerprint)
+        with _unavailable_as_store_error():
+            names = sorted(k.decode() if isinstance(k, bytes) else k for k in self._redis.smembers(index))
+            if not names:
+                return []
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.exists(name)
+            present = pipe.execute()
+            gone = [n for n, there in zip(names, present, strict=True) if not there]
+            if gone:
+                self._redis.srem(index, *gone)
+        return sorted({keys.bucket_of(n) for n, there in zip(names, present, strict=True) if there})
+
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
+        layout = layout_of(association)
+        wanted = set(buckets)
+        index = keys.pair_index_key(self.prefix, association.name, association.fingerprint)
+        with _unavailable_as_store_error():
+            _names, values = self._read_indexed(
+                index, (lambda name: keys.bucket_of(name) in wanted),
+                "hgetall" if layout.kind == "cells" else "get")
+        if layout.kind == "rows":
+            return patterns_from_rows(layout, b"".join(v for v in values if isinstance(v, bytes)))
+        fields = [f for v in values if isinstance(v, dict) for f in v]
+        counts = [c for v in values if isinstance(v, dict) for c in v.values()]
+        if not fields:
+            return empty_patterns(layout)
+        return patterns_from_cells(layout, np.array(fields).astype(np.int64), np.array(counts).astype(np.int64))
 
     # ------------------------------------------------------------------ published estimates
 
