@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.estimators import Estimate, design_matrix, estimate
-from ldpstream.estimators.joint import ConditionalTable, JointEstimate, JointVariable, top_values
+from ldpstream.estimators.joint import OTHER_LABEL, ConditionalTable, JointEstimate, JointVariable, top_values
 from ldpstream.estimators.windows import WindowDesign, value_design_effects, widen_estimate, window_design
 from ldpstream.registry import MetricConfig, Window
 from ldpstream.store.contract import MetricSnapshot
@@ -97,15 +97,20 @@ class PublishedEstimate:
 
 
 #: The name of the category that gathers every value outside a variable's candidates in a joint table.
-OTHER = "Other"
+OTHER = OTHER_LABEL
 
 
 def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> JointVariable:
     """The candidates of one member of an association: the ``count`` values its marginal estimate of the same
-    window ranks highest (:func:`~ldpstream.estimators.joint.top_values`), named as the marginal names them."""
-    values = top_values(marginal, count)
+    window ranks highest (:func:`~ldpstream.estimators.joint.top_values`), named as the marginal names them:
+    the candidate strings of a metric decoded against a candidate list, else the alphabet's indices.
+
+    The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares), so the
+    joint table depends on the window's report pairs alone."""
+    top = top_values(marginal, count)
     names = metric.value_names()
-    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in values))
+    values: list[Any] = [metric.candidates[v] for v in top] if metric.candidates is not None else top
+    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top))
 
 
 @dataclass(frozen=True)

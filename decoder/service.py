@@ -182,7 +182,7 @@ class DecoderService:
         for window in association.windows:
             started = time.perf_counter()
             buckets = self._pair_buckets(association, window, now)
-            patterns = self.store.pair_patterns(association.name, buckets)
+            patterns = self.store.pair_patterns(association, buckets)
             if patterns.total == 0:
                 empty.append(window.name)
                 continue
@@ -194,9 +194,9 @@ class DecoderService:
             var_x = joint_variable(x, marginal_x.estimate, association.candidates)
             var_y = joint_variable(y, marginal_y.estimate, association.candidates)
             previous = self._joint_start.get((association.name, window.name))
-            warm = previous is not None and previous[0] == var_x.labels and previous[1] == var_y.labels
+            warm = previous is not None and previous[0] == var_x.names() and previous[1] == var_y.names()
             result = estimate_joint(patterns, var_x, var_y, start=previous[2] if warm and previous else None)
-            self._joint_start[(association.name, window.name)] = (var_x.labels, var_y.labels, result.table)
+            self._joint_start[(association.name, window.name)] = (var_x.names(), var_y.names(), result.table)
             seconds = time.perf_counter() - started
             covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
                       if buckets else None)
@@ -239,7 +239,7 @@ class DecoderService:
         about to) are left out, as the marginals' snapshot leaves them out."""
         bucket_seconds = association.bucket_seconds
         expired_before = int((now - association.retention_seconds) // bucket_seconds)
-        held = [b for b in self.store.pair_buckets(association.name) if b >= expired_before]
+        held = [b for b in self.store.pair_buckets(association) if b >= expired_before]
         if window.seconds is None:
             return sorted(held)
         start = now - window.seconds

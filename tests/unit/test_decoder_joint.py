@@ -249,7 +249,7 @@ def test_a_failing_association_stops_neither_the_marginals_nor_the_other_associa
     real = service_module.estimate_joint
 
     def failing(patterns, x, y, **kwargs):
-        if set(y.labels) <= set(OSES):  # only lang_os (its Y is os)
+        if set(y.names()) <= set(OSES):  # only lang_os (its Y is os)
             raise FloatingPointError("EM diverged")
         return real(patterns, x, y, **kwargs)
 
