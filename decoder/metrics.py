@@ -59,8 +59,9 @@ class DecoderMetrics:
                                    table, registry=registry)
         self.joint_em_iterations = Gauge("ldpstream_joint_em_iterations", "EM iterations of the latest joint decode",
                                          table, registry=registry)
-        self.joint_em_seconds = Gauge("ldpstream_joint_em_seconds", "EM time of the latest joint decode, seconds",
-                                      table, registry=registry)
+        self.joint_em_seconds = Gauge("ldpstream_joint_em_seconds",
+                                      "Time of the latest joint decode's EM iterations, seconds", table,
+                                      registry=registry)
         self.joint_decode_seconds = Histogram(
             "ldpstream_joint_decode_seconds", "Time to decode one association and window (pairs read, EM)",
             ["association"], registry=registry, buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
@@ -116,7 +117,7 @@ class DecoderMetrics:
         self.joint_statistic.labels(*key).set(float(est.independence.statistic))
         self.joint_p_value.labels(*key).set(float(est.independence.p_value))
         self.joint_em_iterations.labels(*key).set(int(est.iterations))
-        self.joint_em_seconds.labels(*key).set(float(est.seconds))
+        self.joint_em_seconds.labels(*key).set(float(est.em_seconds))
         self.joint_decode_seconds.labels(result.association).observe(result.decode_seconds)
 
     def clear_joint(self, association: str, window: str) -> None:

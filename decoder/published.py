@@ -170,7 +170,9 @@ class PublishedJoint:
                 "method": est.independence.method,
             },
             "em": {"iterations": int(est.iterations), "converged": bool(est.converged),
-                   "seconds": float(est.seconds), "warm_start": self.warm_start},
+                   "stopping_rule": est.stopping_rule, "warm_start": self.warm_start, "patterns": int(est.patterns),
+                   "seconds": float(est.em_seconds), "likelihood_seconds": float(est.likelihood_seconds),
+                   "estimate_seconds": float(est.seconds)},
         }
 
 

@@ -70,8 +70,9 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
     lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
                  f"p-value {test['p_value']:.3g}")
     if em:
+        whole = f" (estimate with intervals {em['estimate_seconds']:.3f} s)" if "estimate_seconds" in em else ""
         lines.append(f"EM: {em['iterations']} iterations{'' if em['converged'] else ' (not converged)'}, "
-                     f"{em['seconds']:.3f} s{', warm start' if em.get('warm_start') else ''}")
+                     f"{em['seconds']:.3f} s{whole}{', warm start' if em.get('warm_start') else ''}")
     return "\n".join(lines)
 
 

@@ -141,7 +141,9 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         test = joint["independence"]
         assert test["df"] == CANDIDATES * CANDIDATES and test["statistic"] >= 0 and 0 <= test["p_value"] <= 1
         assert test["p_value"] < 1e-6  # the simulated pair is strongly associated
-        assert joint["em"]["iterations"] >= 1 and joint["em"]["seconds"] >= 0
+        em = joint["em"]
+        assert em["iterations"] >= 1 and em["converged"] and em["stopping_rule"] and em["patterns"] >= 1
+        assert 0 <= em["seconds"] <= em["estimate_seconds"] <= joint["decode_seconds"]
     assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["hi", "ar"]
     # lang_flags declares only "all"; flags' values are named by their numbers.
     assert store.latest_joint("lang_flags", "1h") is None
