@@ -59,13 +59,13 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
         f"joint frequency [95% interval, {published['interval_method']}]; rows {published['x']}, "
         f"columns {published['y']}",
     ]
-    label_width = min(max((len(str(r)) for r in rows), default=1), 16)
+    label_width = min(max(max((len(str(r)) for r in rows), default=1), len(str(published["x"]))), 24)
     cell_width = 21
-    corner = f"{published['x']} / {published['y']}"[:label_width]
-    lines.append(f"{corner:<{label_width}} " + " ".join(f"{str(c)[:cell_width]:>{cell_width}}" for c in columns))
+    lines.append(f"{_fit(published['x'], label_width):<{label_width}} "
+                 + " ".join(f"{_fit(c, cell_width):>{cell_width}}" for c in columns))
     for i, row in enumerate(rows):
         cells = [f"{table[i][j]:6.4f} [{_short(low[i][j])},{_short(high[i][j])}]" for j in range(len(columns))]
-        lines.append(f"{str(row)[:label_width]:<{label_width}} " + " ".join(f"{c:>{cell_width}}" for c in cells))
+        lines.append(f"{_fit(row, label_width):<{label_width}} " + " ".join(f"{c:>{cell_width}}" for c in cells))
     test = published["independence"]
     lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
                  f"p-value {test['p_value']:.3g}")
@@ -74,6 +74,12 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
         lines.append(f"EM: {em['iterations']} iterations{'' if em['converged'] else ' (not converged)'}, "
                      f"{em['seconds']:.3f} s{whole}{', warm start' if em.get('warm_start') else ''}")
     return "\n".join(lines)
+
+
+def _fit(name: Any, width: int) -> str:
+    """``name`` in at most ``width`` characters, keeping its end (candidates often share a long prefix)."""
+    text = str(name)
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
 def _short(x: float) -> str:
