@@ -152,7 +152,8 @@ class DecoderService:
             if unsent:
                 self.metrics.estimates_unpublished.inc(unsent)
                 log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
-        #: The metrics whose decode or publication failed in the last pass, and those withheld (rebuilding).
+        #: The metrics and associations whose decode or publication failed in the last pass, and the metrics
+        #: withheld (rebuilding).
         self.last_failed = failed
         self.last_withheld = withheld
         if len(failed) < len(self.registry.metrics) + len(self.joint_associations()):
@@ -188,9 +189,12 @@ class DecoderService:
                 continue
             marginal_x = self._marginal(x, window, now, marginals)
             marginal_y = self._marginal(y, window, now, marginals)
-            if marginal_x is None or marginal_y is None:  # pairs without marginals: the store is mid-write
-                raise RuntimeError(f"association {association.name!r}, window {window.name}: report pairs but no "
-                                   f"marginal estimate of {x.name if marginal_x is None else y.name}")
+            if marginal_x is None or marginal_y is None:
+                # The marginals were read before the pairs: the first reports of the window arrived in between.
+                # Next pass has both; the window keeps what it had (nothing is published or retracted).
+                log.info("association %s, window %s: report pairs but no marginal estimate of %s yet",
+                         association.name, window.name, x.name if marginal_x is None else y.name)
+                continue
             var_x = joint_variable(x, marginal_x.estimate, association.candidates)
             var_y = joint_variable(y, marginal_y.estimate, association.candidates)
             previous = self._joint_start.get((association.name, window.name))

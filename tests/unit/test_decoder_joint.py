@@ -307,3 +307,33 @@ def test_watch_shows_the_table_with_intervals_and_the_test(service, store, capsy
     watch(store, "lang_os", "all", iterations=1)
     shown = capsys.readouterr().out
     assert "association lang_os" in shown and "independence" in shown
+
+
+# ------------------------------------------------------------------------------------------ windows
+
+
+def test_pairs_read_before_their_marginals_wait_for_the_next_pass(service, registry):
+    """The marginals are read before the pairs: the first reports of a window may show in the pairs only.
+    Such a window is neither published nor retracted this pass, and it is no failure."""
+    results, empty = service.decode_association(registry.associations["lang_os"], NOW, marginals={})
+    assert results == [] and empty == []
+
+
+def test_an_association_window_that_is_no_window_of_its_members_decodes_their_marginals_itself(prometheus):
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all"], "retention": "1d"},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 6, "epsilon": 4.0, "labels": LANGS},
+            "os": {"id": 2, "mechanism": "krr", "k": 4, "epsilon": 4.0, "labels": OSES},
+        },
+        "associations": {"lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": CANDIDATES,
+                                     "windows": ["1h"]}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = JointFeeder(registry, store, now=NOW)
+    feed.add("lang_os", *OLD_VALUES, OLD_TIME, seed=11)
+    feed.add("lang_os", *RECENT_VALUES, RECENT_TIME, seed=12)
+    DecoderService(registry, store, metrics=DecoderMetrics(prometheus)).run_once(now=NOW)
+    assert store.latest_estimate("lang", "1h") is None  # not one of lang's windows: not published
+    joint = store.latest_joint("lang_os", "1h")
+    assert joint["n_reports"] == RECENT
+    assert joint["rows"] == ["hi", "ar", OTHER]  # the top of lang over the last hour, not over all time
