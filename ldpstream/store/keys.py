@@ -21,7 +21,8 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
     P:{T:N}:pr:<assoc>:<fp>:<bucket>        hash    the pair statistic of association <assoc> (fingerprint fp)
                                                     from partition N in time bucket <bucket>, when every member
-                                                    reports a symbol: field = cell number (decimal) of
+                                                    reports a symbol and their product table has at most 2^16
+                                                    cells: field = cell number (decimal) of
                                                     (cohort_1, y_1, ..., cohort_N, y_N) in the product table,
                                                     value = count (only the cells seen);
                                             string  otherwise: the report tuples packed, one fixed-size row

@@ -3,18 +3,22 @@ decoder's side (stored form → :class:`~ldpstream.estimators.pairs.PairPatterns
 
 Two forms, chosen from the members' mechanisms (:func:`layout_of`):
 
-- **cells** (every member reports a symbol: k-RR, O-RR): the tuple ``(cohort_1, y_1, …, cohort_N, y_N)`` is one
-  cell of the product table of shape ``(C_1, k_1, …, C_N, k_N)``, numbered in C order
-  (``numpy.ravel_multi_index``). Only the cells seen are kept, with their counts (a Redis hash cell → count), so
-  memory is bounded by the cells seen, hence by ``min(reports, ∏ C_j k_j)``, whatever the number of reports.
-- **rows** (any member reports bits: k-RAPPOR, O-RAPPOR, RAPPOR, where almost every report pair is distinct so
-  no small sufficient statistic exists): each report tuple is a packed row ``cohort_1 (u16 BE), payload_1, …,
-  cohort_N, payload_N`` (the wire payloads, bits packed 8 a byte), appended to one string per bucket. A
-  128-bit × 128-bit pair takes 2 + 16 + 2 + 16 = 36 bytes. The distinct rows and their counts are found when
-  the statistic is read (``numpy.unique`` over the rows).
+- **cells**, when every member reports a symbol (k-RR, O-RR) and the product table of shape
+  ``(C_1, k_1, …, C_N, k_N)`` has at most :data:`MAX_HASH_CELLS` cells: the tuple ``(cohort_1, y_1, …,
+  cohort_N, y_N)`` is one cell, numbered in C order (``numpy.ravel_multi_index``). Only the cells seen are kept,
+  with their counts (a Redis hash cell → count), so a bucket's statistic never exceeds the table, whatever the
+  number of reports: ≈ 50 bytes a cell seen in Redis, at most ≈ 3 MiB at 2^16 cells (a 16 × 16 k-RR pair: 256
+  cells, about 12 KiB).
+- **rows** otherwise: each report tuple is a packed row ``cohort_1 (u16 BE), payload_1, …, cohort_N,
+  payload_N`` (the wire payloads: u32 symbols, bits packed 8 a byte), appended to one string per bucket; the
+  distinct rows and their counts are found when the statistic is read (``numpy.unique`` over the rows as
+  opaque bytes). For RAPPOR-family members almost every report pair is distinct (the instantaneous noise), so
+  no smaller sufficient statistic exists: a 128-bit × 128-bit pair is 2 + 16 + 2 + 16 = 36 bytes. For symbol
+  pairs over a large table (O-RR × O-RR with 64 cohorts and k = 32: 4·10^6 cells) most cells are seen once per
+  bucket, where a hash costs ≈ 50 bytes a cell and a row 12 bytes a pair; a hash would pay off only past
+  ≈ 4 reports per cell, hence the threshold.
 
-The cells form is also abandoned for rows when the product table would not number its cells exactly (more
-than 2^53 cells, the integers a Redis Lua number holds).
+``bench/joint_memory.py`` measures both forms (memory per million pairs, fold and read times).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from ldpstream.wire import payload_size, reports_from_payloads, symbols_from_pay
 
 #: Bytes of a member's cohort in a packed row.
 COHORT_BYTES = 2
+#: The largest product table kept as a hash of the cells seen (symbol members); larger ones are kept as rows.
+MAX_HASH_CELLS = 2**16
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,8 @@ def layout_of(association: AssociationConfig) -> PairLayout:
     dims = tuple(d for m in mechanisms for d in (m.cohorts, m.k))
     row_size = sum(COHORT_BYTES + payload_size(m) for m in mechanisms)
     symbols = all(m.report_kind == "symbol" for m in mechanisms)
-    exact = float(np.prod(np.asarray(dims, dtype=np.float64))) <= MAX_PAIR_CELL + 1
-    return PairLayout(association, "cells" if symbols and exact else "rows", dims, row_size)
+    small = float(np.prod(np.asarray(dims, dtype=np.float64))) <= min(MAX_HASH_CELLS, MAX_PAIR_CELL + 1)
+    return PairLayout(association, "cells" if symbols and small else "rows", dims, row_size)
 
 
 def pair_increment(layout: PairLayout, cohorts: np.ndarray, payloads: Sequence[np.ndarray],

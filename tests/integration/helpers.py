@@ -11,20 +11,24 @@ from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 
 
-def write_registry(path: Path, topic: str, metrics: dict[str, dict[str, Any]]) -> Path:
+def write_registry(path: Path, topic: str, metrics: dict[str, dict[str, Any]],
+                   associations: dict[str, dict[str, Any]] | None = None) -> Path:
     """A registry TOML file (for subprocess consumers) with every metric on ``topic``."""
     lines = ["[defaults]", f'topic = "{topic}"', ""]
-    for name, table in metrics.items():
-        lines.append(f"[metrics.{name}]")
-        for key, value in table.items():
-            lines.append(f"{key} = {value!r}".replace("'", '"'))
-        lines.append("")
+    for kind, tables in (("metrics", metrics), ("associations", associations or {})):
+        for name, table in tables.items():
+            lines.append(f"[{kind}.{name}]")
+            for key, value in table.items():
+                lines.append(f"{key} = {value!r}".replace("'", '"'))
+            lines.append("")
     path.write_text("\n".join(lines))
     return path
 
 
-def registry_for(topic: str, metrics: dict[str, dict[str, Any]]) -> Registry:
-    return Registry.from_dict({"defaults": {"topic": topic}, "metrics": metrics})
+def registry_for(topic: str, metrics: dict[str, dict[str, Any]],
+                 associations: dict[str, dict[str, Any]] | None = None) -> Registry:
+    return Registry.from_dict({"defaults": {"topic": topic}, "metrics": metrics,
+                               "associations": associations or {}})
 
 
 def applied_reports(store: RedisSketchStore, topic: str, partitions: int) -> int:
