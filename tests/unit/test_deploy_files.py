@@ -195,7 +195,7 @@ def test_alert_rules_cover_the_pipeline():
     exprs = " ".join(r["expr"] for r in _alert_rules())
     for name in ("ldpstream_consumer_lag_messages", "ldpstream_messages_rejected_total",
                  "ldpstream_decoder_last_run_timestamp_seconds", "ldpstream_decode_failures_total",
-                 "ldpstream_batches_refused_total"):
+                 "ldpstream_joint_decode_failures_total", "ldpstream_batches_refused_total"):
         assert name in exprs, f"no alert rule watches {name}"
     for rule in _alert_rules():
         assert rule["labels"]["severity"] in ("warning", "critical")
