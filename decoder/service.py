@@ -46,7 +46,7 @@ from ldpstream.decoder.published import (
     joint_variable,
     window_buckets,
 )
-from ldpstream.estimators.joint import estimate_joint
+from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.kafka import produce
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, Window
 from ldpstream.store.contract import StatusStore, sum_buckets
@@ -69,8 +69,8 @@ class DecoderService:
         self.top_n = top_n
         self.last_failed: list[str] = []
         self.last_withheld: list[str] = []
-        #: (association, window) → (row labels, column labels, table) of the last joint decode: the EM's warm
-        #: start while the candidates stay the same.
+        #: (association, window) → (row labels, column labels, table) of the last joint decode (labels with
+        #: "Other"): the EM's warm start while the candidates stay the same.
         self._joint_start: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...], np.ndarray]] = {}
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
@@ -197,18 +197,32 @@ class DecoderService:
                 continue
             var_x = joint_variable(x, marginal_x.estimate, association.candidates)
             var_y = joint_variable(y, marginal_y.estimate, association.candidates)
-            previous = self._joint_start.get((association.name, window.name))
-            warm = previous is not None and previous[0] == var_x.names() and previous[1] == var_y.names()
-            result = estimate_joint(patterns, var_x, var_y, start=previous[2] if warm and previous else None)
-            self._joint_start[(association.name, window.name)] = (var_x.names(), var_y.names(), result.table)
+            labels = ((*var_x.names(), OTHER_LABEL), (*var_y.names(), OTHER_LABEL))
+            start = self._warm_start(association.name, window.name, labels)
+            result = estimate_joint(patterns, var_x, var_y, start=start)
+            self._joint_start[(association.name, window.name)] = (result.row_labels, result.column_labels,
+                                                                  result.table)
             seconds = time.perf_counter() - started
             covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
                       if buckets else None)
             effects = [float(np.max(m.design_effects, initial=1.0)) for m in (marginal_x, marginal_y)
                        if m.design_effects is not None]
             out.append(PublishedJoint(association.name, (x.name, y.name), window.name, now, seconds, len(buckets),
-                                      result, warm, covers, max(effects) if effects else None))
+                                      result, start is not None, covers, max(effects) if effects else None))
         return out, empty
+
+    def _warm_start(self, association: str, window: str,
+                    labels: tuple[tuple[str, ...], tuple[str, ...]]) -> np.ndarray | None:
+        """The previous decode's table when it has the same row and column labels: this process's last one, else
+        (after a restart) the one last published; None (the EM starts uniform) otherwise."""
+        previous = self._joint_start.get((association, window))
+        if previous is None:
+            published = self.store.latest_joint(association, window)
+            if published is not None and "table" in published:
+                previous = (tuple(published["rows"]), tuple(published["columns"]), np.array(published["table"]))
+        if previous is None or (previous[0], previous[1]) != labels:
+            return None
+        return previous[2]
 
     def _decode_association(self, association: AssociationConfig,
                             marginals: dict[tuple[str, str], PublishedEstimate], blocked: list[str],

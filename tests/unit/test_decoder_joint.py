@@ -200,6 +200,21 @@ def test_the_em_starts_warm_from_the_previous_table_while_the_candidates_stay(se
     np.testing.assert_allclose(second["table"], first["table"], atol=1e-4)
 
 
+def test_the_em_starts_cold_when_the_candidates_change(service, store):
+    service.run_once(now=OLD_TIME + 300)  # the last hour then: en and es lead
+    assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["en", "es"]
+    service.run_once(now=NOW)  # the last hour now: hi and ar
+    now = store.latest_joint("lang_os", "1h")
+    assert now["rows"][:CANDIDATES] == ["hi", "ar"] and now["em"]["warm_start"] is False
+
+
+def test_a_restarted_decoder_starts_warm_from_the_published_table(registry, store, prometheus):
+    DecoderService(registry, store, metrics=DecoderMetrics(prometheus)).run_once(now=NOW)
+    restarted = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()))
+    restarted.run_once(now=NOW + 1)
+    assert store.latest_joint("lang_os", "all")["em"]["warm_start"] is True
+
+
 def test_a_window_that_became_empty_is_retracted_with_its_gauges(service, store, prometheus, producer):
     service.run_once(now=NOW)
     assert store.latest_joint("lang_os", "1h") is not None and shown_cells(prometheus, "lang_os", "1h")
