@@ -130,10 +130,19 @@ class PublishedJoint:
     #: Whether the EM started from the previous decode's table (the candidates had not changed).
     warm_start: bool
     covers: tuple[int, int] | None = None
-    #: The largest design effect of the members' marginal estimates of the window (their clients' repeated
-    #: reports across its buckets, :mod:`ldpstream.estimators.windows`); None when unknown. The joint intervals
-    #: assume independent report pairs and are not widened by it.
-    members_design_effect: float | None = None
+    #: The design effect of the window's repeated report pairs applied to the table's uncertainty
+    #: (:func:`~ldpstream.estimators.windows.joint_design_effect`), and the members' window designs it comes from.
+    design_effect: float = 1.0
+    designs: tuple[WindowDesign | None, WindowDesign | None] = (None, None)
+
+    def interval_assumes(self) -> str:
+        """What the intervals and the test assume, in words."""
+        if self.design_effect <= 1.0:
+            known = [d for d in self.designs if d is not None]
+            return known[0].assumes().replace("report", "report pair") if known else "independent report pairs"
+        span = max(d.span for d in self.designs if d is not None)
+        return (f"repeated report pairs of unchanged values over {span:.3g} buckets with memoized permanent "
+                "responses, as the members' reports repeat (every client's pairs correlated by at most 1)")
 
     @property
     def key(self) -> str:
@@ -155,8 +164,10 @@ class PublishedJoint:
             "rows": [str(label) for label in est.row_labels],
             "columns": [str(label) for label in est.column_labels],
             "interval_method": est.interval_method,
-            "interval_assumes": "independent report pairs",
-            "members_design_effect": self.members_design_effect,
+            "interval_assumes": self.interval_assumes(),
+            "design_effect": self.design_effect,
+            "repetition": {member: None if design is None else design.to_json()
+                           for member, design in zip(self.members, self.designs, strict=True)},
             "table": _nested(est.table),
             "std_error": _nested(est.std_error),
             "low_95": _nested(est.low),
@@ -168,6 +179,8 @@ class PublishedJoint:
                 "df": int(est.independence.df),
                 "p_value": float(est.independence.p_value),
                 "method": est.independence.method,
+                "paper_statistic": float(est.independence.paper_statistic),
+                "paper_p_value": float(est.independence.paper_p_value),
             },
             "em": {"iterations": int(est.iterations), "converged": bool(est.converged),
                    "stopping_rule": est.stopping_rule, "warm_start": self.warm_start, "patterns": int(est.patterns),

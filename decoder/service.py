@@ -47,6 +47,7 @@ from ldpstream.decoder.published import (
     window_buckets,
 )
 from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
+from ldpstream.estimators.windows import joint_design_effect, widen_joint
 from ldpstream.kafka import produce
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, Window
 from ldpstream.store.contract import StatusStore, sum_buckets
@@ -202,13 +203,15 @@ class DecoderService:
             result = estimate_joint(patterns, var_x, var_y, start=start)
             self._joint_start[(association.name, window.name)] = (result.row_labels, result.column_labels,
                                                                   result.table)
+            # The window's buckets repeat report pairs of the same clients, as they repeat the members' reports.
+            designs = (marginal_x.design, marginal_y.design)
+            deff = joint_design_effect(designs)
+            result = widen_joint(result, deff)
             seconds = time.perf_counter() - started
             covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
                       if buckets else None)
-            effects = [float(np.max(m.design_effects, initial=1.0)) for m in (marginal_x, marginal_y)
-                       if m.design_effects is not None]
             out.append(PublishedJoint(association.name, (x.name, y.name), window.name, now, seconds, len(buckets),
-                                      result, start is not None, covers, max(effects) if effects else None))
+                                      result, start is not None, covers, deff, designs))
         return out, empty
 
     def _warm_start(self, association: str, window: str,

@@ -131,7 +131,10 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         assert np.all(low >= 0) and np.all(high <= 1)
         assert np.array(joint["std_error"]).shape == table.shape
         assert isinstance(joint["interval_method"], str) and joint["interval_method"]
-        assert joint["interval_assumes"] == "independent report pairs" and joint["members_design_effect"] >= 1
+        assert joint["design_effect"] >= 1 and set(joint["repetition"]) == {"lang", "os"}
+        if window == "1h":
+            assert joint["interval_assumes"] == "one report pair per client (a single bucket)"
+            assert joint["design_effect"] == 1.0
         for name in ("x_given_y", "y_given_x"):
             conditional = joint[name]
             assert set(conditional) == {"table", "std_error", "low_95", "high_95"}
@@ -352,3 +355,63 @@ def test_an_association_window_that_is_no_window_of_its_members_decodes_their_ma
     joint = store.latest_joint("lang_os", "1h")
     assert joint["n_reports"] == RECENT
     assert joint["rows"] == ["hi", "ar", OTHER]  # the top of lang over the last hour, not over all time
+
+
+# ------------------------------------------------------------------------------------------ repeated pairs
+
+
+def test_a_window_of_buckets_that_repeat_identical_pairs_has_the_intervals_of_one_bucket(prometheus):
+    """The same clients send the same (memoized) report pairs in four buckets: the window's table, intervals,
+    conditionals and test are those of one bucket's pairs (design effect 4 = the span, overlap 1), not those
+    of four times as many clients (docs/math/estimators.md#windows-of-several-buckets-repeated-reports)."""
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1d"], "retention": "2d"},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 16, "epsilon": 3.0},
+            "os": {"id": 2, "mechanism": "krr", "k": 8, "epsilon": 3.0},
+        },
+        "associations": {"lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": 3, "windows": ["1d"]}}})
+    x, y = associated_values(3000, 16, 8, on=[0, 1, 2], seed=7)
+
+    def decoded(buckets: int) -> dict:
+        store = InMemorySketchStore(clock=lambda: NOW)
+        feed = JointFeeder(registry, store, now=NOW)
+        for b in range(buckets):
+            feed.add("lang_os", x, y, NOW - 120 - b * BUCKET, seed=31)  # the same reports in every bucket
+        DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry())).run_once(now=NOW)
+        return store.latest_joint("lang_os", "1d")
+
+    one, four = decoded(1), decoded(4)
+    assert four["n_reports"] == 4 * one["n_reports"] and four["buckets"] == 4
+    assert one["design_effect"] == 1.0 and four["design_effect"] == pytest.approx(4.0)
+    assert four["repetition"]["lang"]["overlap"] == pytest.approx(1.0)
+    assert "repeated report pairs" in four["interval_assumes"]
+    assert four["rows"] == one["rows"] and four["columns"] == one["columns"]
+    for key in ("table", "std_error", "low_95", "high_95"):
+        np.testing.assert_allclose(four[key], one[key], atol=2e-6, err_msg=key)
+    for key in ("x_given_y", "y_given_x"):
+        for part in ("table", "std_error", "low_95", "high_95"):
+            np.testing.assert_allclose(four[key][part], one[key][part], atol=2e-5, err_msg=f"{key} {part}")
+    for part in ("statistic", "paper_statistic", "p_value"):
+        assert four["independence"][part] == pytest.approx(one["independence"][part], rel=1e-4)
+
+
+def test_independent_buckets_keep_the_joint_design_effect_near_one():
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["1d"], "retention": "2d"},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 16, "epsilon": 3.0},
+            "os": {"id": 2, "mechanism": "krr", "k": 8, "epsilon": 3.0},
+        },
+        "associations": {"lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": 3, "windows": ["1d"]}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = JointFeeder(registry, store, now=NOW)
+    for b in range(6):  # new clients in every bucket
+        feed.add("lang_os", *associated_values(2000, 16, 8, on=[0, 1, 2], seed=40 + b), NOW - 120 - b * BUCKET,
+                 seed=50 + b)
+    DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry())).run_once(now=NOW)
+    joint = store.latest_joint("lang_os", "1d")
+    assert joint["repetition"]["lang"]["rule"] == "estimated"
+    # Without repetition φ̂ is 0 ± sd(φ̂) clamped at 0; for lang (16 cells, 5 degrees of freedom each, ρ = 1)
+    # sd(φ̂) = √160 / 80 ≈ 0.16 (os: √80 / 40 ≈ 0.22), so φ̂ < 0.4 is a bound at about 2.5 and 1.8 sd.
+    assert joint["design_effect"] < 1 + 5 * 0.4, joint["repetition"]
