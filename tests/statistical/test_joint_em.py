@@ -80,7 +80,7 @@ def check_coverage(covered: np.ndarray, band_in_se: float) -> None:
     per_trial = covered.reshape(len(covered), -1).mean(axis=1)
     share = per_trial.mean()
     cluster_se = per_trial.std(ddof=1) / np.sqrt(len(per_trial))
-    assert 0.02 >= band_in_se * cluster_se, f"too few trials for the band: cluster SE {cluster_se:.4f}"
+    assert band_in_se * cluster_se <= 0.02, f"too few trials for the band: cluster SE {cluster_se:.4f}"
     assert 0.93 <= share <= 0.97, f"coverage {share:.4f} (cluster SE {cluster_se:.4f})"
 
 
