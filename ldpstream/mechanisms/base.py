@@ -326,4 +326,10 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 
 def unpack_bits(packed: np.ndarray, k: int) -> np.ndarray:
     """Inverse of :func:`pack_bits`: ``(n, ceil(k/8))`` uint8 → ``(n, k)`` uint8."""
-    return np.unpackbits(np.asarray(packed, dtype=np.uint8), axis=-1, count=k, bitorder="little")
+    # Unpacking whole bytes then cutting is several times faster than numpy's ``count=k`` (which takes a slow
+    # path even when k is a multiple of 8).
+    packed = np.asarray(packed, dtype=np.uint8)
+    if packed.shape[-1] * 8 < k:  # fewer bytes than k bits: numpy pads with zeros
+        return np.unpackbits(packed, axis=-1, count=k, bitorder="little")
+    bits = np.unpackbits(packed, axis=-1, bitorder="little")
+    return bits if bits.shape[-1] == k else np.ascontiguousarray(bits[..., :k])

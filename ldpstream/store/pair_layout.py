@@ -110,9 +110,13 @@ def patterns_from_cells(layout: PairLayout, cells: np.ndarray, counts: np.ndarra
     _check_pair(layout)
     distinct, totals = sum_cells([cells], [counts])
     keep = totals > 0
-    cohort_x, y_x, cohort_y, y_y = np.unravel_index(distinct[keep], layout.dims)
+    return _patterns_of_distinct_cells(layout, distinct[keep], totals[keep])
+
+
+def _patterns_of_distinct_cells(layout: PairLayout, cells: np.ndarray, counts: np.ndarray) -> PairPatterns:
+    cohort_x, y_x, cohort_y, y_y = np.unravel_index(cells, layout.dims)
     return PairPatterns(cohort_x.astype(np.int64), y_x.astype(np.int64), cohort_y.astype(np.int64),
-                        y_y.astype(np.int64), totals[keep])
+                        y_y.astype(np.int64), counts)
 
 
 def patterns_from_rows(layout: PairLayout, packed: bytes | np.ndarray) -> PairPatterns:
@@ -124,6 +128,15 @@ def patterns_from_rows(layout: PairLayout, packed: bytes | np.ndarray) -> PairPa
         raise ParameterError(f"association {layout.association.name!r}: a packed pair statistic of {flat.size} "
                              f"bytes is not a whole number of {layout.row_size}-byte rows")
     rows = np.ascontiguousarray(flat).reshape(-1, layout.row_size)
+    if _numbered(layout):  # symbol rows: count cell numbers (a 1-D unique, much faster than one over bytes)
+        numbers: list[np.ndarray] = []
+        at = 0
+        for _member in layout.association.metrics:
+            numbers += [(rows[:, at].astype(np.int64) << 8) | rows[:, at + 1],
+                        symbols_from_payloads(np.ascontiguousarray(rows[:, at + COHORT_BYTES:at + COHORT_BYTES + 4]))]
+            at += COHORT_BYTES + 4
+        distinct, counts = np.unique(np.ravel_multi_index(tuple(numbers), layout.dims), return_counts=True)
+        return _patterns_of_distinct_cells(layout, distinct, counts.astype(np.int64))
     opaque = rows.view(np.dtype((np.void, layout.row_size))).reshape(-1)
     distinct, counts = np.unique(opaque, return_counts=True)
     unique_rows = distinct.view(np.uint8).reshape(-1, layout.row_size)
@@ -137,6 +150,12 @@ def patterns_from_rows(layout: PairLayout, packed: bytes | np.ndarray) -> PairPa
                                                                               + size])))
         at += COHORT_BYTES + size
     return PairPatterns(columns[0], columns[1], columns[2], columns[3], counts.astype(np.int64))
+
+
+def _numbered(layout: PairLayout) -> bool:
+    """Whether every member reports a symbol and the product table's cells fit an int64."""
+    symbols = all(m.mechanism.report_kind == "symbol" for m in layout.association.metrics)
+    return symbols and float(np.prod(np.asarray(layout.dims, dtype=np.float64))) < 2**62
 
 
 def empty_patterns(layout: PairLayout) -> PairPatterns:

@@ -27,10 +27,12 @@ REGISTRY = Registry.from_dict({
         "font": {"id": 2, "mechanism": "orr", "k": 8, "cohorts": 4, "support": 40, "epsilon": 1.0},
         "page": {"id": 3, "mechanism": "rappor", "k": 16, "hashes": 2, "cohorts": 4, "p": 0.25, "q": 0.75,
                  "f": 0.5},
+        "wide": {"id": 4, "mechanism": "orr", "k": 32, "cohorts": 64, "support": 256, "epsilon": 1.0},
     },
     "associations": {
         "lang_font": {"id": 1, "metrics": ["lang", "font"]},  # symbols × symbols: sparse cells
         "lang_page": {"id": 2, "metrics": ["lang", "page"]},  # symbols × bits: packed rows
+        "font_wide": {"id": 3, "metrics": ["font", "wide"]},  # symbols, a table of 2^18 cells: packed rows
     },
 })
 
@@ -43,7 +45,7 @@ def store(request) -> Iterator[StatusStore]:
         yield RedisSketchStore.from_url(request.getfixturevalue("redis_url"), request.getfixturevalue("key_prefix"))
 
 
-@pytest.fixture(params=["lang_font", "lang_page"])
+@pytest.fixture(params=["lang_font", "lang_page", "font_wide"])
 def association(request) -> AssociationConfig:
     return REGISTRY.association(request.param)
 
