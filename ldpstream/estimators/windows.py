@@ -373,8 +373,9 @@ def joint_design_effect(designs: Sequence[WindowDesign | None]) -> float:
 def widen_joint(est: JointEstimate, deff: float) -> JointEstimate:
     """``est`` with its covariance multiplied by the design effect ``deff`` of its window's repeated pairs:
     standard errors × ``sqrt(deff)`` and their clipped Wald intervals recomputed, for the cells and both
-    conditional tables; the Wald statistics of independence (``θ̂ᵀ V⁻¹ θ̂``, the paper's ``T`` alike) divided by
-    ``deff``, which is exact when ``V`` becomes ``deff · V``, with their χ² p-values."""
+    conditional tables; both statistics of independence (the paper's ``T``, a quadratic form in the observed
+    information, and the Wald statistic ``θ̂ᵀ V⁻¹ θ̂``) divided by ``deff``, which is exact when the covariance
+    becomes ``deff`` times larger (the information ``1/deff`` times), with their χ² p-values."""
     d = float(deff)
     if not d > 1.0:
         return est
@@ -388,11 +389,11 @@ def widen_joint(est: JointEstimate, deff: float) -> JointEstimate:
     se = est.std_error * root
     low, high = wald_clipped(est.table, se)
     test = est.independence
-    statistic, paper = test.statistic / d, test.paper_statistic / d
-    p_value, paper_p = ((float(stats.chi2.sf(statistic, test.df)), float(stats.chi2.sf(paper, test.df)))
-                        if test.df > 0 else (test.p_value, test.paper_p_value))
+    statistic, wald = test.statistic / d, test.wald_statistic / d
+    p_value, wald_p = ((float(stats.chi2.sf(statistic, test.df)), float(stats.chi2.sf(wald, test.df)))
+                       if test.df > 0 else (test.p_value, test.wald_p_value))
     return replace(est, std_error=se, covariance=est.covariance * d, low=low, high=high,
                    x_given_y=conditional(est.x_given_y), y_given_x=conditional(est.y_given_x),
-                   independence=replace(test, statistic=statistic, p_value=p_value, paper_statistic=paper,
-                                        paper_p_value=paper_p),
+                   independence=replace(test, statistic=statistic, p_value=p_value, wald_statistic=wald,
+                                        wald_p_value=wald_p),
                    info={**est.info, "design_effect": d})

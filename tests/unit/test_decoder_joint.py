@@ -392,7 +392,7 @@ def test_a_window_of_buckets_that_repeat_identical_pairs_has_the_intervals_of_on
     for key in ("x_given_y", "y_given_x"):
         for part in ("table", "std_error", "low_95", "high_95"):
             np.testing.assert_allclose(four[key][part], one[key][part], atol=2e-5, err_msg=f"{key} {part}")
-    for part in ("statistic", "paper_statistic", "p_value"):
+    for part in ("statistic", "wald_statistic", "p_value", "wald_p_value"):
         assert four["independence"][part] == pytest.approx(one["independence"][part], rel=1e-4)
 
 
