@@ -106,9 +106,13 @@ def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> Join
     the candidate strings of a metric decoded against a candidate list, else the alphabet's indices.
 
     The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares), so the
-    joint table depends on the window's report pairs alone."""
-    top = top_values(marginal, count)
+    joint table depends on the window's report pairs alone. A closed alphabet keeps at least one value out of
+    its candidates: "Other" with no value behind it would be a category the reports cannot identify (a
+    singular information matrix, degenerate intervals)."""
     names = metric.value_names()
+    if metric.candidates is None:
+        count = min(count, len(names) - 1)
+    top = top_values(marginal, count)
     values: list[Any] = [metric.candidates[v] for v in top] if metric.candidates is not None else top
     return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top))
 

@@ -415,3 +415,23 @@ def test_independent_buckets_keep_the_joint_design_effect_near_one():
     # Without repetition φ̂ is 0 ± sd(φ̂) clamped at 0; for lang (16 cells, 5 degrees of freedom each, ρ = 1)
     # sd(φ̂) = √160 / 80 ≈ 0.16 (os: √80 / 40 ≈ 0.22), so φ̂ < 0.4 is a bound at about 2.5 and 1.8 sd.
     assert joint["design_effect"] < 1 + 5 * 0.4, joint["repetition"]
+
+
+def test_a_closed_alphabet_keeps_one_value_out_of_its_candidates_so_other_is_identified(prometheus):
+    """os has 4 values and the association asks for 5 candidates: 3 are taken, "Other" holds the fourth. An
+    "Other" with no value behind it cannot be told apart by the reports (a singular information: intervals
+    of zero width or [0, 1])."""
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all"], "retention": "2d"},
+        "metrics": {
+            "lang": {"id": 1, "mechanism": "krr", "k": 6, "epsilon": 3.0, "labels": LANGS},
+            "os": {"id": 2, "mechanism": "krr", "k": 4, "epsilon": 3.0, "labels": OSES},
+        },
+        "associations": {"lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": 5, "windows": ["all"]}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    JointFeeder(registry, store, now=NOW).add("lang_os", *OLD_VALUES, NOW - 100, seed=3)
+    DecoderService(registry, store, metrics=DecoderMetrics(prometheus)).run_once(now=NOW)
+    joint = store.latest_joint("lang_os", "all")
+    assert len(joint["rows"]) == 6 and len(joint["columns"]) == 4  # 5 of 6 and 3 of 4, plus "Other"
+    se, low, high = (np.array(joint[k]) for k in ("std_error", "low_95", "high_95"))
+    assert np.all(se > 0) and np.all(high > low)
