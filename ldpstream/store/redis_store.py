@@ -394,8 +394,13 @@ class RedisSketchStore:
     # ------------------------------------------------------------------ pair statistics
 
     def pair_buckets(self, association: AssociationConfig) -> list[int]:
-        """Buckets whose pair statistic still exists; index entries of expired ones are removed."""
+        """Buckets whose pair statistic still exists; index entries of expired ones are removed.
+
+        Only entries of buckets past the association's retention are removed: a missing key of a younger
+        bucket may be one a consumer has just indexed and is about to create (the index is written before
+        the apply script), and dropping its entry would hide that bucket's pairs from every later read."""
         index = keys.pair_index_key(self.prefix, association.name, association.fingerprint)
+        expired_before = (time.time() - association.retention_seconds) // association.bucket_seconds
         with _unavailable_as_store_error():
             names = sorted(k.decode() if isinstance(k, bytes) else k for k in self._redis.smembers(index))
             if not names:
@@ -404,7 +409,8 @@ class RedisSketchStore:
             for name in names:
                 pipe.exists(name)
             present = pipe.execute()
-            gone = [n for n, there in zip(names, present, strict=True) if not there]
+            gone = [n for n, there in zip(names, present, strict=True)
+                    if not there and keys.bucket_of(n) < expired_before]
             if gone:
                 self._redis.srem(index, *gone)
         return sorted({keys.bucket_of(n) for n, there in zip(names, present, strict=True) if there})
