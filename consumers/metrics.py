@@ -1,5 +1,5 @@
-"""The consumer's Prometheus metrics (prefix ``ldpstream_``; labels stay bounded: metric names come from the
-registry, reasons from :data:`ldpstream.consumers.fold.REJECTION_REASONS`, partitions from the topic)."""
+"""The consumer's Prometheus metrics (prefix ``ldpstream_``; labels stay bounded: metric and association names come
+from the registry, reasons from :data:`ldpstream.consumers.fold.REJECTION_REASONS`, partitions from the topic)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ class ConsumerMetrics:
         self.reports_applied = Counter(
             "ldpstream_reports_applied_total", "Reports folded into the count sketches in Redis", ["metric"],
             registry=registry)
+        self.tuples_applied = Counter(
+            "ldpstream_report_tuples_applied_total",
+            "Associated records (one report of each member) folded into an association's pair statistic; each also "
+            "counts once per member in ldpstream_reports_applied_total", ["association"], registry=registry)
         self.messages_rejected = Counter(
             "ldpstream_messages_rejected_total",
             "Messages refused and sent to the dead-letter topic, by reason", ["reason"], registry=registry)

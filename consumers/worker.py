@@ -242,6 +242,8 @@ class SketchConsumer:
         self._expected[where] = last + 1
         for metric, count in folded.applied.items():
             self.metrics.reports_applied.labels(metric).inc(count)
+        for association, count in folded.associated.items():
+            self.metrics.tuples_applied.labels(association).inc(count)
         for rejection in folded.rejections:
             self.metrics.messages_rejected.labels(rejection.reason).inc()
         self.reports_applied += folded.reports_applied

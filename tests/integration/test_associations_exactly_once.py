@@ -14,6 +14,7 @@ import pytest
 
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.deploy.status import collect_status, format_status
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.producers.loadgen import simulate_association_and_publish
 from ldpstream.producers.publisher import ReportPublisher
@@ -138,3 +139,11 @@ def test_associated_pairs_with_consumers_killed_mid_stream_count_exactly_once(
         proc.wait(30)
     assert sent.sent is not None
     check_counts(store, registry, topic, "lp", produced, [sent.sent])
+    status = collect_status(registry, kafka_bootstrap, store)
+    entry = status["associations"]["lp"]
+    assert entry["members"] == ["lang", "page"] and entry["reports"] == produced
+    assert entry["privacy"]["epsilon"] == pytest.approx(registry["lang"].mechanism.epsilon
+                                                        + registry["page"].mechanism.epsilon)
+    assert entry["longest_window_seconds"] == 2 * 86400 and len(entry["buckets"]) >= 1
+    assert status["metrics"]["lang"]["reports"] == status["metrics"]["page"]["reports"] == produced
+    assert "longest joint window 2d (the retention" in format_status(status)

@@ -89,7 +89,8 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
     bad = {
         b"garbage": (b"definitely not an ldpstream report", "malformed"),
         b"short": (b"\x01\x00", "malformed"),
-        b"version-2": (b"\x02" + krr(1)[1:], "malformed"),
+        b"version-2": (b"\x02" + krr(1)[1:], "malformed"),  # a version-1 record relabelled: no payload count
+        b"version-3": (b"\x03" + krr(1)[1:], "malformed"),
         b"truncated": (krr(1)[:-1], "malformed"),
         b"unknown-metric": (krr(1, metric_id=999), "unknown_metric"),
         b"wrong-fingerprint": (krr(1, fp=lang.fingerprint ^ 0xFFFF), "fingerprint_mismatch"),
@@ -138,7 +139,8 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
         assert headers["detail"]
         assert headers["source"] == offsets_of[message.key()]
     details = {m.key(): dict(m.headers())["detail"].decode() for m in dead}
-    assert "version 2" in details[b"version-2"]
+    assert "version-2 record at byte 0 carries 0 payloads" in details[b"version-2"]
+    assert "unsupported format version 3" in details[b"version-3"]
     assert "999" in details[b"unknown-metric"]
     assert f"{lang.fingerprint:08x}" in details[b"wrong-fingerprint"]
 

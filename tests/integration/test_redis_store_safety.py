@@ -12,7 +12,7 @@ import redis
 
 from ldpstream.errors import ServiceError
 from ldpstream.store import APPLY_SCRIPT, PartitionBatch, RedisSketchStore, SketchKey, keys
-from ldpstream.store.contract import MAX_EXPIRE_AT
+from ldpstream.store.contract import MAX_EXPIRE_AT, PairKey
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +46,29 @@ def test_the_script_itself_checks_expiry_and_cell_range_before_writing(redis_url
     names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
              keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
              keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 1))]
-    args = ["", 5, 1, "reports_applied", 5, 1, 0, 0, 5, 1, expire_at, cell, 5]
+    args = ["", 5, 1, "reports_applied", 5, 2, 1, 0, 0, 5, 1, expire_at, cell, 5]  # 2 sketch keys
     status, reason = script(keys=names, args=args)
     assert status == -1 and b"out of range" in reason
+    assert _written(client, key_prefix) == []
+
+
+@pytest.mark.parametrize(("pair_args", "reason"), [
+    (["x", 0, b"rows"], b"unknown pair statistic form"),
+    (["h", 0, 1, -1, 1], b"pair cell or count out of range"),
+    (["h", 0, 1, 2**53, 1], b"pair cell or count out of range"),
+    (["h", 0, 1, 7, 0], b"pair cell or count out of range"),
+    (["h", MAX_EXPIRE_AT + 1, 0], b"pair statistic expiry out of range"),
+    (["a", -1, b"rows"], b"pair statistic expiry out of range"),
+])
+def test_the_script_checks_pair_statistics_before_writing(redis_url, key_prefix, pair_args, reason):
+    client = redis.Redis.from_url(redis_url)
+    script = client.register_script(APPLY_SCRIPT)
+    names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
+             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
+             keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0))]
+    args = ["", 5, 1, "reports_applied", 5, 1, 1, 0, 0, 5, *pair_args]  # one sketch key: one cell, no expiry
+    status, message = script(keys=names, args=args)
+    assert status == -1 and reason in message
     assert _written(client, key_prefix) == []
 
 

@@ -11,7 +11,9 @@ import pytest
 from ldpstream.consumers.fold import fold_messages
 from ldpstream.errors import ConfigError, ParameterError, ReportFormatError
 from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.producers.client import LdpClient
 from ldpstream.producers.loadgen import association_joint
+from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch
 from ldpstream.store.pair_layout import layout_of
@@ -318,3 +320,53 @@ def test_gateway_batches_of_associated_records_fold_exactly():
     distinct, counts = np.unique(cells, return_counts=True)
     np.testing.assert_array_equal(increment.cells, distinct)
     np.testing.assert_array_equal(increment.counts, counts)
+
+
+# ------------------------------------------------------------------------------------------------- client
+
+
+class _Captured(ReportPublisher):
+    """A publisher that keeps what it is given (the client's encoding is under test, not Kafka)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, np.ndarray]] = []
+        self.stats = DeliveryStats()
+
+    def publish(self, topic, rows, per_message=1, key=None):
+        self.sent.append((topic, np.array(rows)))
+        return 1
+
+
+def test_report_together_privatizes_each_member_as_its_own_report_would():
+    secret = bytes(range(32))
+    together = LdpClient(REGISTRY, _Captured(), secret=secret)
+    assert together.report_together("lang_font", {"font": 5, "lang": 2}, event_time=NOW)
+    ((topic, rows),) = together.publisher.sent
+    assert topic == "ldp-reports"
+    (batch,) = decode_messages([rows.tobytes()]).association_batches
+    association = REGISTRY.association("lang_font")
+    assert batch.association_id.tolist() == [association.id] and batch.fingerprint.tolist() == [association.fingerprint]
+    alone = LdpClient(REGISTRY, _Captured(), secret=secret)  # the same device reporting each metric alone
+    for j, name in enumerate(association.members):
+        alone.report(name, {"lang": 2, "font": 5}[name], event_time=NOW)
+        (single,) = decode_messages([alone.publisher.sent[-1][1].tobytes()]).batches
+        assert batch.cohorts[0, j] == single.cohort[0]  # the member's own cohort, derived from the secret
+
+
+def test_report_together_is_once_per_bucket_for_the_association_and_its_members():
+    client = LdpClient(REGISTRY, _Captured(), secret=bytes(32))
+    assert client.report_together("lang_font", {"lang": 1, "font": 1}, event_time=NOW)
+    assert not client.report_together("lang_font", {"lang": 1, "font": 1}, event_time=NOW)
+    assert not client.report("lang", 1, event_time=NOW)  # lang was reported in this bucket, within the pair
+    later = NOW + 3600
+    assert client.report("font", 3, event_time=later)
+    assert not client.report_together("lang_font", {"lang": 1, "font": 1}, event_time=later)
+    assert len([r for _, r in client.publisher.sent if r[0, 0] == ASSOCIATION_VERSION]) == 1
+
+
+def test_report_together_needs_one_value_per_member():
+    client = LdpClient(REGISTRY, _Captured(), secret=bytes(32))
+    with pytest.raises(ParameterError, match=r"one value for each of its members \['lang', 'font'\]"):
+        client.report_together("lang_font", {"lang": 1})
+    with pytest.raises(ConfigError, match="no association named"):
+        client.report_together("nope", {})
