@@ -142,7 +142,9 @@ class PublishedJoint:
     def interval_assumes(self) -> str:
         """What the intervals and the test assume, in words."""
         if self.design_effect <= 1.0:
-            known = [d for d in self.designs if d is not None]
+            # A member whose reports may repeat says more than one with fresh noise (or without bucket counts).
+            known = sorted((d for d in self.designs if d is not None),
+                           key=lambda d: d.rule in ("fresh-noise", "unknown-independent"))
             return known[0].assumes().replace("report", "report pair") if known else "independent report pairs"
         span = max(d.span for d in self.designs if d is not None)
         return (f"repeated report pairs of unchanged values over {span:.3g} buckets with memoized permanent "
