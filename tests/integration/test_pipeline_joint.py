@@ -33,6 +33,8 @@ from ldpstream.producers.loadgen import simulate_association_and_publish
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
+from ldpstream.store import keys as key_schema
+from ldpstream.store.contract import PairKey
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -195,3 +197,21 @@ def test_an_associated_pair_is_decoded_live_and_its_table_is_within_its_errors_o
           f"{em['patterns']:,} distinct pairs: "
           f"{joint['decode_seconds']:.3f} s (likelihoods {em['likelihood_seconds']:.3f} s, EM {em['iterations']} "
           f"iterations {em['seconds']:.3f} s, estimate with covariance {em['estimate_seconds']:.3f} s)\n{text}")
+
+
+def test_a_pair_key_indexed_but_not_yet_written_stays_in_the_index(redis_url, key_prefix):
+    """A consumer adds a pair key to the index before its script creates the key; a decoder that reads in
+    between must not drop the entry (the bucket's pairs would never be read again). Entries of buckets past
+    the retention whose keys are gone are dropped."""
+    registry = joint_registry("t", "krr_krr")
+    association = registry.associations["pair"]
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    index = key_schema.pair_index_key(key_prefix, association.name, association.fingerprint)
+    current = int(time.time()) // association.bucket_seconds
+    expired = current - association.retention_seconds // association.bucket_seconds - 2
+    fresh, old = (key_schema.pair_key(key_prefix, "t", 0, PairKey(association.name, association.fingerprint, b))
+                  for b in (current, expired))
+    store.client.sadd(index, fresh, old)  # neither key exists (yet)
+    assert store.pair_buckets(association) == []
+    assert store.client.smembers(index) == {fresh.encode()}
+
