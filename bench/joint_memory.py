@@ -164,8 +164,9 @@ def main() -> None:
                 alternative = (f"hash of distinct patterns (measured on {sample:,} pairs): "
                                f"{memory(client, hash_key) * 1_000_000 / sample / 2**20:,.1f} MiB per 10^6")
                 client.delete(hash_key)
-            print(f"\n{name} ({layout.kind}: {'hash of cells seen' if layout.kind == 'cells' else 'APPENDed rows'} "
-                  f"of {layout.row_size if layout.kind == 'rows' else '-'} bytes)")
+            form = ("a hash of the cells seen" if layout.kind == "cells"
+                    else f"APPENDed rows of {layout.row_size} bytes")
+            print(f"\n{name} ({layout.kind}: {form})")
             if layout.kind == "cells":
                 print(f"  pair statistic: {pair_bytes / 2**10:,.1f} KiB for {args.pairs:,} pairs, bounded by the "
                       f"table's {int(np.prod(layout.dims)):,} cells whatever n ({cells:,} cells seen)")
