@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "decode", help="periodically decode the sketches and publish estimates",
         description="Every --interval seconds, reads each metric's count sketches from Redis as one snapshot, "
         "decodes every configured window and publishes the estimates to Redis, to a Kafka topic and as "
-        "Prometheus gauges.")
+        "Prometheus gauges; then, for each association of two metrics, the joint table of each of its windows "
+        "(the members' top values plus \"Other\", with intervals and a test of independence), published alike.")
     add_service_arguments(decode)
     decode.add_argument("--interval", type=float, default=10.0, help="seconds between passes (default 10)")
     decode.add_argument("--once", action="store_true", help="decode once and exit")
