@@ -155,6 +155,8 @@ def estimate_joint(
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
+    if patterns.total <= 0:
+        raise ParameterError("no report pairs to decode")
     began = time.perf_counter()
     counts = np.asarray(patterns.counts, dtype=np.float64)
     lx = variable_likelihood(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts,

@@ -11,10 +11,9 @@ Criteria and why they are meaningful:
   hidden values by independent bits, which leaves RAPPOR biases of the order of 0.001–0.002, see the docs).
 - Coverage: the pooled share of the T × 36 cell intervals containing the true cell lies in 0.93–0.97. The 36
   indicators of one trial are dependent, so the standard error of the pooled share is the *cluster* one,
-  ``sd(per-trial share) / √T``, which the test measures and requires to be at most 0.02 / 3 for the symbol
-  mechanism (so the band is at least ±3 SE: a correct 95% interval fails with probability < 0.3%). RAPPOR trials
-  cost ~50× more, so fewer are run, and the band is required to be at least ±2.5 measured cluster SEs (< 1.3%
-  false failure).
+  ``sd(per-trial share) / √T``, which the test measures and requires to be at most 0.02 / 3 (so the band is at
+  least ±3 SE: correct 95% intervals fail it with probability < 0.3%). RAPPOR trials cost ~15× more than k-RR's,
+  so fewer are run (30, measured cluster SE 0.0054; k-RR: 160).
 - "Other" left out: the same patterns fitted without Other; the 5 × 5 table is compared with the true
   candidates' block renormalized (the best it could recover). The diagonal cell of the most frequent pair is
   off by more than 0.1 (dozens of its standard errors): the regression to the mean the paper reports.
@@ -37,7 +36,6 @@ from scipy import stats
 from ldpstream.estimators.joint import JointVariable, estimate_joint
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
-from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.simulation.joint_trials import collapse, sample_pairs, value_names, zipf_association
 
@@ -96,19 +94,22 @@ def check_other_matters(result: dict[str, Any]) -> None:
 
 
 def test_rappor_paper_simulation() -> None:
-    """RAPPOR as in the paper (p = 0.25, q = 0.75, f = 0, h = 2; ε₁ = 2 ln 9 = 4.39) with 32-bit Bloom filters
-    and 8 cohorts (the paper's 128 bits cost 4× more simulation and change nothing here)."""
-    mech = Rappor(k=32, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)
-    result = run_trials(mech, NAMES[:5], trials=40, seed=20161, without_other=4)
+    """RAPPOR as in the paper (128-bit Bloom filters, h = 2, p = 0.25, q = 0.75, f = 0: ε₁ = 2 ln 9 = 4.39), 8
+    cohorts. Measured (30 trials): largest |mean error| 0.0026, coverage 0.945 with cluster SE 0.0054. With
+    32-bit filters the paper's product-of-bits Other is too crude (Other × Other off by 0.013, coverage 0.91):
+    docs/math/joint.md#the-other-category."""
+    mech = Rappor(k=128, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)
+    result = run_trials(mech, NAMES[:5], trials=30, seed=20161, without_other=3)
     check_unbiased(result["errors"])
-    check_coverage(result["covered"], band_in_se=2.5)
+    check_coverage(result["covered"], band_in_se=3.0)
     check_other_matters(result)
 
 
-def test_orr_paper_simulation() -> None:
-    """O-RR (open alphabet, k = 32 symbols, 8 cohorts, ε = 3): the symbol family, hashed, with its exact Other."""
-    mech = ORR(k=32, epsilon=3.0, cohorts=8)
-    result = run_trials(mech, NAMES[:5], trials=160, seed=20162, without_other=4)
+def test_krr_paper_simulation() -> None:
+    """k-RR over the 100 categories (ε = 4): the symbol family, whose Other law is exact in expectation. Measured
+    (60 trials): largest |mean error| 0.0034, coverage 0.941 with cluster SE 0.0055 (160 trials: ≈ 0.0034)."""
+    mech = KRR(SUPPORT, 4.0)
+    result = run_trials(mech, TOP, trials=160, seed=20162, without_other=3)
     check_unbiased(result["errors"])
     check_coverage(result["covered"], band_in_se=3.0)
     check_other_matters(result)

@@ -212,5 +212,8 @@ def test_top_values_and_bad_inputs() -> None:
         estimate_joint(patterns, JointVariable(mech, [0, 1], labels=["a"]), JointVariable(mech, [0]))
     with pytest.raises(Exception, match="at least one"):
         estimate_joint(patterns, JointVariable(mech, []), JointVariable(mech, [0]))
+    empty = PairPatterns.from_pairs(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
+    with pytest.raises(Exception, match="no report pairs"):
+        estimate_joint(empty, JointVariable(mech, [0]), JointVariable(mech, [0]))
     with pytest.raises(Exception, match="alphabet indices"):
         estimate_joint(patterns, JointVariable(mech, [0, 7]), JointVariable(mech, [0]))
