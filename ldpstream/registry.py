@@ -287,8 +287,10 @@ class Registry:
                                   f"{association.id}")
             association_ids[association.id] = name
             for member in association.metrics:
-                if self.metrics.get(member.name) is not member:
-                    raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric")
+                mine = self.metrics.get(member.name)
+                if mine is None or mine.fingerprint != member.fingerprint:
+                    raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric "
+                                      "(absent, or made under other parameters)")
 
     @property
     def associations_by_id(self) -> dict[int, AssociationConfig]:
@@ -444,7 +446,9 @@ def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricC
         raise ConfigError(f"{where}: no metric named {missing[0]!r} in the registry")
     member_configs = tuple(metrics[m] for m in members)
     if "retention" in table:
-        retention = _duration(name, str(table["retention"]))
+        retention = Window.parse(str(table["retention"])).seconds
+        if retention is None:
+            raise ConfigError(f"{where}: retention must be a duration like '30d', not {table['retention']!r}")
     else:
         kept = [m.retention_seconds for m in member_configs if m.retention_seconds is not None]
         if not kept:
@@ -457,24 +461,24 @@ def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricC
         raise ConfigError(f"{where}: windows must be a list like [\"all\", \"1d\"]")
     return AssociationConfig(
         name=name,
-        id=_integer(name, "id", table["id"]),
+        id=_integer(name, "id", table["id"], "association"),
         metrics=member_configs,
         retention_seconds=retention,
         windows=tuple(Window.parse(w) for w in windows),
-        candidates=_integer(name, "candidates", table.get("candidates", DEFAULT_JOINT_CANDIDATES)),
-        description=_string(name, "description", table.get("description", "")),
+        candidates=_integer(name, "candidates", table.get("candidates", DEFAULT_JOINT_CANDIDATES), "association"),
+        description=_string(name, "description", table.get("description", ""), "association"),
     )
 
 
-def _integer(metric: str, key: str, value: Any) -> int:
+def _integer(metric: str, key: str, value: Any, what: str = "metric") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"metric {metric!r}: {key} must be an integer, got {value!r}")
+        raise ConfigError(f"{what} {metric!r}: {key} must be an integer, got {value!r}")
     return value
 
 
-def _string(metric: str, key: str, value: Any) -> str:
+def _string(metric: str, key: str, value: Any, what: str = "metric") -> str:
     if not isinstance(value, str) or (key == "topic" and not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value)):
-        raise ConfigError(f"metric {metric!r}: {key} must be a{' Kafka topic name' if key == 'topic' else ' string'}"
+        raise ConfigError(f"{what} {metric!r}: {key} must be a{' Kafka topic name' if key == 'topic' else ' string'}"
                           f", got {value!r}")
     return value
 

@@ -394,13 +394,10 @@ class RedisSketchStore:
     # ------------------------------------------------------------------ pair statistics
 
     def pair_buckets(self, association: AssociationConfig) -> list[int]:
-        """Buckets whose pair statistic still exists; index entries of expired ones are removed.
-
-        Only entries of buckets past the association's retention are removed: a missing key of a younger
-        bucket may be one a consumer has just indexed and is about to create (the index is written before
-        the apply script), and dropping its entry would hide that bucket's pairs from every later read."""
+        """Buckets whose pair statistic exists. Index entries of buckets past their retention are removed (by the
+        clock, not because the key is missing: a consumer adds a key's index entry just before its script creates
+        the key, and that entry must stay)."""
         index = keys.pair_index_key(self.prefix, association.name, association.fingerprint)
-        expired_before = (time.time() - association.retention_seconds) // association.bucket_seconds
         with _unavailable_as_store_error():
             names = sorted(k.decode() if isinstance(k, bytes) else k for k in self._redis.smembers(index))
             if not names:
@@ -409,10 +406,11 @@ class RedisSketchStore:
             for name in names:
                 pipe.exists(name)
             present = pipe.execute()
-            gone = [n for n, there in zip(names, present, strict=True)
-                    if not there and keys.bucket_of(n) < expired_before]
-            if gone:
-                self._redis.srem(index, *gone)
+            now = time.time()
+            expired = [n for n, there in zip(names, present, strict=True) if not there and
+                       (keys.bucket_of(n) + 1) * association.bucket_seconds + association.retention_seconds <= now]
+            if expired:
+                self._redis.srem(index, *expired)
         return sorted({keys.bucket_of(n) for n, there in zip(names, present, strict=True) if there})
 
     def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:

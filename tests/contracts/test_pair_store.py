@@ -186,3 +186,17 @@ def test_on_redis_a_pair_key_of_the_wrong_type_refuses_the_batch_before_writing(
                                    {key: increment(association, c, r)}))
     assert store.next_offsets(topic, [0]) == {0: None}
     assert store.stats(topic, [0]) == {}
+
+
+@pytest.mark.integration
+def test_on_redis_an_indexed_key_not_yet_written_stays_indexed_and_an_expired_one_is_forgotten(
+        redis_url, key_prefix, topic):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    association = REGISTRY.association("lang_font")
+    index = key_schema.pair_index_key(key_prefix, association.name, association.fingerprint)
+    current = int(time.time()) // association.bucket_seconds
+    pending = key_schema.pair_key(key_prefix, topic, 0, PairKey(association.name, association.fingerprint, current))
+    expired = key_schema.pair_key(key_prefix, topic, 0, PairKey(association.name, association.fingerprint, 5))
+    store.client.sadd(index, pending, expired)  # a consumer indexes its keys just before its script writes them
+    assert store.pair_buckets(association) == []
+    assert store.client.smembers(index) == {pending.encode()}

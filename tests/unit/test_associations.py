@@ -370,3 +370,31 @@ def test_report_together_needs_one_value_per_member():
         client.report_together("lang_font", {"lang": 1})
     with pytest.raises(ConfigError, match="no association named"):
         client.report_together("nope", {})
+
+
+def test_an_association_of_three_members_is_carried_folded_and_stored():
+    reg = registry({"three": {"id": 5, "metrics": ["lang", "font", "page"]}})
+    association = reg.association("three")
+    assert association.epsilon == pytest.approx(sum(m.mechanism.epsilon for m in association.metrics))
+    rng = np.random.default_rng(6)
+    cohorts = np.column_stack([rng.integers(0, m.mechanism.cohorts, 50) for m in association.metrics])
+    reports = [rng.integers(0, 6, 50), rng.integers(0, 8, 50), rng.integers(0, 2, (50, 20)).astype(np.uint8)]
+    payloads = [payloads_from_reports(m.mechanism, r) for m, r in zip(association.metrics, reports, strict=True)]
+    rows = encode_association_records(5, association.fingerprint, cohorts, payloads, NOW)
+    folded = _fold([rows.tobytes()], reg)
+    assert folded.rejections == [] and folded.applied == {"lang": 50, "font": 50, "page": 50}
+    (increment,) = folded.pairs.values()
+    assert increment.rows is not None and increment.rows.shape == (50, layout_of(association).row_size)
+    store = InMemorySketchStore(clock=lambda: NOW)
+    assert store.apply(PartitionBatch("t", 0, None, 1, folded.increments, folded.stats(), folded.expire_at,
+                                      folded.pairs)).applied
+    assert store.pair_buckets(association) == [NOW // 3600]
+    with pytest.raises(ParameterError, match="has 3 members; pair patterns exist for two"):
+        store.pair_patterns(association, [NOW // 3600])
+
+
+def test_association_settings_name_the_association_in_errors():
+    with pytest.raises(ConfigError, match="association 'a': id must be an integer"):
+        registry({"a": {"id": "one", "metrics": ["lang", "font"]}})
+    with pytest.raises(ConfigError, match="association 'a': retention must be a duration"):
+        registry({"a": {"id": 1, "metrics": ["lang", "font"], "retention": "all"}})
