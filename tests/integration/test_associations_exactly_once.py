@@ -5,6 +5,7 @@ statistic read back is exactly the report pairs that were sent."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -147,3 +148,27 @@ def test_associated_pairs_with_consumers_killed_mid_stream_count_exactly_once(
     assert entry["longest_window_seconds"] == 2 * 86400 and len(entry["buckets"]) >= 1
     assert status["metrics"]["lang"]["reports"] == status["metrics"]["page"]["reports"] == produced
     assert "longest joint window 2d (the retention" in format_status(status)
+
+
+def test_produce_an_association_consume_and_status_through_the_cli(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path, capsys):
+    from ldpstream.cli import main
+
+    topic = fresh_topic(partitions=2)
+    associations = {"lf": {"id": 7, "metrics": ["lang", "font"], "windows": ["all", "1d"]}}
+    path = str(write_registry(tmp_path / "metrics.toml", topic, SYMBOLS, associations))
+    service = ["--kafka", kafka_bootstrap, "--registry", path]
+    capsys.readouterr()
+    assert main(["produce", "lf", *service, "--clients", "5000", "--seed", "5", "--dependence", "1", "--per-message",
+                 "50", "--json"]) == 0
+    produced = json.loads(capsys.readouterr().out)
+    assert produced["records_acked"] == 5000 and produced["members"] == ["lang", "font"]
+    table = np.array(produced["true_counts"])
+    assert table.shape == (8, 24) and table.sum() == 5000
+    assert (table[np.arange(8)[:, None] % 24 != np.arange(24)[None, :]] == 0).all()  # dependence 1: y = x
+    redis_args = ["--redis", redis_url, "--prefix", key_prefix]
+    assert main(["consume", *service, *redis_args, "--idle-exit", "3", "--metrics-port", "0"]) == 0
+    capsys.readouterr()
+    assert main(["status", *service, *redis_args]) == 0
+    out = capsys.readouterr().out
+    assert "lf" in out and "5,000 report tuples of lang + font" in out and "longest joint window 2d" in out
