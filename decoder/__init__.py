@@ -5,18 +5,26 @@ defines what one published estimate holds; :mod:`~ldpstream.decoder.watch` is th
 """
 
 from ldpstream.decoder.metrics import DecoderMetrics
-from ldpstream.decoder.published import PublishedEstimate, decode_sketch, decode_window, window_buckets
+from ldpstream.decoder.published import (
+    PublishedEstimate,
+    PublishedJoint,
+    decode_sketch,
+    decode_window,
+    window_buckets,
+)
 from ldpstream.decoder.service import DEFAULT_ESTIMATES_TOPIC, DecoderService
-from ldpstream.decoder.watch import render, watch
+from ldpstream.decoder.watch import render, render_joint, watch
 
 __all__ = [
     "DEFAULT_ESTIMATES_TOPIC",
     "DecoderMetrics",
     "DecoderService",
     "PublishedEstimate",
+    "PublishedJoint",
     "decode_sketch",
     "decode_window",
     "render",
+    "render_joint",
     "watch",
     "window_buckets",
 ]

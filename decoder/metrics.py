@@ -1,5 +1,6 @@
-"""The decoder's Prometheus metrics. Per-value gauges exist only for each metric's current top-N values
-(series of values that leave the top N are removed), so label cardinality stays bounded."""
+"""The decoder's Prometheus metrics. Per-value gauges exist only for each metric's current top-N values, and
+per-cell gauges of a joint table only for its current top-N cells (series that leave the top N are removed),
+so label cardinality stays bounded."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import functools
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ldpstream.decoder.published import PublishedEstimate
+from ldpstream.decoder.published import PublishedEstimate, PublishedJoint
 
 
 class DecoderMetrics:
@@ -39,6 +40,35 @@ class DecoderMetrics:
         self.last_run = Gauge("ldpstream_decoder_last_run_timestamp_seconds",
                               "Unix time of the decoder's last completed pass", registry=registry)
         self._shown: dict[tuple[str, str], set[str]] = {}
+        # Joint estimates of associations (one table per association and window).
+        cell = ["association", "window", "x", "y"]
+        self.joint_cell = Gauge("ldpstream_joint_cell_ratio", "Estimated joint frequency of a top cell (x, y)",
+                                cell, registry=registry)
+        self.joint_cell_low = Gauge("ldpstream_joint_cell_low_95_ratio",
+                                    "Lower end of the 95% interval of a top joint cell", cell, registry=registry)
+        self.joint_cell_high = Gauge("ldpstream_joint_cell_high_95_ratio",
+                                     "Upper end of the 95% interval of a top joint cell", cell, registry=registry)
+        table = ["association", "window"]
+        self.joint_reports = Gauge("ldpstream_joint_reports", "Report pairs the latest joint estimate rests on",
+                                   table, registry=registry)
+        self.joint_statistic = Gauge("ldpstream_joint_independence_statistic",
+                                     "Statistic of the test of independence of the association's two metrics",
+                                     table, registry=registry)
+        self.joint_p_value = Gauge("ldpstream_joint_independence_p_value",
+                                   "p-value of the test of independence (small: the metrics are associated)",
+                                   table, registry=registry)
+        self.joint_em_iterations = Gauge("ldpstream_joint_em_iterations", "EM iterations of the latest joint decode",
+                                         table, registry=registry)
+        self.joint_em_seconds = Gauge("ldpstream_joint_em_seconds",
+                                      "Time of the latest joint decode's EM iterations, seconds", table,
+                                      registry=registry)
+        self.joint_decode_seconds = Histogram(
+            "ldpstream_joint_decode_seconds", "Time to decode one association and window (pairs read, EM)",
+            ["association"], registry=registry, buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.joint_failures = Counter("ldpstream_joint_decode_failures_total",
+                                      "Joint decodes or publications of an association that raised",
+                                      ["association"], registry=registry)
+        self._shown_cells: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def observe(self, result: PublishedEstimate, top_n: int) -> None:
         est = result.estimate
@@ -65,6 +95,44 @@ class DecoderMetrics:
         for gauge in (self.reports, self.residual):
             with contextlib.suppress(KeyError):
                 gauge.remove(metric, window)
+
+    def observe_joint(self, result: PublishedJoint, top_n: int) -> None:
+        """The ``top_n`` largest cells of the table (with their intervals), the test and the EM's figures."""
+        est = result.estimate
+        table = np.asarray(est.table, dtype=np.float64)
+        flat = np.argsort(-table, axis=None, kind="stable")[:top_n]
+        rows, columns = np.unravel_index(flat, table.shape)
+        shown: set[tuple[str, str]] = set()
+        for i, j in zip(rows.tolist(), columns.tolist(), strict=True):
+            x, y = str(est.row_labels[i]), str(est.column_labels[j])
+            labels = (result.association, result.window, x, y)
+            self.joint_cell.labels(*labels).set(float(table[i, j]))
+            self.joint_cell_low.labels(*labels).set(float(est.low[i, j]))
+            self.joint_cell_high.labels(*labels).set(float(est.high[i, j]))
+            shown.add((x, y))
+        key = (result.association, result.window)
+        self._remove_cells(*key, self._shown_cells.get(key, set()) - shown)
+        self._shown_cells[key] = shown
+        self.joint_reports.labels(*key).set(int(est.n))
+        self.joint_statistic.labels(*key).set(float(est.independence.statistic))
+        self.joint_p_value.labels(*key).set(float(est.independence.p_value))
+        self.joint_em_iterations.labels(*key).set(int(est.iterations))
+        self.joint_em_seconds.labels(*key).set(float(est.em_seconds))
+        self.joint_decode_seconds.labels(result.association).observe(result.decode_seconds)
+
+    def clear_joint(self, association: str, window: str) -> None:
+        """Remove every series of a joint window that no longer has an estimate."""
+        self._remove_cells(association, window, self._shown_cells.pop((association, window), set()))
+        for gauge in (self.joint_reports, self.joint_statistic, self.joint_p_value, self.joint_em_iterations,
+                      self.joint_em_seconds):
+            with contextlib.suppress(KeyError):
+                gauge.remove(association, window)
+
+    def _remove_cells(self, association: str, window: str, cells: set[tuple[str, str]]) -> None:
+        for x, y in cells:
+            for gauge in (self.joint_cell, self.joint_cell_low, self.joint_cell_high):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(association, window, x, y)
 
     def _remove_values(self, metric: str, window: str, values: set[str]) -> None:
         for value in values:

@@ -1,5 +1,6 @@
-"""What the decoder publishes for one metric and window: the estimate with its provenance, and how a
-window's buckets are chosen and decoded."""
+"""What the decoder publishes for one metric and window (the estimate with its provenance, and how a
+window's buckets are chosen and decoded), and for one association of two metrics and window (the joint
+table over the members' candidates, :class:`PublishedJoint`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.estimators import Estimate, design_matrix, estimate
+from ldpstream.estimators.joint import OTHER_LABEL, ConditionalTable, JointEstimate, JointVariable, top_values
 from ldpstream.estimators.windows import WindowDesign, value_design_effects, widen_estimate, window_design
 from ldpstream.registry import MetricConfig, Window
 from ldpstream.store.contract import MetricSnapshot
@@ -92,3 +94,112 @@ class PublishedEstimate:
             "detection_floor": est.detection_floor,
             "values": values,
         }
+
+
+#: The name of the category that gathers every value outside a variable's candidates in a joint table.
+OTHER = OTHER_LABEL
+
+
+def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> JointVariable:
+    """The candidates of one member of an association: the ``count`` values its marginal estimate of the same
+    window ranks highest (:func:`~ldpstream.estimators.joint.top_values`), named as the marginal names them:
+    the candidate strings of a metric decoded against a candidate list, else the alphabet's indices.
+
+    The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares), so the
+    joint table depends on the window's report pairs alone. A closed alphabet keeps at least one value out of
+    its candidates: "Other" with no value behind it would be a category the reports cannot identify (a
+    singular information matrix, degenerate intervals)."""
+    names = metric.value_names()
+    if metric.candidates is None:
+        count = min(count, len(names) - 1)
+    top = top_values(marginal, count)
+    values: list[Any] = [metric.candidates[v] for v in top] if metric.candidates is not None else top
+    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top))
+
+
+@dataclass(frozen=True)
+class PublishedJoint:
+    """The joint estimate of one association (X, Y) over one window, as published: the table over the
+    members' candidates plus "Other", with intervals, the conditionals and the independence test."""
+
+    association: str
+    #: The member metrics: X (the table's rows) and Y (its columns).
+    members: tuple[str, str]
+    window: str
+    snapshot_time: float
+    #: Wall time of the whole decode of this window (reading the pairs and the EM).
+    decode_seconds: float
+    buckets: int
+    estimate: JointEstimate
+    #: Whether the EM started from the previous decode's table (the candidates had not changed).
+    warm_start: bool
+    covers: tuple[int, int] | None = None
+    #: The design effect of the window's repeated report pairs applied to the table's uncertainty
+    #: (:func:`~ldpstream.estimators.windows.joint_design_effect`), and the members' window designs it comes from.
+    design_effect: float = 1.0
+    designs: tuple[WindowDesign | None, WindowDesign | None] = (None, None)
+
+    def interval_assumes(self) -> str:
+        """What the intervals and the test assume, in words."""
+        if self.design_effect <= 1.0:
+            # A member whose reports may repeat says more than one with fresh noise (or without bucket counts).
+            known = sorted((d for d in self.designs if d is not None),
+                           key=lambda d: d.rule in ("fresh-noise", "unknown-independent"))
+            return known[0].assumes().replace("report", "report pair") if known else "independent report pairs"
+        span = max(d.span for d in self.designs if d is not None)
+        return (f"repeated report pairs of unchanged values over {span:.3g} buckets with memoized permanent "
+                "responses, as the members' reports repeat (every client's pairs correlated by at most 1)")
+
+    @property
+    def key(self) -> str:
+        """The key of its messages on the estimates topic (marginals use ``<metric>:<window>``)."""
+        return f"joint:{self.association}:{self.window}"
+
+    def to_json(self) -> dict[str, Any]:
+        est = self.estimate
+        return {
+            "association": self.association,
+            "x": self.members[0],
+            "y": self.members[1],
+            "window": self.window,
+            "snapshot_time": self.snapshot_time,
+            "decode_seconds": self.decode_seconds,
+            "buckets": self.buckets,
+            "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
+            "n_reports": int(est.n),
+            "rows": [str(label) for label in est.row_labels],
+            "columns": [str(label) for label in est.column_labels],
+            "interval_method": est.interval_method,
+            "interval_assumes": self.interval_assumes(),
+            "design_effect": self.design_effect,
+            "repetition": {member: None if design is None else design.to_json()
+                           for member, design in zip(self.members, self.designs, strict=True)},
+            "table": _nested(est.table),
+            "std_error": _nested(est.std_error),
+            "low_95": _nested(est.low),
+            "high_95": _nested(est.high),
+            "x_given_y": _conditional(est.x_given_y),
+            "y_given_x": _conditional(est.y_given_x),
+            "independence": {
+                "statistic": float(est.independence.statistic),
+                "df": int(est.independence.df),
+                "p_value": float(est.independence.p_value),
+                "method": est.independence.method,
+                "wald_statistic": float(est.independence.wald_statistic),
+                "wald_p_value": float(est.independence.wald_p_value),
+            },
+            "em": {"iterations": int(est.iterations), "converged": bool(est.converged),
+                   "stopping_rule": est.stopping_rule, "warm_start": self.warm_start, "patterns": int(est.patterns),
+                   "seconds": float(est.em_seconds), "likelihood_seconds": float(est.likelihood_seconds),
+                   "estimate_seconds": float(est.seconds)},
+        }
+
+
+def _nested(table: np.ndarray) -> list[list[float]]:
+    """A 2-D array as JSON rows of floats."""
+    return [[float(v) for v in row] for row in np.asarray(table, dtype=np.float64)]
+
+
+def _conditional(conditional: ConditionalTable) -> dict[str, Any]:
+    return {"table": _nested(conditional.table), "std_error": _nested(conditional.std_error),
+            "low_95": _nested(conditional.low), "high_95": _nested(conditional.high)}

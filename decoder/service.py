@@ -11,6 +11,21 @@ Every ``interval`` seconds, for each metric of the registry:
 3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
    ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
    Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).
+
+Then, for each association of two metrics and each of its windows:
+
+4. take the candidates of each member from its marginal estimate of the same window (the top ``candidates``
+   values, :func:`ldpstream.decoder.published.joint_variable`), read the association's pair statistic over the
+   window's buckets (:class:`ldpstream.estimators.pairs.PairPatterns`) and run the joint EM
+   (:func:`ldpstream.estimators.joint.estimate_joint`), warm-started from the previous decode's table when
+   the candidates did not change;
+5. publish the joint estimate like a marginal: JSON to Redis (``P:joint:<association>:<window>`` and the
+   history ``P:joint-history:<association>:<window>``), to the estimates topic (key
+   ``joint:<association>:<window>``) and to Prometheus (the top cells, the independence test, the EM's
+   iterations and time).
+
+A metric or association whose decode or publication fails is logged, counted and named in the pass's record;
+the others are decoded and published all the same.
 """
 
 from __future__ import annotations
@@ -21,10 +36,20 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from ldpstream.decoder.metrics import DecoderMetrics, default_metrics
-from ldpstream.decoder.published import PublishedEstimate, decode_window, window_buckets
+from ldpstream.decoder.published import (
+    PublishedEstimate,
+    PublishedJoint,
+    decode_window,
+    joint_variable,
+    window_buckets,
+)
+from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
+from ldpstream.estimators.windows import joint_design_effect, widen_joint
 from ldpstream.kafka import produce
-from ldpstream.registry import MetricConfig, Registry
+from ldpstream.registry import AssociationConfig, MetricConfig, Registry, Window
 from ldpstream.store.contract import StatusStore, sum_buckets
 
 log = logging.getLogger(__name__)
@@ -45,12 +70,16 @@ class DecoderService:
         self.top_n = top_n
         self.last_failed: list[str] = []
         self.last_withheld: list[str] = []
+        #: (association, window) → (row labels, column labels, table) of the last joint decode (labels with
+        #: "Other"): the EM's warm start while the candidates stay the same.
+        self._joint_start: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...], np.ndarray]] = {}
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
         return self._decode_windows(metric, now)[0]
 
-    def _decode_windows(self, metric: MetricConfig, now: float | None) -> tuple[list[PublishedEstimate], list[str]]:
+    def _decode_windows(self, metric: MetricConfig, now: float | None,
+                        windows: tuple[Window, ...] | None = None) -> tuple[list[PublishedEstimate], list[str]]:
         now = time.time() if now is None else now
         mechanism = metric.mechanism
         shape = (mechanism.cohorts, mechanism.sketch_width)
@@ -60,7 +89,7 @@ class DecoderService:
         snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape, expired_before)
         out = []
         empty = []
-        for window in metric.windows:
+        for window in metric.windows if windows is None else windows:
             buckets = window_buckets(snapshot, window, metric.bucket_seconds, now)
             sketch = snapshot.all_time(shape) if window.seconds is None else sum_buckets(snapshot, buckets, shape)
             if mechanism.reports_per_cohort(sketch).sum() == 0:
@@ -83,6 +112,8 @@ class DecoderService:
         published: list[PublishedEstimate] = []
         failed: list[str] = []
         withheld: list[str] = []
+        #: This pass's marginal estimates, which the joint decodes take their candidates from.
+        marginals: dict[tuple[str, str], PublishedEstimate] = {}
         for metric in self.registry.metrics.values():
             try:
                 # A partition being rebuilt from Kafka (the store lost counts) holds partial counts: publishing
@@ -113,21 +144,156 @@ class DecoderService:
                 failed.append(metric.name)
                 continue
             published.extend(results)
+            marginals.update(((metric.name, r.window), r) for r in results)
+        for association in self.joint_associations():
+            if not self._decode_association(association, marginals, failed + withheld, now):
+                failed.append(association.name)
         if self.producer is not None:
             unsent = self.producer.flush(10)
             if unsent:
                 self.metrics.estimates_unpublished.inc(unsent)
                 log.error("%d estimate(s) were not acknowledged by Kafka topic %s", unsent, self.estimates_topic)
-        #: The metrics whose decode or publication failed in the last pass, and those withheld (rebuilding).
+        #: The metrics and associations whose decode or publication failed in the last pass, and the metrics
+        #: withheld (rebuilding).
         self.last_failed = failed
         self.last_withheld = withheld
-        if len(failed) < len(self.registry.metrics):
+        if len(failed) < len(self.registry.metrics) + len(self.joint_associations()):
             try:
                 self.store.record_decode(failed)
             except Exception:  # the store went away after the pass: the estimates stand, the record is next time's
                 log.exception("recording the decoder pass failed")
             self.metrics.last_run.set_to_current_time()
         return published
+
+    def joint_associations(self) -> list[AssociationConfig]:
+        """The associations the decoder estimates a joint table of: those of two metrics (an association of
+        more members feeds other decoders)."""
+        return [a for a in self.registry.associations.values() if len(a.members) == 2]
+
+    def decode_association(self, association: AssociationConfig, now: float | None = None,
+                           marginals: dict[tuple[str, str], PublishedEstimate] | None = None
+                           ) -> tuple[list[PublishedJoint], list[str]]:
+        """The joint estimates of the association's windows that hold report pairs, and the windows that hold
+        none. ``marginals``: the members' estimates of this pass by (metric, window); a member's window missing
+        there is decoded here (it is not one of the member's own windows)."""
+        now = time.time() if now is None else now
+        marginals = {} if marginals is None else marginals
+        x, y = (self.registry[name] for name in association.members)
+        out: list[PublishedJoint] = []
+        empty: list[str] = []
+        for window in association.windows:
+            started = time.perf_counter()
+            buckets = self._pair_buckets(association, window, now)
+            patterns = self.store.pair_patterns(association, buckets)
+            if patterns.total == 0:
+                empty.append(window.name)
+                continue
+            marginal_x = self._marginal(x, window, now, marginals)
+            marginal_y = self._marginal(y, window, now, marginals)
+            if marginal_x is None or marginal_y is None:
+                # The marginals were read before the pairs: the first reports of the window arrived in between.
+                # Next pass has both; the window keeps what it had (nothing is published or retracted).
+                log.info("association %s, window %s: report pairs but no marginal estimate of %s yet",
+                         association.name, window.name, x.name if marginal_x is None else y.name)
+                continue
+            var_x = joint_variable(x, marginal_x.estimate, association.candidates)
+            var_y = joint_variable(y, marginal_y.estimate, association.candidates)
+            labels = ((*var_x.names(), OTHER_LABEL), (*var_y.names(), OTHER_LABEL))
+            start = self._warm_start(association.name, window.name, labels)
+            result = estimate_joint(patterns, var_x, var_y, start=start)
+            self._joint_start[(association.name, window.name)] = (result.row_labels, result.column_labels,
+                                                                  result.table)
+            # The window's buckets repeat report pairs of the same clients, as they repeat the members' reports.
+            designs = (marginal_x.design, marginal_y.design)
+            deff = joint_design_effect(designs)
+            result = widen_joint(result, deff)
+            seconds = time.perf_counter() - started
+            covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
+                      if buckets else None)
+            out.append(PublishedJoint(association.name, (x.name, y.name), window.name, now, seconds, len(buckets),
+                                      result, start is not None, covers, deff, designs))
+        return out, empty
+
+    def _warm_start(self, association: str, window: str,
+                    labels: tuple[tuple[str, ...], tuple[str, ...]]) -> np.ndarray | None:
+        """The previous decode's table when it has the same row and column labels: this process's last one, else
+        (after a restart) the one last published; None (the EM starts uniform) otherwise."""
+        previous = self._joint_start.get((association, window))
+        if previous is None:
+            published = self.store.latest_joint(association, window)
+            if published is not None and "table" in published:
+                previous = (tuple(published["rows"]), tuple(published["columns"]), np.array(published["table"]))
+        if previous is None or (previous[0], previous[1]) != labels:
+            return None
+        return previous[2]
+
+    def _decode_association(self, association: AssociationConfig,
+                            marginals: dict[tuple[str, str], PublishedEstimate], blocked: list[str],
+                            now: float | None) -> bool:
+        """Decode and publish one association; False when it failed (logged and counted). An association with
+        a member that failed or is withheld this pass is skipped (its joint estimates stand as they were)."""
+        stopped = [m for m in association.members if m in blocked]
+        if stopped:
+            log.warning("association %s: not decoded this pass, member metric(s) %s failed or are withheld",
+                        association.name, ", ".join(stopped))
+            return True
+        try:
+            results, empty = self.decode_association(association, now, marginals)
+        except Exception:
+            self.metrics.joint_failures.labels(association.name).inc()
+            log.exception("decoding association %s failed", association.name)
+            return False
+        try:
+            for result in results:
+                self.publish_joint(result)
+            for window in empty:
+                self.retract_joint(association.name, window)
+        except Exception:  # Redis or Kafka failed mid-publish: try again next pass, keep serving
+            self.metrics.joint_failures.labels(association.name).inc()
+            log.exception("publishing association %s failed", association.name)
+            return False
+        return True
+
+    def _pair_buckets(self, association: AssociationConfig, window: Window, now: float) -> list[int]:
+        """The buckets of the association's report pairs that the window covers (for ``all``, every bucket
+        still retained: the pair statistic has no all-time rollup). Buckets whose retention has passed (or is
+        about to) are left out, as the marginals' snapshot leaves them out."""
+        bucket_seconds = association.bucket_seconds
+        expired_before = int((now - association.retention_seconds) // bucket_seconds)
+        held = [b for b in self.store.pair_buckets(association) if b >= expired_before]
+        if window.seconds is None:
+            return sorted(held)
+        start = now - window.seconds
+        return sorted(b for b in held if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
+
+    def _marginal(self, metric: MetricConfig, window: Window, now: float,
+                  marginals: dict[tuple[str, str], PublishedEstimate]) -> PublishedEstimate | None:
+        """The metric's estimate over ``window``: this pass's, else decoded now (not one of its windows)."""
+        if (metric.name, window.name) in marginals:
+            return marginals[(metric.name, window.name)]
+        if window.name in {w.name for w in metric.windows}:
+            return None  # one of its windows, without reports (or not decoded this pass)
+        results, _ = self._decode_windows(metric, now, (window,))
+        return results[0] if results else None
+
+    def publish_joint(self, result: PublishedJoint) -> None:
+        body = json.dumps(result.to_json())
+        self.store.publish_joint(result.association, result.window, body, self.history)
+        if self.producer is not None:
+            self._produce(result.key, body)
+        self.metrics.observe_joint(result, self.top_n)
+
+    def retract_joint(self, association: str, window: str) -> None:
+        """A window that holds no report pair (any more) has no joint estimate: drop it from Redis and its
+        gauges, and tell the estimates topic (``{"retracted": true}``; history stays)."""
+        self._joint_start.pop((association, window), None)
+        if not self.store.retract_joint(association, window):
+            return
+        self.metrics.clear_joint(association, window)
+        if self.producer is not None:
+            body = json.dumps({"association": association, "window": window, "retracted": True,
+                               "time": time.time()})
+            self._produce(f"joint:{association}:{window}", body)
 
     def retract(self, metric: str, window: str) -> None:
         """A window that holds no report (any more) has no estimate: drop the last one from Redis and its

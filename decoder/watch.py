@@ -1,4 +1,5 @@
-"""``ldpstream watch``: a live terminal view of a metric's latest published estimate."""
+"""``ldpstream watch``: a live terminal view of a metric's latest published estimate, or of an association's
+latest joint estimate (the table with intervals and the independence test)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,62 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
     return "\n".join(lines)
 
 
+def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
+    """The joint table of an association: each cell's frequency with its 95% interval, then the test of
+    independence (statistic, degrees of freedom, p-value) and the EM's figures."""
+    now = time.time() if now is None else now
+    rows, columns = list(published["rows"]), list(published["columns"])
+    table, low, high = published["table"], published["low_95"], published["high_95"]
+    em = published.get("em", {})
+    age = now - float(published["snapshot_time"])
+    lines = [
+        f"association {published['association']} ({published['x']} × {published['y']})  window "
+        f"{published['window']}  report pairs {published['n_reports']:,}  snapshot {age:.1f} s ago",
+        f"joint frequency [95% interval, {published['interval_method']}]; rows {published['x']}, "
+        f"columns {published['y']}",
+    ]
+    label_width = min(max(max((len(str(r)) for r in rows), default=1), len(str(published["x"]))), 24)
+    cell_width = 21
+    lines.append(f"{_fit(published['x'], label_width):<{label_width}} "
+                 + " ".join(f"{_fit(c, cell_width):>{cell_width}}" for c in columns))
+    for i, row in enumerate(rows):
+        cells = [f"{table[i][j]:6.4f} [{_short(low[i][j])},{_short(high[i][j])}]" for j in range(len(columns))]
+        lines.append(f"{_fit(row, label_width):<{label_width}} " + " ".join(f"{c:>{cell_width}}" for c in cells))
+    test = published["independence"]
+    lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
+                 f"p-value {test['p_value']:.3g}")
+    if em:
+        whole = f" (estimate with intervals {em['estimate_seconds']:.3f} s)" if "estimate_seconds" in em else ""
+        lines.append(f"EM: {em['iterations']} iterations{'' if em['converged'] else ' (not converged)'}, "
+                     f"{em['seconds']:.3f} s{whole}{', warm start' if em.get('warm_start') else ''}")
+    return "\n".join(lines)
+
+
+def _fit(name: Any, width: int) -> str:
+    """``name`` in at most ``width`` characters, keeping its end (candidates often share a long prefix)."""
+    text = str(name)
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+
+
+def _short(x: float) -> str:
+    """A bound in [0, 1] in 5 characters: ``.1234``, ``1.000``."""
+    return f"{x:5.3f}" if x >= 1 else f"{x:.4f}"[1:]
+
+
 def watch(store: EstimateStore, metric: str, window: str = "all", interval: float = 1.0,
           top: int = 20, iterations: int | None = None) -> None:
+    """Show the latest estimate of ``metric`` over ``window`` every ``interval`` seconds; when no metric of
+    that name has one, the latest joint estimate of the association of that name."""
     done = 0
     while iterations is None or done < iterations:
         published = store.latest_estimate(metric, window)
-        text = render(published, top=top) if published else f"no estimate of {metric!r} ({window}) published yet"
+        joint = store.latest_joint(metric, window) if published is None else None
+        if published is not None:
+            text = render(published, top=top)
+        elif joint is not None:
+            text = render_joint(joint)
+        else:
+            text = f"no estimate of {metric!r} ({window}) published yet"
         # Clear the screen only on a terminal: piped or captured output gets plain text.
         clear = "\x1b[2J\x1b[H" if sys.stdout.isatty() else ""
         sys.stdout.write(clear + text + "\n")

@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "decode", help="periodically decode the sketches and publish estimates",
         description="Every --interval seconds, reads each metric's count sketches from Redis as one snapshot, "
         "decodes every configured window and publishes the estimates to Redis, to a Kafka topic and as "
-        "Prometheus gauges.")
+        "Prometheus gauges; then, for each association of two metrics, the joint table of each of its windows "
+        "(the members' top values plus \"Other\", with intervals and a test of independence), published alike.")
     add_service_arguments(decode)
     decode.add_argument("--interval", type=float, default=10.0, help="seconds between passes (default 10)")
     decode.add_argument("--once", action="store_true", help="decode once and exit")
@@ -26,11 +27,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     decode.add_argument("--metrics-addr", default="127.0.0.1", help="Prometheus bind address")
     decode.set_defaults(func=_decode)
 
-    watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates",
+    watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates (or an association's)",
                                   description="Shows the latest published estimate of METRIC with 95% intervals, "
-                                  "report count and freshness, refreshed every --interval seconds.")
+                                  "report count and freshness, refreshed every --interval seconds. Given the name "
+                                  "of an association instead, shows its joint table with 95% intervals and the "
+                                  "test of independence (statistic, degrees of freedom, p-value).")
     add_service_arguments(watch, kafka=False, registry=False)
-    watch.add_argument("metric")
+    watch.add_argument("metric", help="a metric, or an association of two metrics")
     watch.add_argument("--window", default="all")
     watch.add_argument("--interval", type=float, default=1.0)
     watch.add_argument("--top", type=int, default=20)
@@ -61,8 +64,9 @@ def _decode(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.run(args.interval, stop, iterations=1 if args.once else None)
     if args.once and service.last_failed:
-        raise ServiceError(f"{len(service.last_failed)} of {len(registry.metrics)} metric(s) failed to decode or "
-                           f"publish: {', '.join(service.last_failed)} (the log above says why)")
+        total = len(registry.metrics) + len(service.joint_associations())
+        raise ServiceError(f"{len(service.last_failed)} of {total} metric(s) and association(s) failed to decode "
+                           f"or publish: {', '.join(service.last_failed)} (the log above says why)")
     return 0
 
 

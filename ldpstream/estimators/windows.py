@@ -32,6 +32,10 @@ clients do not move between buckets: identical memoized reports give zero disper
 With fewer than :data:`MIN_DOF` degrees of freedom the worst case ``φ = 1`` is used (rule ``"worst-case"``).
 ``B`` is the effective number of buckets ``(Σ n_b)² / Σ n_b²``.
 
+**Joint tables** of an association's members (:func:`joint_design_effect`, :func:`widen_joint`): a client's
+report pairs repeat like its reports, so the table's covariance is multiplied by the largest
+``1 + (B − 1) φ`` of the members' designs (``ρ = 1``, the bound).
+
 **Per value.** The design effect of value ``s`` uses the variance-weighted mean of ``ρ_j`` over the cells its
 true report sets (the mechanism's design matrix); the published interval is then widened: a score (Wilson)
 interval with the effective counts ``x / deff``, ``n / deff`` (Kish), any other interval and the standard
@@ -52,20 +56,25 @@ from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import stats
 
 from ldpstream.mechanisms.rates import bit_rates, krr_rates
 
 from .estimate import ConfidenceInterval, Estimate
 from .intervals import Z95, ScoreTestedEstimate, affine_score_interval
+from .joint import JointEstimate
+from .joint_inference import ConditionalTable, wald_clipped
 
 __all__ = [
     "MAX_OVERLAP_SD",
     "MIN_DOF",
     "SYMMETRIC_CLIPPED",
     "WindowDesign",
+    "joint_design_effect",
     "persistence_rates",
     "value_design_effects",
     "widen_estimate",
+    "widen_joint",
     "window_design",
 ]
 
@@ -348,3 +357,43 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.n
     if isinstance(est, ScoreTestedEstimate) and est.null_z is not None:
         changes["null_z"] = np.asarray(est.null_z) / root
     return replace(est, **changes)
+
+
+def joint_design_effect(designs: Sequence[WindowDesign | None]) -> float:
+    """The design effect of the joint table of an association's members over a window: the largest
+    ``1 + (B − 1) φ`` of the members' window designs (``B`` their span, ``φ`` their overlap; 1 without a design).
+
+    A client's report pairs in different buckets share both members' permanent responses, so two of them are
+    correlated by at most 1 (exactly 1, identical pairs, for memoized responses without an instantaneous
+    layer): the model's ``deff = 1 + (B − 1) φ ρ`` (module docstring) with ``ρ = 1`` bounds every cell's. The
+    members' overlaps measure the same clients (both reports travel in one record); the larger is used."""
+    return max((1.0 + max(d.span - 1.0, 0.0) * d.overlap for d in designs if d is not None), default=1.0)
+
+
+def widen_joint(est: JointEstimate, deff: float) -> JointEstimate:
+    """``est`` with its covariance multiplied by the design effect ``deff`` of its window's repeated pairs:
+    standard errors × ``sqrt(deff)`` and their clipped Wald intervals recomputed, for the cells and both
+    conditional tables; both statistics of independence (the paper's ``T``, a quadratic form in the observed
+    information, and the Wald statistic ``θ̂ᵀ V⁻¹ θ̂``) divided by ``deff``, which is exact when the covariance
+    becomes ``deff`` times larger (the information ``1/deff`` times), with their χ² p-values."""
+    d = float(deff)
+    if not d > 1.0:
+        return est
+    root = float(np.sqrt(d))
+
+    def conditional(table: ConditionalTable) -> ConditionalTable:
+        se = table.std_error * root
+        low, high = wald_clipped(table.table, se)
+        return replace(table, std_error=se, low=low, high=high)
+
+    se = est.std_error * root
+    low, high = wald_clipped(est.table, se)
+    test = est.independence
+    statistic, wald = test.statistic / d, test.wald_statistic / d
+    p_value, wald_p = ((float(stats.chi2.sf(statistic, test.df)), float(stats.chi2.sf(wald, test.df)))
+                       if test.df > 0 else (test.p_value, test.wald_p_value))
+    return replace(est, std_error=se, covariance=est.covariance * d, low=low, high=high,
+                   x_given_y=conditional(est.x_given_y), y_given_x=conditional(est.y_given_x),
+                   independence=replace(test, statistic=statistic, p_value=p_value, wald_statistic=wald,
+                                        wald_p_value=wald_p),
+                   info={**est.info, "design_effect": d})

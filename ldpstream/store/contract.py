@@ -192,8 +192,9 @@ class SketchStore(Protocol):
 
 
 class EstimateStore(Protocol):
-    """Where the decoder publishes estimates (the latest one and a bounded history per metric and window)
-    and its last run, and where ``watch`` and ``status`` read them."""
+    """Where the decoder publishes estimates (the latest one and a bounded history per metric and window; the
+    same for the joint estimate of each association and window) and its last run, and where ``watch`` and
+    ``status`` read them."""
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
         """Store ``body`` (JSON) as the latest estimate and push it on the history, keeping ``history``."""
@@ -209,6 +210,23 @@ class EstimateStore(Protocol):
 
     def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
         """The published estimates, newest first."""
+        ...
+
+    def publish_joint(self, association: str, window: str, body: str, history: int) -> None:
+        """Store ``body`` (the JSON of a joint estimate, :class:`ldpstream.decoder.published.PublishedJoint`) as
+        the association's latest joint estimate of ``window`` and push it on its history, keeping ``history``."""
+        ...
+
+    def retract_joint(self, association: str, window: str) -> bool:
+        """Drop the latest joint estimate (the history stays); True when there was one."""
+        ...
+
+    def latest_joint(self, association: str, window: str = "all") -> dict[str, Any] | None:
+        """The latest published joint estimate, decoded from JSON (None when none)."""
+        ...
+
+    def joint_history(self, association: str, window: str = "all") -> list[dict[str, Any]]:
+        """The published joint estimates, newest first."""
         ...
 
     def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:

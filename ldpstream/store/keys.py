@@ -33,10 +33,14 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:pairindex:<assoc>:<fp>                set     every pair-statistic key of the association
     P:estimate:<metric>:<window>            string  the last published estimate (JSON)
     P:history:<metric>:<window>             list    the last published estimates, newest first (bounded)
+    P:joint:<association>:<window>          string  the last published joint estimate of an association of
+                                                    two metrics (JSON: the table over the candidates and
+                                                    "Other", intervals, conditionals, independence test)
+    P:joint-history:<association>:<window>  list    the last published joint estimates, newest first (bounded)
     P:decoder:last_run                      string  JSON {"time": unix seconds, "failed": [metric, ...]}
 
 ``<bucket>`` is ``all`` for :data:`~ldpstream.store.contract.ALL_TIME`. Keys of one partition share the hash
-tag ``{T:N}``; the index, estimate and decoder keys are read by one client at a time and carry none.
+tag ``{T:N}``; the index, estimate, joint and decoder keys are read by one client at a time and carry none.
 """
 
 from __future__ import annotations
@@ -94,6 +98,14 @@ def estimate_key(prefix: str, metric: str, window: str) -> str:
 
 def history_key(prefix: str, metric: str, window: str) -> str:
     return f"{prefix}:history:{metric}:{window}"
+
+
+def joint_key(prefix: str, association: str, window: str) -> str:
+    return f"{prefix}:joint:{association}:{window}"
+
+
+def joint_history_key(prefix: str, association: str, window: str) -> str:
+    return f"{prefix}:joint-history:{association}:{window}"
 
 
 def last_decode_key(prefix: str) -> str:

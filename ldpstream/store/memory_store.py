@@ -36,8 +36,9 @@ class InMemorySketchStore:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         """``clock``: the Unix time against which sketches' ``expire_at`` is checked (Redis' own clock)."""
         self._clock = clock
-        self._estimates: dict[tuple[str, str], list[str]] = {}
-        self._latest: dict[tuple[str, str], str] = {}
+        #: ("estimate" | "joint", metric or association, window) → published JSON, newest first / the latest.
+        self._estimates: dict[tuple[str, str, str], list[str]] = {}
+        self._latest: dict[tuple[str, str, str], str] = {}
         self._last_decode: str | None = None
         self._offsets: dict[tuple[str, int], int] = {}
         self._rebuild_until: dict[tuple[str, int], int] = {}
@@ -175,29 +176,50 @@ class InMemorySketchStore:
     # ------------------------------------------------------------------ published estimates
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
-        if history < 1:
-            raise ValueError(f"history must keep at least one estimate, got {history}")
-        json.loads(body)  # Redis would take anything; reading it back would fail
-        self._latest[(metric, window)] = body
-        past = self._estimates.setdefault((metric, window), [])
-        past.insert(0, body)
-        del past[history:]
+        _publish(self._latest, self._estimates, ("estimate", metric, window), body, history)
 
     def retract_estimate(self, metric: str, window: str) -> bool:
-        return self._latest.pop((metric, window), None) is not None
+        return self._latest.pop(("estimate", metric, window), None) is not None
 
     def latest_estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
-        body = self._latest.get((metric, window))
-        return None if body is None else dict(json.loads(body))
+        return _decoded(self._latest.get(("estimate", metric, window)))
 
     def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
-        return [json.loads(body) for body in self._estimates.get((metric, window), [])]
+        return [json.loads(body) for body in self._estimates.get(("estimate", metric, window), [])]
+
+    def publish_joint(self, association: str, window: str, body: str, history: int) -> None:
+        _publish(self._latest, self._estimates, ("joint", association, window), body, history)
+
+    def retract_joint(self, association: str, window: str) -> bool:
+        return self._latest.pop(("joint", association, window), None) is not None
+
+    def latest_joint(self, association: str, window: str = "all") -> dict[str, Any] | None:
+        return _decoded(self._latest.get(("joint", association, window)))
+
+    def joint_history(self, association: str, window: str = "all") -> list[dict[str, Any]]:
+        return [json.loads(body) for body in self._estimates.get(("joint", association, window), [])]
 
     def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:
         self._last_decode = json.dumps({"time": time.time() if when is None else when, "failed": list(failed)})
 
     def last_decode(self) -> dict[str, Any] | None:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
+
+
+def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str, str, str], list[str]],
+             key: tuple[str, str, str], body: str, history: int) -> None:
+    """``body`` as the latest under ``key`` and first in its history, keeping ``history`` (as Redis does)."""
+    if history < 1:
+        raise ValueError(f"history must keep at least one estimate, got {history}")
+    json.loads(body)  # Redis would take anything; reading it back would fail
+    latest[key] = body
+    past = histories.setdefault(key, [])
+    past.insert(0, body)
+    del past[history:]
+
+
+def _decoded(body: str | None) -> dict[str, Any] | None:
+    return None if body is None else dict(json.loads(body))
 
 
 def _padded(flat: np.ndarray, size: int) -> np.ndarray:

@@ -432,23 +432,47 @@ class RedisSketchStore:
     # ------------------------------------------------------------------ published estimates
 
     def publish_estimate(self, metric: str, window: str, body: str, history: int) -> None:
-        if history < 1:  # LTRIM 0 -1 would keep the whole history
-            raise ValueError(f"history must keep at least one estimate, got {history}")
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(keys.estimate_key(self.prefix, metric, window), body)
-        pipe.lpush(keys.history_key(self.prefix, metric, window), body)
-        pipe.ltrim(keys.history_key(self.prefix, metric, window), 0, history - 1)
-        pipe.execute()
+        self._publish(keys.estimate_key(self.prefix, metric, window), keys.history_key(self.prefix, metric, window),
+                      body, history)
 
     def retract_estimate(self, metric: str, window: str) -> bool:
         return bool(self._redis.delete(keys.estimate_key(self.prefix, metric, window)))
 
     def latest_estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
-        raw = self._redis.get(keys.estimate_key(self.prefix, metric, window))
-        return None if raw is None else dict(json.loads(raw))
+        return self._latest(keys.estimate_key(self.prefix, metric, window))
 
     def estimate_history(self, metric: str, window: str = "all") -> list[dict[str, Any]]:
-        return [json.loads(raw) for raw in self._redis.lrange(keys.history_key(self.prefix, metric, window), 0, -1)]
+        return self._history(keys.history_key(self.prefix, metric, window))
+
+    def publish_joint(self, association: str, window: str, body: str, history: int) -> None:
+        self._publish(keys.joint_key(self.prefix, association, window),
+                      keys.joint_history_key(self.prefix, association, window), body, history)
+
+    def retract_joint(self, association: str, window: str) -> bool:
+        return bool(self._redis.delete(keys.joint_key(self.prefix, association, window)))
+
+    def latest_joint(self, association: str, window: str = "all") -> dict[str, Any] | None:
+        return self._latest(keys.joint_key(self.prefix, association, window))
+
+    def joint_history(self, association: str, window: str = "all") -> list[dict[str, Any]]:
+        return self._history(keys.joint_history_key(self.prefix, association, window))
+
+    def _publish(self, latest_key: str, history_key: str, body: str, history: int) -> None:
+        """``body`` as the latest under ``latest_key`` and pushed on ``history_key``, in one transaction."""
+        if history < 1:  # LTRIM 0 -1 would keep the whole history
+            raise ValueError(f"history must keep at least one estimate, got {history}")
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(latest_key, body)
+        pipe.lpush(history_key, body)
+        pipe.ltrim(history_key, 0, history - 1)
+        pipe.execute()
+
+    def _latest(self, key: str) -> dict[str, Any] | None:
+        raw = self._redis.get(key)
+        return None if raw is None else dict(json.loads(raw))
+
+    def _history(self, key: str) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self._redis.lrange(key, 0, -1)]
 
     def record_decode(self, failed: Iterable[str], when: float | None = None) -> None:
         body = {"time": time.time() if when is None else when, "failed": list(failed)}

@@ -271,6 +271,39 @@ def test_estimates_read_back_are_independent_copies(store):
     assert store.estimate_history("m") == [{"values": [1, 2]}]
 
 
+def test_joint_estimates_have_their_own_latest_and_bounded_history_apart_from_marginals(store):
+    assert store.latest_joint("pair") is None
+    assert store.joint_history("pair") == []
+    for i in range(4):
+        store.publish_joint("pair", "1h", f'{{"association": "pair", "n": {i}}}', history=2)
+    assert store.latest_joint("pair", "1h") == {"association": "pair", "n": 3}
+    assert [e["n"] for e in store.joint_history("pair", "1h")] == [3, 2]
+    # An association and a metric of the same name do not share keys.
+    assert store.latest_estimate("pair", "1h") is None
+    store.publish_estimate("pair", "1h", '{"n": 99}', history=2)
+    assert store.latest_joint("pair", "1h") == {"association": "pair", "n": 3}
+    with pytest.raises(ValueError, match="at least one"):
+        store.publish_joint("pair", "all", '{"n": 1}', history=0)
+
+
+def test_retract_joint_drops_the_latest_and_keeps_the_history(store):
+    assert store.retract_joint("pair", "all") is False
+    store.publish_joint("pair", "all", '{"n": 1}', history=10)
+    store.publish_estimate("pair", "all", '{"n": 2}', history=10)
+    assert store.retract_joint("pair", "all") is True
+    assert store.latest_joint("pair", "all") is None
+    assert store.joint_history("pair", "all") == [{"n": 1}]
+    assert store.latest_estimate("pair", "all") == {"n": 2}  # the marginal of that name stays
+
+
+@pytest.mark.integration
+def test_on_redis_joint_estimates_live_under_the_documented_keys(redis_url, key_prefix):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    store.publish_joint("pair", "1h", '{"n": 1}', history=5)
+    assert store.client.get(f"{key_prefix}:joint:pair:1h") == b'{"n": 1}'
+    assert store.client.lrange(f"{key_prefix}:joint-history:pair:1h", 0, -1) == [b'{"n": 1}']
+
+
 def test_record_decode_and_last_decode(store):
     assert store.last_decode() is None
     store.record_decode(["a", "b"], when=1234.5)

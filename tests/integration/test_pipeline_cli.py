@@ -77,4 +77,5 @@ def test_decode_once_exits_non_zero_naming_the_metrics_that_failed(redis_url, ke
                  "--redis", redis_url, "--prefix", key_prefix])
     assert code == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]  # the service's log of the failure comes first
-    assert last.startswith("ldpstream decode: error: 1 of 1 metric(s) failed") and "app_language" in last
+    assert last.startswith("ldpstream decode: error: 1 of 1 metric(s) and association(s) failed")
+    assert "app_language" in last

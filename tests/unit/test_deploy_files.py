@@ -175,9 +175,14 @@ def test_dashboard_shows_what_operators_need():
                  "ldpstream_estimate_low_95_ratio", "ldpstream_estimate_high_95_ratio", "ldpstream_estimate_reports",
                  "ldpstream_estimate_residual_ratio", "ldpstream_decoder_last_run_timestamp_seconds"):
         assert name in used, f"the dashboard does not show {name}"
+    for name in ("ldpstream_joint_cell_ratio", "ldpstream_joint_cell_low_95_ratio",
+                 "ldpstream_joint_cell_high_95_ratio", "ldpstream_joint_independence_p_value",
+                 "ldpstream_joint_em_iterations", "ldpstream_joint_em_seconds",
+                 "ldpstream_joint_decode_failures_total"):
+        assert name in used, f"the dashboard does not show the joint estimates' {name}"
     dashboard = _dashboard()
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"metric", "window"} <= variables
+    assert {"metric", "window", "association"} <= variables
     ids = [p["id"] for p in _dashboard_panels()]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     datasource_uid = _load(GRAFANA / "provisioning" / "datasources" / "prometheus.yml")["datasources"][0]["uid"]
@@ -190,7 +195,7 @@ def test_alert_rules_cover_the_pipeline():
     exprs = " ".join(r["expr"] for r in _alert_rules())
     for name in ("ldpstream_consumer_lag_messages", "ldpstream_messages_rejected_total",
                  "ldpstream_decoder_last_run_timestamp_seconds", "ldpstream_decode_failures_total",
-                 "ldpstream_batches_refused_total"):
+                 "ldpstream_joint_decode_failures_total", "ldpstream_batches_refused_total"):
         assert name in exprs, f"no alert rule watches {name}"
     for rule in _alert_rules():
         assert rule["labels"]["severity"] in ("warning", "critical")
@@ -347,7 +352,8 @@ def test_promtool_unit_tests_of_the_alert_rules():
 
 @needs_promtool
 def test_dashboard_queries_are_valid_promql(tmp_path):
-    substitutions = {"$__rate_interval": "1m", "$__interval": "1m", "$metric": "app_language", "$window": "all"}
+    substitutions = {"$__rate_interval": "1m", "$__interval": "1m", "$metric": "app_language", "$window": "all",
+                     "$association": "language_by_os"}
     rules = []
     for i, expr in enumerate(_dashboard_exprs()):
         if expr.startswith("label_values("):
