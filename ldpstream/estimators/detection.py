@@ -64,18 +64,22 @@ Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import scipy.linalg as sl
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 from scipy import optimize, stats
 
 from ldpstream.errors import ParameterError
 
-from .estimate import Estimate, detection_floor
+from .empirical_bayes import npmle_prior, posterior_mean
+from .estimate import ConfidenceInterval, detection_floor
+from .intervals import Z95, ScoreTestedEstimate
 
-__all__ = ["Correction", "detect", "nn_lasso"]
+__all__ = ["Correction", "DetectionEstimate", "detect", "nn_lasso", "storey_null_fraction"]
 
 Correction = Literal["bonferroni", "bh"]
 _CORRECTIONS = ("bonferroni", "bh")
@@ -129,6 +133,43 @@ def nn_lasso(
     return x, it
 
 
+def storey_null_fraction(p_values: np.ndarray, lam: float = 0.5) -> float:
+    """Storey's estimate of the share of true null hypotheses, ``π̂0 = (#{p_s > λ} + 1)/(S(1 − λ))`` capped
+    at 1 (Storey 2002, JRSS-B 64; the ``+ 1`` is the finite-sample version of Storey, Taylor and Siegmund
+    2004, JRSS-B 66, Theorem 3, with which BH at ``q/π̂0`` controls the FDR at ``q`` for independent
+    p-values). Null p-values are uniform, so about ``S0(1 − λ)`` of them exceed λ; non-null ones rarely do:
+    the estimate is biased upwards (conservative) by ``#{non-null p > λ}/(S(1 − λ))``."""
+    p = np.asarray(p_values, dtype=np.float64).ravel()
+    if p.size == 0:
+        return 1.0
+    if not 0 < lam < 1:
+        raise ParameterError(f"lambda must lie in (0, 1), got {lam}")
+    return float(min(1.0, (np.sum(p > lam) + 1) / (p.size * (1 - lam))))
+
+
+@dataclass(frozen=True, eq=False)
+class DetectionEstimate(ScoreTestedEstimate):
+    """What :func:`detect` returns: an :class:`~ldpstream.estimators.estimate.Estimate` whose tests use the
+    refit's z-scores (``null_z``: ``refit / se``, 0 for unselected candidates), not the published point
+    (which may be the empirical-Bayes posterior mean), and whose Benjamini–Hochberg rule is adaptive:
+    ``"bh"`` at level ``q`` runs BH at ``q / null_fraction`` (Storey's adaptive BH; ``null_fraction`` = 1
+    gives plain BH). Bonferroni is unchanged."""
+
+    null_fraction: float = 1.0
+
+    def significant(
+        self, alpha: float = 0.05, correction: Literal["bonferroni", "bh", "none"] = "bonferroni"
+    ) -> np.ndarray:
+        """As :meth:`Estimate.significant`; ``"bh"`` uses the level ``alpha / null_fraction`` (class docstring)."""
+        if correction == "bh" and self.null_fraction < 1.0:
+            if not 0 < alpha < 1:
+                raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
+            # Storey's procedure rejects only p-values at most λ = 1/2 (z > 0)
+            mask: np.ndarray = super().significant(min(alpha / self.null_fraction, 1.0 - 1e-12), "bh")
+            return mask & (self.z_scores() > 0)
+        return super().significant(alpha, correction)
+
+
 def _well_determined(G_sel: np.ndarray, rows: int, max_fraction: float, cond_max: float) -> bool:
     s = G_sel.shape[0]
     if s == 0:
@@ -140,6 +181,33 @@ def _well_determined(G_sel: np.ndarray, rows: int, max_fraction: float, cond_max
         return False
     eig = np.linalg.eigvalsh(G_sel / np.outer(d, d))
     return bool(eig[0] > 0 and eig[-1] / eig[0] < cond_max)
+
+
+def _full_least_squares(
+    G: np.ndarray, g: np.ndarray, rows: int, max_fraction: float, cond_max: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(G⁻¹g, sqrt(diag G⁻¹))``: the weighted LS of every column and its model-based standard errors, or
+    ``None`` when the design is not well-determined (more columns than ``max_fraction`` of the rows, ``G`` not
+    positive definite, or a variance inflation factor ``G_ss (G⁻¹)_ss`` of ``cond_max`` or more)."""
+    n = G.shape[0]
+    if n == 0 or n > max_fraction * rows:
+        return None
+    d = np.sqrt(np.diag(G))
+    if np.any(d <= 0):
+        return None
+    R = G / np.outer(d, d)
+    chol, status = sl.lapack.dpotrf(R, lower=1)
+    if status != 0:
+        return None
+    Ri, status = sl.lapack.dpotri(chol, lower=1)
+    if status != 0:
+        return None
+    vif = np.diag(Ri)
+    if not np.all(np.isfinite(vif)) or float(vif.max()) >= cond_max:
+        return None
+    Ri = np.tril(Ri) + np.tril(Ri, -1).T
+    beta = (Ri @ (g / d)) / d
+    return beta, np.sqrt(vif) / d
 
 
 def detect(
@@ -157,7 +225,9 @@ def detect(
     max_fraction: float = 0.5,
     cond_max: float = 1e6,
     prune_z: float = 1.0,
-) -> Estimate:
+    adaptive: bool = True,
+    shrink: bool = True,
+) -> DetectionEstimate:
     """Screen, refit and test (default: Benjamini–Hochberg at q = 0.10) the candidates of ``design``
     (``(C·k, S)``, cohort-major) against a ``(C, k + 1)`` bit sketch (module docstring). Returns an
     :class:`Estimate` over all S candidates (zero for the unselected); ``est.significant(alpha, correction)``
@@ -229,6 +299,7 @@ def detect(
         sel = np.zeros(0, dtype=np.int64)
     cols = np.concatenate([sel, [S]]).astype(np.int64) if other else sel
 
+    g_now = g  # the right-hand side XᵀWz at the weights of the current Gram G
     freq = np.zeros(S)
     se = np.ones(S)
     residual: float | None = None
@@ -240,6 +311,7 @@ def detect(
         sw = np.sqrt(w)
         WA = sp.diags(w) @ Xf
         G = np.asarray((Xf.T @ WA).todense())  # Gram at the refit weights, all columns
+        g_now = np.asarray(WA.T @ z).ravel()
         while True:
             A = Xf[:, cols]
             Aw = np.asarray(A.multiply(sw[:, None]).todense())
@@ -266,6 +338,22 @@ def detect(
     else:
         dG = np.diag(G)[:S]
         se = np.where(dG > 0, 1 / np.sqrt(np.maximum(dG, 1e-300)), 1.0)
+    refit = freq.copy()
+    null_z = refit / se
+    # The weighted LS of every candidate (and "other") at the same weights, when that design is itself
+    # well-determined: its z-scores are exactly N(0, 1) for absent candidates, so they estimate the share of
+    # absent candidates (adaptive BH), and its estimates feed the empirical-Bayes points.
+    null_fraction = 1.0
+    full = _full_least_squares(G, g_now, rows, max_fraction, cond_max) if (adaptive or shrink) else None
+    eb = False
+    if full is not None:
+        beta, beta_se = full[0][:S], full[1][:S]
+        if adaptive:
+            null_fraction = storey_null_fraction(stats.norm.sf(beta / beta_se))
+        if shrink and S:
+            grid, prior = npmle_prior(beta, beta_se)
+            freq = posterior_mean(beta, beta_se, grid, prior)
+            eb = True
     info: dict[str, Any] = {
         "candidates": S,
         "other": bool(other),
@@ -278,10 +366,14 @@ def detect(
         "pruned": pruned,
         "determined": determined,
         "tests": S,
+        "null_fraction": null_fraction,
+        "point": "posterior-mean" if eb else "refit",
     }
-    est = Estimate(freq, se, round(N), "bits/detect", labels, residual, residual_se,
-                   detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
-                   info)
+    interval = ConfidenceInterval(np.clip(refit - Z95 * se, 0.0, 1.0), np.clip(refit + Z95 * se, 0.0, 1.0))
+    est = DetectionEstimate(
+        freq, se, round(N), "bits/detect", labels, residual, residual_se,
+        detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
+        info, interval, "wald-refit", null_z=null_z, null_fraction=null_fraction)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])
     return est
