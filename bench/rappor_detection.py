@@ -28,8 +28,13 @@ Run (about 1-3 minutes per seed and regime on one core)::
 
     PYTHONPATH=. python bench/rappor_detection.py --seeds 0 1 2 3 4 --files --out bench/results/rappor_detection.txt
 
-``*`` marks detect's default rule (Benjamini–Hochberg at q = 0.10). "no screen, LS z" (zipf only, where the
+``*`` marks detect's default (Benjamini–Hochberg at q = 0.10, adaptive to the estimated share of absent
+candidates, empirical-Bayes posterior means as points, when the full design is well-determined). In the zipf
+regime two more rows isolate its two steps: "refit pt" (adaptive BH, refit values as points) and "plain"
+(plain BH at 0.10 and refit values: the previous default); in the under regime neither step runs (the full
+design is underdetermined), so those rows would repeat ``*``. "no screen, LS z" (zipf only, where the
 design is well-determined) is the evaluated alternative described in :mod:`ldpstream.estimators.detection`.
+Each seed prints a line (true / false / TV / time of Google's re-implementation, the default and "plain").
 
 Writes a table per regime: per decoder, mean (min-max over seeds) of true and false detections, total
 variation to the truth of the reported estimate (detected strings only, the rest 0) and time; with
