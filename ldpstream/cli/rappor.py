@@ -267,7 +267,8 @@ def run_decode(args: argparse.Namespace) -> int:
         detail = (f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
                   f", estimated share of absent candidates {est.info['null_fraction']:.3g}"
                   f"{' (adaptive BH)' if args.correction == 'bh' and est.info['null_fraction'] < 1 else ''}"
-                  f", point {est.info['point']}")
+                  f", point {est.info['point']}; the detected strings hold {est.info['detected_mass']:.3f}"
+                  " of the reports")
     print(f"ldpstream rappor decode: {args.method}, rule {args.correction} at alpha {args.alpha} over "
           f"{len(cmap.strings)} candidates: {len(table['string'])} detected{detail}"
           + ("; --all: every candidate written" if args.all else ""), file=sys.stderr)

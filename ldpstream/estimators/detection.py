@@ -89,8 +89,11 @@ screen keeps ≈ 240 columns and drops to 61.7 true.
 
 ``info`` records ``rule`` (``"bonferroni"``/``"bh"``), ``alpha``, ``lambda``, ``alpha_screen``,
 ``selected`` (count after pruning), ``pruned``, ``determined`` (whether a well-determined selected set was
-found), ``lambda_raised`` (number of λ increases), ``null_fraction`` (π̂0; 1 when not estimated) and
-``point`` (``"posterior-mean"`` or ``"refit"``).
+found), ``lambda_raised`` (number of λ increases), ``null_fraction`` (π̂0; 1 when not estimated),
+``point`` (``"posterior-mean"`` or ``"refit"``) and ``detected_mass`` (the published frequencies of the detected
+strings summed: ``1 − detected_mass`` of the reports is left to undetected candidates and to strings outside
+the list; in the Zipf benchmark, seeds 0–4: 0.80–0.85, within 0.016 of the true mass of the detected
+strings, whose refit values summed 0.05–0.07 too high; the undetected strings hold 0.155–0.19).
 Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand); the full LS is one Cholesky
 factorization and inverse of it (O(S³)), the NPMLE an EM over ≈ 160 grid points × S.
 """
@@ -413,4 +416,5 @@ def detect(
         info, interval, "wald-refit", null_z=null_z, null_fraction=null_fraction)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])
+    info["detected_mass"] = float(freq[info["detected"]].sum())
     return est
