@@ -20,7 +20,7 @@
    refit ``z = f/se`` is below ``prune_z`` (default 1) are dropped and the rest refit, until none drops.
    In the underdetermined regime this removes most of the absent strings the screen let in and with them
    most of the collinearity that inflates the standard errors (measured: 136 → 43 selected columns, 16 → 24
-   true detections at the same BH level, bench/results/rappor_detection.txt).
+   true detections at the same BH level, measured with the benchmark of the previous release).
    An unselected candidate gets estimate 0 and the standard error its
    coefficient would have if it were added to the selected set (``1/(G_ss − G_sA G_AA⁻¹ G_As)``, capped
    at 1): huge when the candidate is not identifiable from the selected strings.
