@@ -21,8 +21,11 @@ The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash pe
 ``decode`` (Google's ``decode_dist.R``): by default detects which candidates are present with
 :func:`ldpstream.estimators.detection.detect` (non-negative lasso screen with a noise-calibrated penalty,
 weighted NNLS refit on the selected, well-determined set, one-sided tests corrected over all candidates with
-``--correction bh`` (the default: Benjamini–Hochberg, false discovery rate ≤ ``--alpha``, default 0.10) or
-``bonferroni`` (family-wise error ≤ ``--alpha``)); the rule used is printed on stderr.
+``--correction bh`` (the default: Benjamini–Hochberg, adaptive to the estimated share of absent candidates
+when the full design is well-determined, false discovery rate ≤ ``--alpha``, default 0.10) or
+``bonferroni`` (family-wise error ≤ ``--alpha``)); the rule used is printed on stderr. The ``estimate`` of a
+string is then the empirical-Bayes posterior mean when the full design is well-determined (otherwise the
+refit), and its interval the refit ± Φ⁻¹(0.975)·its standard error, clipped to [0, 1].
 ``--method ls|nnls|project|mle`` uses the plain candidate decoder of :mod:`ldpstream.estimators.candidates`
 instead (its significance test is then the chosen correction on its own standard errors). It writes ``results.csv``:
 ``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
@@ -261,7 +264,11 @@ def run_decode(args: argparse.Namespace) -> int:
     write_results(args.out, table)
     detail = ""
     if args.method == "detect":
-        detail = f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
+        detail = (f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
+                  f", estimated share of absent candidates {est.info['null_fraction']:.3g}"
+                  f"{' (adaptive BH)' if args.correction == 'bh' and est.info['null_fraction'] < 1 else ''}"
+                  f", point {est.info['point']}; the detected strings hold {est.info['detected_mass']:.3f}"
+                  " of the reports")
     print(f"ldpstream rappor decode: {args.method}, rule {args.correction} at alpha {args.alpha} over "
           f"{len(cmap.strings)} candidates: {len(table['string'])} detected{detail}"
           + ("; --all: every candidate written" if args.all else ""), file=sys.stderr)

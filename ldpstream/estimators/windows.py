@@ -300,8 +300,9 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
 
 
 #: Intervals ``centre ± Z95 · se`` clipped to [0, 1] whose centre is not the published point (the candidate
-#: decoders' least-squares interval beside a constrained point): widened about their own centre.
-SYMMETRIC_CLIPPED = frozenset({"ls-sandwich"})
+#: decoders' least-squares interval beside a constrained point; detect's refit interval beside its
+#: empirical-Bayes point): widened about their own centre.
+SYMMETRIC_CLIPPED = frozenset({"ls-sandwich", "wald-refit"})
 
 
 def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray
