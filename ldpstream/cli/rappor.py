@@ -150,7 +150,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     da.add_argument("--alpha", type=float, default=0.10, help="level of the marginal detection (default 0.10)")
     da.add_argument("--seed", type=int, help="seed of --reports-sample-size's sample")
     for flag in ("--num-cores", "--em-executable", "--tmp-dir"):
-        da.add_argument(flag, help=f"accepted for compatibility with decode_assoc.R; ignored")
+        da.add_argument(flag, help="accepted for compatibility with decode_assoc.R; ignored")
     da.set_defaults(func=run_decode_assoc)
 
     def usage(_args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def test_schema_google_form(tmp_path):
     assert rows == [SchemaVariable("m", "domain", "string", "m_params"),
                     SchemaVariable("m", "flag..HTTPS", "boolean", "m_params")]
     assert find_variable(rows, "m", "flag..HTTPS").var_type == "boolean"
-    with pytest.raises(ParameterError, match="couldn't find metric 'm', var 'nope'.*domain"):
+    with pytest.raises(ParameterError, match=r"couldn't find metric 'm', var 'nope'.*domain"):
         find_variable(rows, "m", "nope")
     with pytest.raises(ParameterError, match="no such metric"):
         find_variable(rows, "x", "domain")

@@ -127,12 +127,12 @@ def create_bool_map(params: ParamsFile) -> CandidateMap:
     return CandidateMap(list(BOOLEAN_LABELS), mechanism.design_matrix())
 
 
-def bloom_table_from_design(design: sp.spmatrix, cohorts: int, k: int, hashes: int) -> np.ndarray:
+def bloom_table_from_design(design: sp.csr_matrix, cohorts: int, k: int, hashes: int) -> np.ndarray:
     """The ``(C, S, h)`` Bloom bit indices that a ``(C·k, S)`` 0/1 design (e.g. :func:`read_map`'s) encodes:
     per cohort and candidate its distinct set bits, the last repeated to fill ``h`` places (a repeated bit
     sets nothing new: :func:`~ldpstream.mechanisms._common.bloom_design_matrix` of the table is ``design``).
     A candidate that sets no bit, or more than ``h``, in some cohort has no such table: an error."""
-    coo = sp.coo_matrix(design)
+    coo = sp.csr_matrix(design).tocoo()
     S = coo.shape[1]
     if coo.shape[0] != cohorts * k:
         raise ParameterError(f"design has {coo.shape[0]} rows, expected m·k = {cohorts * k}")
