@@ -56,7 +56,6 @@ class RapporBoolean(BitMechanism):
 
     name: ClassVar[str] = "rappor_boolean"
     decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
-    needs_value_table: ClassVar[bool] = False
     k: ClassVar[int] = 1  # type: ignore[misc]
 
     cohorts: int

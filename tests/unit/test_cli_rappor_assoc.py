@@ -29,7 +29,7 @@ from ldpstream.mechanisms.rappor import RapporClient
 MASTER = bytes(range(32))
 PARAMS = ParamsFile(k=32, h=2, m=32, p=0.25, q=0.75, f=0.5)
 DOMAINS = ["google.com", "yahoo.com", "bing.com", "duck.com", "rare.org"]  # rare.org is not a candidate
-CANDIDATES = DOMAINS[:4] + ['q"q']  # q"q (Google's quoting test) is a candidate nobody holds
+CANDIDATES = [*DOMAINS[:4], 'q"q']  # q"q (Google's quoting test) is a candidate nobody holds
 # [domain, (FALSE, TRUE)]: the share of TRUE differs by domain
 JOINT_BOOL = np.array([[0.06, 0.30], [0.10, 0.10], [0.15, 0.05], [0.02, 0.10], [0.06, 0.06]])
 COLORS = ["red", "green", "blue", "grey"]  # grey is not a candidate
@@ -285,4 +285,4 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails(args, "reports.csv:202: column 'domain'")
     fails([*args, "--max-em-iters", "0"], "--max-em-iters must be >= 1")
     j = args.index("--output-dir")
-    fails(args[:j + 1] + [str(tmp_path / "nope")] + args[j + 2:], "is not a directory")
+    fails([*args[:j + 1], str(tmp_path / "nope"), *args[j + 2:]], "is not a directory")

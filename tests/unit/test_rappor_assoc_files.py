@@ -15,10 +15,9 @@ import pytest
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.interop.rappor.assoc_reports import AssocReports, read_assoc_reports, write_assoc_reports
 from ldpstream.interop.rappor.assoc_results import read_assoc_results, write_assoc_metrics, write_assoc_results
-from ldpstream.interop.rappor.maps import bloom_table_from_design, create_bool_map, read_map
+from ldpstream.interop.rappor.maps import create_bool_map
 from ldpstream.interop.rappor.params import ParamsFile, read_params_dir
 from ldpstream.interop.rappor.schema import SchemaVariable, find_variable, read_schema, write_schema
-from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 
 # Google's tests/rappor_sim.py --assoc-testdata input files, as bin/test.sh writes them.
@@ -154,29 +153,6 @@ def test_bool_map_is_googles():
     cmap = create_bool_map(ParamsFile(8, 1, 4, 0.25, 0.75, 0.5))
     assert cmap.strings == ["FALSE", "TRUE"]
     assert cmap.matrix.toarray().tolist() == [[0, 1]] * 4
-
-
-def test_bloom_table_from_google_map(tmp_path):
-    # hand-written map.csv (m = 2, h = 2, k = 8): rows c*k + bit + 1; 'b' sets bit 3 twice in cohort 1
-    _write(tmp_path, "map.csv", "a,1,8,10,11\nb,4,5,12,12\n")
-    params = ParamsFile(8, 2, 2, 0.25, 0.75, 0.5)
-    cmap = read_map(tmp_path / "map.csv", params)
-    table = bloom_table_from_design(cmap.matrix, 2, 8, 2)
-    assert table[:, 0].tolist() == [[0, 7], [1, 2]]
-    assert table[:, 1].tolist() == [[3, 4], [3, 3]]
-    assert (params.mechanism().design_matrix(table) != cmap.matrix).nnz == 0
-    # against Google's hashing of real strings
-    words = ["google.com", "yahoo.com", "bing.com", 'q"q']
-    ref = hashing.bloom_table(words, 128, 2, 8)
-    design = ParamsFile(8, 2, 128, 0.25, 0.75, 0.5).mechanism().design_matrix(ref)
-    assert np.array_equal(np.sort(bloom_table_from_design(design, 128, 8, 2), axis=2), np.sort(ref, axis=2))
-
-
-def test_bloom_table_rejects_empty_filter():
-    import scipy.sparse as sp
-
-    with pytest.raises(ParameterError, match="candidate 0 sets 0 bits in cohort 1"):
-        bloom_table_from_design(sp.csr_matrix(np.array([[1.0], [0.0], [0.0], [0.0]])), 2, 2, 1)
 
 
 # --- assoc-results.csv / assoc-metrics.json ---------------------------------------------------------------

@@ -151,21 +151,37 @@ def select_candidates(
     return Candidates(chosen, labels, sp.csr_matrix(variable.cmap.matrix[:, chosen]), True, est, info)
 
 
+def check_map_hashing(variable: AssocVariable, candidates: Candidates) -> None:
+    """Raise unless the map's bits of the chosen candidates are those Google's hashing gives them under the
+    variable's params: the joint EM hashes its candidates itself (:class:`~ldpstream.mechanisms.rappor.Rappor`),
+    so a map made otherwise (other params, other hashing) would be decoded against the wrong bits."""
+    from ldpstream.estimators.dispatch import design_matrix
+
+    p = variable.params
+    hashed = design_matrix(p.mechanism(), candidates.labels)
+    differs = np.asarray(abs(hashed - candidates.design).sum(axis=0)).ravel()
+    if np.any(differs):
+        s = int(np.flatnonzero(differs)[0])
+        raise ParameterError(f"map of {variable.var!r}: the bits of {candidates.labels[s]!r} are not those of "
+                             f"Google's hashing with k={p.k}, h={p.h}, m={p.m} (a map of other params?)")
+
+
 def joint_variable(variable: AssocVariable, candidates: Candidates) -> Any:
     """The :class:`~ldpstream.estimators.joint.JointVariable` of a variable: a string variable's
-    :class:`~ldpstream.mechanisms.rappor.Rappor` with the Bloom table of its chosen map columns (the map,
-    not a re-hash, defines each candidate's bits), or the boolean's
-    :class:`~ldpstream.mechanisms.rappor_boolean.RapporBoolean` over its closed alphabet (0 = FALSE, 1 = TRUE)."""
+    :class:`~ldpstream.mechanisms.rappor.Rappor` over its chosen candidate strings (whose map bits
+    :func:`check_map_hashing` checked), with their marginal frequencies for the "Other" rule; or the boolean's
+    :class:`~ldpstream.mechanisms.rappor_boolean.RapporBoolean` over its closed alphabet (0 = FALSE,
+    1 = TRUE), without "Other"."""
     from ldpstream.estimators.joint import JointVariable
-    from ldpstream.interop.rappor.maps import bloom_table_from_design
     from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 
     p = variable.params
     if variable.var_type == "boolean":
         mech = RapporBoolean(cohorts=p.m, p=p.p, q=p.q, f=p.f)
-        return JointVariable(mech, [0, 1], candidates.labels)
-    table = bloom_table_from_design(candidates.design, p.m, p.k, p.h)
-    return JointVariable(p.mechanism(), table, candidates.labels)
+        return JointVariable(mech, [0, 1], candidates.labels, other=False)
+    check_map_hashing(variable, candidates)
+    freq = np.asarray(candidates.marginal.frequencies, dtype=np.float64)[candidates.index]
+    return JointVariable(p.mechanism(), candidates.labels, candidates.labels, frequencies=freq.tolist(), other=True)
 
 
 @dataclass(frozen=True)

@@ -126,34 +126,3 @@ def create_bool_map(params: ParamsFile) -> CandidateMap:
     mechanism = RapporBoolean(cohorts=params.m, p=params.p, q=params.q, f=params.f)
     return CandidateMap(list(BOOLEAN_LABELS), mechanism.design_matrix())
 
-
-def bloom_table_from_design(design: sp.csr_matrix, cohorts: int, k: int, hashes: int) -> np.ndarray:
-    """The ``(C, S, h)`` Bloom bit indices that a ``(C·k, S)`` 0/1 design (e.g. :func:`read_map`'s) encodes:
-    per cohort and candidate its distinct set bits, the last repeated to fill ``h`` places (a repeated bit
-    sets nothing new: :func:`~ldpstream.mechanisms._common.bloom_design_matrix` of the table is ``design``).
-    A candidate that sets no bit, or more than ``h``, in some cohort has no such table: an error."""
-    coo = sp.csr_matrix(design).tocoo()
-    S = coo.shape[1]
-    if coo.shape[0] != cohorts * k:
-        raise ParameterError(f"design has {coo.shape[0]} rows, expected m·k = {cohorts * k}")
-    row, col = coo.row.astype(np.int64), coo.col.astype(np.int64)
-    keep = coo.data != 0
-    row, col = row[keep], col[keep]
-    cohort, bit = np.divmod(row, k)
-    cell = cohort * S + col
-    order = np.lexsort((bit, cell))
-    cell, bit = cell[order], bit[order]
-    per_cell = np.bincount(cell, minlength=cohorts * S)
-    if np.any(per_cell == 0) or np.any(per_cell > hashes):
-        bad = int(np.flatnonzero((per_cell == 0) | (per_cell > hashes))[0])
-        c, s = divmod(bad, S)
-        raise ParameterError(f"candidate {s} sets {per_cell[bad]} bits in cohort {c}; a Bloom filter of "
-                             f"{hashes} hash(es) sets 1..{hashes}")
-    start = np.concatenate([[0], np.cumsum(per_cell)[:-1]])
-    slot = np.arange(cell.size) - start[cell]
-    table = np.empty((cohorts * S, hashes), dtype=np.int64)
-    table[cell, slot] = bit
-    last = bit[start + per_cell - 1]
-    fill = np.arange(hashes)[None, :] >= per_cell[:, None]
-    table[fill] = np.broadcast_to(last[:, None], fill.shape)[fill]
-    return table.reshape(cohorts, S, hashes)
