@@ -177,6 +177,21 @@ def test_decode_assoc_google_output_form(tmp_path):
     assert len(lines) == 1 + 2 * (len(CANDIDATES) + 1)
 
 
+def test_decode_assoc_bad_rows_and_sample(tmp_path):
+    """--remove-bad-rows drops rows with an empty value (Google's bad rows) and says so in the metrics;
+    --reports-sample-size decodes that many reports."""
+    pytest.importorskip("ldpstream.estimators.joint")
+    paths, _, second = make_files(tmp_path, "bool", 6_000, seed=3)
+    with open(paths["reports"], "a") as f:
+        f.write("c0,0,10101010101010101010101010101010,\nc0,0,,0\n")  # bin/test.sh's bad rows
+    args = decode_args(paths, second.var, tmp_path, "--all-candidates", "--seed", "4")
+    assert run(*args) == 1
+    assert run(*args, "--remove-bad-rows", "--reports-sample-size", "5000") == 0
+    metrics = json.loads((tmp_path / "assoc-metrics.json").read_text())
+    assert metrics["removed_rows"] == 2 and metrics["num_reports"] == 5000
+    assert metrics["reports_sample_size"] == 5000
+
+
 # --- errors -------------------------------------------------------------------------------------------------
 
 
