@@ -52,23 +52,30 @@ class PairPatterns:
     def from_pairs(cls, cohort_x: np.ndarray, reports_x: np.ndarray, cohort_y: np.ndarray,
                    reports_y: np.ndarray, counts: np.ndarray | None = None) -> PairPatterns:
         """Collapse report pairs (one row each, or rows with ``counts``) into distinct patterns (vectorized)."""
-        cx = np.asarray(cohort_x, dtype=np.int64).reshape(-1, 1)
-        cy = np.asarray(cohort_y, dtype=np.int64).reshape(-1, 1)
+        cx = np.asarray(cohort_x, dtype=np.int64).reshape(-1)
+        cy = np.asarray(cohort_y, dtype=np.int64).reshape(-1)
         rx = np.asarray(reports_x)
         ry = np.asarray(reports_y)
-        rx2 = rx.reshape(len(cx), -1).astype(np.int64)
-        ry2 = ry.reshape(len(cy), -1).astype(np.int64)
-        rows = np.hstack([cx, rx2, cy, ry2])
-        weights = np.ones(len(rows), dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
-        if len(rows) == 0:
-            return cls(cx[:, 0], rx, cy[:, 0], ry, weights[:0])
-        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-        summed = np.bincount(inverse.reshape(-1), weights=weights, minlength=len(unique)).astype(np.int64)
+        weights = np.ones(len(cx), dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+        if not (len(cy) == len(rx) == len(ry) == len(weights) == len(cx)):
+            raise ParameterError("pair patterns: every column needs one entry per report pair")
+        if len(cx) == 0:
+            return cls(cx, rx, cy, ry, weights[:0])
+        # One fixed-width byte key per pair (cohorts as int64, bits packed 8 per byte, symbols as int64), so
+        # np.unique sorts short opaque rows instead of k-column integer rows.
+        key = np.ascontiguousarray(np.hstack([_key_bytes(cx), _key_bytes(rx), _key_bytes(cy), _key_bytes(ry)]))
+        _, first, inverse = np.unique(key.view(np.dtype((np.void, key.shape[1]))).reshape(-1),
+                                      return_index=True, return_inverse=True)
+        summed = np.bincount(inverse.reshape(-1), weights=weights, minlength=len(first)).astype(np.int64)
         keep = summed > 0
-        unique, summed = unique[keep], summed[keep]
-        wx = rx2.shape[1]
-        ux = unique[:, 1:1 + wx]
-        uy = unique[:, 2 + wx:]
-        reports_x_out = ux[:, 0] if rx.ndim == 1 else ux.astype(rx.dtype)
-        reports_y_out = uy[:, 0] if ry.ndim == 1 else uy.astype(ry.dtype)
-        return cls(unique[:, 0], reports_x_out, unique[:, 1 + wx], reports_y_out, summed)
+        first, summed = first[keep], summed[keep]
+        rx_out = rx[first] if rx.ndim == 2 else rx[first].astype(np.int64)
+        ry_out = ry[first] if ry.ndim == 2 else ry[first].astype(np.int64)
+        return cls(cx[first], rx_out, cy[first], ry_out, summed)
+
+
+def _key_bytes(column: np.ndarray) -> np.ndarray:
+    """``(n, w)`` uint8 bytes identifying each row: packed bits for 2-D 0/1 reports, int64 bytes otherwise."""
+    if column.ndim == 2:
+        return np.packbits(column.astype(bool), axis=1)
+    return column.astype(np.int64).reshape(-1, 1).view(np.uint8)

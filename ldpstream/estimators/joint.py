@@ -1,0 +1,193 @@
+"""The joint distribution of an associated pair of metrics (docs/math/joint.md; Fanti, Pihur, Erlingsson
+2016 §4).
+
+:func:`estimate_joint` reads the distinct report pairs (:class:`~ldpstream.estimators.pairs.PairPatterns`),
+builds each variable's per-pattern likelihoods with an "Other" category
+(:mod:`ldpstream.estimators.joint_likelihood`), runs the SQUAREM-accelerated EM over the patterns
+(:mod:`ldpstream.estimators.joint_em`) and derives the covariance, intervals, conditional tables and the
+independence test (:mod:`ldpstream.estimators.joint_inference`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.base import Mechanism
+
+from .estimate import Estimate
+from .joint_em import PairChannel, fit_joint, warm_start
+from .joint_inference import (
+    ConditionalTable,
+    IndependenceTest,
+    conditional_tables,
+    covariance_from_information,
+    independence_test,
+    wald_clipped,
+)
+from .joint_likelihood import variable_likelihood
+from .pairs import PairPatterns
+
+__all__ = [
+    "OTHER_LABEL",
+    "ConditionalTable",
+    "IndependenceTest",
+    "JointEstimate",
+    "JointVariable",
+    "estimate_joint",
+    "top_values",
+]
+
+#: The label of each variable's "Other" category.
+OTHER_LABEL = "Other"
+
+
+@dataclass(frozen=True)
+class JointVariable:
+    """One variable of the pair: its mechanism, candidate ``values`` (strings for open hashed mechanisms,
+    alphabet indices for closed or direct ones) and the ``labels`` to publish (default ``str(value)``).
+
+    ``frequencies``: the candidates' frequencies among all reports from the marginal decoder, used by the
+    "Other" rule; ``None``: least squares on the patterns' own sketch
+    (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`)."""
+
+    mechanism: Mechanism
+    values: Sequence[Any]
+    labels: Sequence[str] = ()
+    frequencies: Sequence[float] | None = None
+
+    def names(self) -> tuple[str, ...]:
+        if len(self.labels) == 0:
+            return tuple(str(v) for v in self.values)
+        if len(self.labels) != len(self.values):
+            raise ParameterError(f"{len(self.values)} values but {len(self.labels)} labels")
+        return tuple(str(x) for x in self.labels)
+
+
+def top_values(estimate: Estimate, count: int) -> list[int]:
+    """Indices of the ``count`` largest frequencies of a marginal estimate, largest first (ties: lower index)."""
+    freq = np.asarray(estimate.frequencies, dtype=np.float64)
+    order = np.argsort(-freq, kind="stable")
+    return [int(i) for i in order[: max(int(count), 0)]]
+
+
+@dataclass(frozen=True)
+class JointEstimate:
+    """An estimated joint table with its uncertainty (docs/math/joint.md)."""
+
+    row_labels: tuple[str, ...]
+    column_labels: tuple[str, ...]
+    #: ``(r, c)`` proportions summing to 1.
+    table: np.ndarray
+    std_error: np.ndarray
+    #: ``(r·c, r·c)`` covariance of the row-major cells.
+    covariance: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    interval_method: str
+    x_given_y: ConditionalTable
+    y_given_x: ConditionalTable
+    independence: IndependenceTest
+    n: int
+    iterations: int
+    converged: bool
+    seconds: float
+    log_likelihood: float = 0.0
+    #: The EM's stopping rule, e.g. ``"max |Δp| < 1e-06 or 1000 iterations"``.
+    stopping_rule: str = ""
+    #: Seconds spent building the per-pattern likelihoods (included in ``seconds``).
+    likelihood_seconds: float = 0.0
+    #: Seconds spent in the EM iterations alone (included in ``seconds``).
+    em_seconds: float = 0.0
+    patterns: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary (lists of floats, plain ints and strings)."""
+        return {
+            "row_labels": list(self.row_labels),
+            "column_labels": list(self.column_labels),
+            "table": self.table.tolist(),
+            "std_error": self.std_error.tolist(),
+            "low_95": self.low.tolist(),
+            "high_95": self.high.tolist(),
+            "interval_method": self.interval_method,
+            "covariance": self.covariance.tolist(),
+            "x_given_y": self.x_given_y.to_dict(),
+            "y_given_x": self.y_given_x.to_dict(),
+            "independence": self.independence.to_dict(),
+            "n": int(self.n),
+            "patterns": int(self.patterns),
+            "iterations": int(self.iterations),
+            "converged": bool(self.converged),
+            "seconds": float(self.seconds),
+            "likelihood_seconds": float(self.likelihood_seconds),
+            "em_seconds": float(self.em_seconds),
+            "log_likelihood": float(self.log_likelihood),
+            "stopping_rule": self.stopping_rule,
+            "info": dict(self.info),
+        }
+
+
+def estimate_joint(
+    patterns: PairPatterns,
+    x: JointVariable,
+    y: JointVariable,
+    *,
+    other: bool = True,
+    start: np.ndarray | None = None,
+    tolerance: float = 1e-6,
+    max_iterations: int = 1000,
+    accelerate: bool = True,
+) -> JointEstimate:
+    """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``).
+
+    EM (SQUAREM unless ``accelerate=False``) over the distinct patterns, from ``start`` (a previous table of
+    the same shape, e.g. the last decode's, floored and renormalized; else uniform), stopping when no cell
+    moves by ``tolerance`` in one iteration or after ``max_iterations``. Covariance from the observed
+    information on the ``rc − 1`` free parameters; cells and conditionals with clipped Wald 95% intervals;
+    independence by the Wald test of the interaction contrasts (docs/math/joint.md).
+    """
+    if len(x.values) == 0 or len(y.values) == 0:
+        raise ParameterError("joint estimation needs at least one candidate value per variable")
+    began = time.perf_counter()
+    counts = np.asarray(patterns.counts, dtype=np.float64)
+    lx = variable_likelihood(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts,
+                             other=other, frequencies=None if x.frequencies is None else np.asarray(x.frequencies))
+    ly = variable_likelihood(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts,
+                             other=other, frequencies=None if y.frequencies is None else np.asarray(y.frequencies))
+    built = time.perf_counter()
+    rows = x.names() + ((OTHER_LABEL,) if other else ())
+    cols = y.names() + ((OTHER_LABEL,) if other else ())
+    r, c = len(rows), len(cols)
+    channel = PairChannel(lx.matrix, ly.matrix)
+    log_scale = lx.log_scale + ly.log_scale
+    fit = fit_joint(channel, counts, log_scale, start=warm_start(start, (r, c)), tolerance=tolerance,
+                    max_iterations=max_iterations, accelerate=accelerate)
+    fitted = time.perf_counter()
+    p = fit.p
+    m = np.maximum(channel.forward(p), 1e-300)
+    information = channel.information(counts / (m * m))
+    cov = covariance_from_information(information)
+    table = p.reshape(r, c)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(r, c)
+    low, high = wald_clipped(table, se)
+    x_given_y, y_given_x = conditional_tables(table, cov)
+    test = independence_test(table, cov, information)
+    seconds = time.perf_counter() - began
+    return JointEstimate(
+        row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
+        interval_method="wald-clipped", x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
+        n=int(patterns.total), iterations=fit.iterations, converged=fit.converged, seconds=seconds,
+        log_likelihood=fit.log_likelihood,
+        stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"
+                      + (" (SQUAREM)" if accelerate else " (plain EM)"),
+        likelihood_seconds=built - began, em_seconds=fitted - built, patterns=len(patterns),
+        info={"candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
+              "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist()},
+    )

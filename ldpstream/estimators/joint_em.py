@@ -1,0 +1,113 @@
+"""EM for the joint distribution of an associated pair over distinct patterns (docs/math/joint.md#em).
+
+Fanti, Pihur, Erlingsson 2016 §4.A. Cell ``(i, j)`` (row-major index ``i·c + j``) has probability ``p_ij``;
+pattern ``u`` (count ``n_u``) has likelihood ``c^u_ij = Lx[u, i] · Ly[u, j]`` (reports of X and Y are
+independent given the true pair), so ``m_u = Σ_ij c^u_ij p_ij = Lx[u]ᵀ P Ly[u]`` and the log-likelihood is
+``ℓ(p) = Σ_u n_u log m_u``. EM: ``p_ij ← p_ij · Σ_u n_u c^u_ij / m_u / N``, i.e.
+``P ← P ∘ Lxᵀ diag(n/m) Ly / N``: two ``(D × r)·(r × c)``-sized products per step, over distinct patterns
+weighted by their counts, never over reports.
+
+The iteration (and its SQUAREM acceleration and stopping rule: largest absolute change of a cell below
+``tolerance``) is :func:`ldpstream.estimators.em.em_multinomial`'s, with :class:`PairChannel` as the channel:
+this problem is a multinomial over patterns with the Khatri–Rao structured channel ``Q[(i,j), u] = c^u_ij``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpstream.errors import ParameterError
+
+from .em import em_multinomial
+
+__all__ = ["INFORMATION_CHUNK", "JointFit", "PairChannel", "fit_joint", "log_likelihood", "warm_start"]
+
+#: Patterns per block when the information matrix is accumulated (bounds memory to a block × (rc)).
+INFORMATION_CHUNK = 65_536
+#: Floor given to every cell of a warm start before renormalizing (EM cannot leave an exact zero).
+WARM_FLOOR = 1e-4
+
+
+class PairChannel:
+    """The channel ``Q[(i, j), u] = Lx[u, i] Ly[u, j]`` of :mod:`ldpstream.estimators.channels`'s protocol,
+    never materialized (``(D, r)`` and ``(D, c)`` factors)."""
+
+    def __init__(self, lx: np.ndarray, ly: np.ndarray) -> None:
+        if lx.ndim != 2 or ly.ndim != 2 or lx.shape[0] != ly.shape[0]:
+            raise ParameterError("pair channel: Lx and Ly need one row per pattern")
+        self.lx, self.ly = lx, ly
+        self.r, self.c = lx.shape[1], ly.shape[1]
+
+    @property
+    def n_inputs(self) -> int:
+        return int(self.r * self.c)
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.lx.shape[0])
+
+    def forward(self, p: np.ndarray) -> np.ndarray:
+        """``m_u = Lx[u]ᵀ P Ly[u]``."""
+        out: np.ndarray = np.einsum("uj,uj->u", self.lx @ p.reshape(self.r, self.c), self.ly)
+        return out
+
+    def adjoint(self, w: np.ndarray) -> np.ndarray:
+        """``Σ_u w_u c^u_ij`` = ``Lxᵀ diag(w) Ly`` (row-major)."""
+        out: np.ndarray = (self.lx.T @ (w[:, None] * self.ly)).ravel()
+        return out
+
+    def information(self, d: np.ndarray) -> np.ndarray:
+        """``Σ_u d_u c^u c^uᵀ`` (rc × rc), accumulated over blocks of patterns."""
+        rc = self.r * self.c
+        out = np.zeros((rc, rc))
+        for start in range(0, self.n_outputs, INFORMATION_CHUNK):
+            sl = slice(start, start + INFORMATION_CHUNK)
+            cu = (self.lx[sl, :, None] * self.ly[sl, None, :]).reshape(-1, rc)
+            out += (cu * d[sl, None]).T @ cu
+        return out
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """The EM's output: ``p`` (row-major cells), the log-likelihood (of the scaled likelihoods plus the
+    patterns' log scales: the exact ``Σ_u n_u log m_u``), iterations, convergence."""
+
+    p: np.ndarray
+    log_likelihood: float
+    iterations: int
+    converged: bool
+
+
+def warm_start(start: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray | None:
+    """A previous table as a start: floored at :data:`WARM_FLOOR` and renormalized (an exact zero would stay
+    zero under EM); ``None`` (uniform start) when its shape does not match the table's."""
+    if start is None:
+        return None
+    arr = np.asarray(start, dtype=np.float64)
+    if arr.shape != shape or not np.all(np.isfinite(arr)):
+        return None
+    arr = np.maximum(arr, 0.0)
+    arr = arr / arr.sum() if arr.sum() > 0 else np.full(shape, 1.0 / arr.size)
+    arr = np.maximum(arr, WARM_FLOOR)
+    out: np.ndarray = (arr / arr.sum()).ravel()
+    return out
+
+
+def fit_joint(channel: PairChannel, counts: np.ndarray, log_scale: np.ndarray, *, start: np.ndarray | None,
+              tolerance: float, max_iterations: int, accelerate: bool = True) -> JointFit:
+    """Maximize ``Σ_u n_u log m_u`` on the simplex by (SQUAREM-accelerated) EM from ``start`` (row-major
+    cells; ``None``: uniform, as in the paper). Stops when no cell moves by ``tolerance`` or more in one
+    iteration, or after ``max_iterations`` (then ``converged`` is false)."""
+    n = np.asarray(counts, dtype=np.float64)
+    res = em_multinomial(n, channel, p0=start, tol=tolerance, max_iter=max_iterations, accelerate=accelerate)
+    ll = float(res.log_likelihood + np.dot(n, log_scale))
+    return JointFit(res.p, ll, int(res.n_iter), bool(res.converged))
+
+
+def log_likelihood(channel: PairChannel, counts: np.ndarray, log_scale: np.ndarray, p: np.ndarray) -> float:
+    """``Σ_u n_u log m_u(p)`` (exact, with the patterns' log scales)."""
+    m = channel.forward(np.asarray(p, dtype=np.float64).ravel())
+    with np.errstate(divide="ignore"):
+        return float(np.dot(counts, np.log(m)) + np.dot(counts, log_scale))

@@ -1,0 +1,239 @@
+"""Per-pattern likelihoods of one variable of an associated pair (docs/math/joint.md#likelihoods).
+
+For a variable X with candidate values ``v_1..v_S`` and distinct patterns ``u`` (cohort ``c_u``, report
+``R_u``), this module builds the ``(D, S)`` matrix ``L[u, s] = P(R_u | v_s, c_u)`` and, optionally, an extra
+column ``P(R_u | Other, c_u)`` (Fanti, Pihur, Erlingsson 2016, §4.A–B). Rows are scaled by their largest
+entry (the EM and the information only use ratios within a row); the log of the scale is returned so the
+log-likelihood can be reported exactly.
+
+The true report of every candidate comes from the mechanism's own design matrix ``H`` (``(C·k, S)`` 0/1,
+cohort-major rows, :meth:`~ldpstream.mechanisms.base.Mechanism.design_matrix`; the identity for the direct
+mechanisms k-RR and k-RAPPOR, whose values are alphabet indices):
+
+- symbol mechanisms (k-RR, O-RR): ``P(y | s, c) = hi`` when ``H[c·k + y, s] = 1`` else ``lo``
+  (``response_rates``), read by indexing;
+- bit mechanisms (k-RAPPOR, O-RAPPOR, RAPPOR): with ``t_j = q*`` where ``H[c·k + j, s] = 1`` else ``p*``,
+  ``log P(b | s, c) = Σ_j b_j log t_j + (1 − b_j) log(1 − t_j)``
+  ``= Σ_j [b_j log p* + (1 − b_j) log(1 − p*)] + A·(bᵀH_c)_s + B·(h_{c,s} − (bᵀH_c)_s)``,
+  ``A = log(q*/p*)``, ``B = log((1 − q*)/(1 − p*))``, ``h_{c,s}`` the number of bits candidate s sets in c:
+  one ``(n_c, k) × (k, S)`` matrix product per cohort.
+
+"Other" (§4.B, the rule of the paper, per cohort c, from the patterns' own per-cohort counts):
+``f_s`` are the candidates' frequencies among all reports (the marginal decoder's, or least squares on the
+patterns' sketch), ``N_c`` the cohort's reports, ``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
+
+- bits: ``t^O_{c,j} = (Y_{c,j} − Σ_s N_c f_s t_{c,j,s}) / N_c^O`` clipped to ``[p*, q*]`` (any mixture of
+  values sets bit j with a probability in that range), and ``P(b | Other, c) = Π_j (t^O)^{b_j}
+  (1 − t^O)^{1 − b_j}``: the paper's product form, which treats the bits as independent given Other (exact
+  for one value, an approximation for a mixture);
+- symbols: ``P(y | Other, c) = (Y_{c,y} − Σ_s N_c f_s Q(y | s, c)) / N_c^O`` clipped to ``[lo, hi]`` and
+  renormalized over y (exact for a mixture: no independence assumption).
+
+When fewer than :data:`MIN_OTHER_REPORTS` reports of a cohort are left to Other (the candidates explain
+everything), its likelihood falls back to that of a value hashed uniformly at random (``1/k`` per symbol;
+``t = p* + (q* − p*)·h/k`` per bit, h = the mechanism's hashes, 1 for k-RAPPOR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ldpstream.errors import ParameterError
+
+from .dispatch import design_matrix, estimate
+
+__all__ = [
+    "MIN_OTHER_REPORTS",
+    "VariableLikelihood",
+    "candidate_frequencies",
+    "candidate_truth",
+    "other_bit_rates",
+    "other_symbol_rates",
+    "pattern_sketch",
+    "variable_likelihood",
+]
+
+#: Below this many reports left to "Other" in a cohort, its likelihood is the uniformly-hashed fallback.
+MIN_OTHER_REPORTS = 1.0
+#: Patterns per matrix product (bounds the float copy of the bits).
+CHUNK_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class VariableLikelihood:
+    """``(D, S[+1])`` likelihood matrix of one variable, rows scaled to a maximum of 1."""
+
+    #: ``L[u, s] / scale_u``; the last column is "Other" when ``has_other``.
+    matrix: np.ndarray
+    #: ``log scale_u`` (so ``log P(R_u | s) = log matrix[u, s] + log_scale[u]``).
+    log_scale: np.ndarray
+    has_other: bool
+    #: Candidate frequencies used by the Other rule (``None`` without Other).
+    frequencies: np.ndarray | None
+
+
+def _is_bits(mechanism: Any) -> bool:
+    return str(mechanism.report_kind) == "bits"
+
+
+def candidate_truth(mechanism: Any, values: Sequence[Any]) -> np.ndarray:
+    """``(C, k, S)`` bool: whether candidate s's true report sets cell (symbol or bit) j in cohort c.
+
+    Direct mechanisms (k-RR, k-RAPPOR): the identity's columns ``values`` (alphabet indices), one cohort;
+    hashed ones: their :meth:`design_matrix` of the candidates (closed alphabets: of the indices)."""
+    k, C = int(mechanism.k), int(mechanism.cohorts)
+    if not getattr(mechanism, "needs_value_table", True):
+        index = np.asarray(values, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= k):
+            raise ParameterError(f"{mechanism.name}: values must be alphabet indices in 0..{k - 1}")
+        return np.eye(k, dtype=bool)[:, index].reshape(1, k, len(index))
+    H = design_matrix(mechanism, list(values))
+    dense = np.asarray(sp.csr_matrix(H).toarray() > 0)
+    if dense.shape[0] != C * k:
+        raise ParameterError(f"{mechanism.name}: design has {dense.shape[0]} rows, expected {C * k}")
+    return dense.reshape(C, k, -1)
+
+
+def pattern_sketch(mechanism: Any, cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The mechanism's ``(C, sketch_width)`` count sketch of patterns with multiplicities ``counts``
+    (symbols: ``[c, y]``; bits: ``[c, 0]`` reports and ``[c, 1 + j]`` reports with bit j set)."""
+    C, k = int(mechanism.cohorts), int(mechanism.k)
+    w = np.asarray(counts, dtype=np.float64)
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    if len(cohorts) and (cohorts.min() < 0 or cohorts.max() >= C):
+        raise ParameterError(f"{mechanism.name}: cohorts must lie in 0..{C - 1}")
+    if not _is_bits(mechanism):
+        y = np.asarray(reports, dtype=np.int64)
+        if len(y) and (y.min() < 0 or y.max() >= k):
+            raise ParameterError(f"{mechanism.name}: symbols must lie in 0..{k - 1}")
+        flat = np.bincount(cohorts * k + y, weights=w, minlength=C * k)
+        return np.rint(flat).astype(np.int64).reshape(C, k)
+    bits = np.asarray(reports)
+    if bits.ndim != 2 or bits.shape[1] != k:
+        raise ParameterError(f"{mechanism.name}: bit reports must be (D, {k})")
+    out = np.zeros((C, k + 1), dtype=np.float64)
+    out[:, 0] = np.bincount(cohorts, weights=w, minlength=C)
+    indicator = sp.csr_matrix((w, (cohorts, np.arange(len(w)))), shape=(C, len(w)))
+    out[:, 1:] = np.asarray(indicator @ bits.astype(np.float64))
+    return np.rint(out).astype(np.int64)
+
+
+def candidate_frequencies(mechanism: Any, values: Sequence[Any], sketch: np.ndarray) -> np.ndarray:
+    """The candidates' frequencies among all reports, from the marginal decoders' unbiased least squares
+    (``"ls"``; direct mechanisms: ``"unbiased"`` over the alphabet, then the values' entries), clipped to
+    ``[0, 1]`` and scaled down if they sum past 1."""
+    if not getattr(mechanism, "needs_value_table", True):
+        est = estimate(sketch, mechanism, "unbiased")
+        f = np.asarray(est.frequencies, dtype=np.float64)[np.asarray(values, dtype=np.int64)]
+    else:
+        est = estimate(sketch, mechanism, "ls", candidates=list(values))
+        f = np.asarray(est.frequencies, dtype=np.float64)[: len(values)]
+    f = np.clip(f, 0.0, 1.0)
+    total = f.sum()
+    return f / total if total > 1.0 else f
+
+
+def other_bit_rates(truth: np.ndarray, freq: np.ndarray, sketch: np.ndarray, q_star: float, p_star: float,
+                    hashes: int) -> np.ndarray:
+    """``(C, k)`` P(bit j set | Other, cohort c): the module docstring's rule, clipped to ``[p*, q*]``."""
+    n_c = sketch[:, 0].astype(np.float64)
+    rates = p_star + (q_star - p_star) * truth  # (C, k, S)
+    expected = n_c[:, None] * (rates @ freq)  # (C, k)
+    left = n_c * (1.0 - float(freq.sum()))
+    fallback = p_star + (q_star - p_star) * min(hashes, truth.shape[1]) / truth.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (sketch[:, 1:] - expected) / left[:, None]
+    t = np.where(left[:, None] >= MIN_OTHER_REPORTS, t, fallback)
+    out: np.ndarray = np.clip(t, p_star, q_star)
+    return out
+
+
+def other_symbol_rates(truth: np.ndarray, freq: np.ndarray, sketch: np.ndarray, hi: float, lo: float) -> np.ndarray:
+    """``(C, k)`` P(symbol y | Other, cohort c): the module docstring's rule, clipped to ``[lo, hi]`` and
+    renormalized."""
+    n_c = sketch.sum(axis=1).astype(np.float64)
+    rates = lo + (hi - lo) * truth
+    expected = n_c[:, None] * (rates @ freq)
+    left = n_c * (1.0 - float(freq.sum()))
+    k = truth.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = (sketch - expected) / left[:, None]
+    g = np.where(left[:, None] >= MIN_OTHER_REPORTS, g, 1.0 / k)
+    g = np.clip(g, lo, hi)
+    out: np.ndarray = g / g.sum(axis=1, keepdims=True)
+    return out
+
+
+def _cohort_groups(cohorts: np.ndarray, C: int) -> list[np.ndarray]:
+    order = np.argsort(cohorts, kind="stable")
+    bounds = np.searchsorted(cohorts[order], np.arange(C + 1))
+    return [order[bounds[c]:bounds[c + 1]] for c in range(C)]
+
+
+def variable_likelihood(
+    mechanism: Any,
+    values: Sequence[Any],
+    cohorts: np.ndarray,
+    reports: np.ndarray,
+    counts: np.ndarray,
+    *,
+    other: bool = True,
+    frequencies: np.ndarray | None = None,
+) -> VariableLikelihood:
+    """The ``(D, S[+1])`` per-pattern likelihoods of one variable (module docstring), vectorized.
+
+    ``frequencies``: the candidates' frequencies among all reports for the Other rule (default:
+    :func:`candidate_frequencies` of the patterns' own sketch)."""
+    truth = candidate_truth(mechanism, values)  # (C, k, S)
+    C, k, S = truth.shape
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    D = len(cohorts)
+    freq: np.ndarray | None = None
+    if other:
+        sketch = pattern_sketch(mechanism, cohorts, reports, counts)
+        freq = (candidate_frequencies(mechanism, values, sketch) if frequencies is None
+                else np.clip(np.asarray(frequencies, dtype=np.float64).ravel()[:S], 0.0, 1.0))
+        if freq.shape != (S,):
+            raise ParameterError(f"{S} candidates but {freq.size} frequencies")
+    width = S + int(other)
+    if not _is_bits(mechanism):
+        hi, lo = mechanism.response_rates
+        y = np.asarray(reports, dtype=np.int64)
+        logL = np.empty((D, width))
+        logL[:, :S] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
+        if other:
+            assert freq is not None
+            g = other_symbol_rates(truth, freq, sketch, hi, lo)
+            logL[:, S] = np.log(g[cohorts, y])
+    else:
+        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+        if not (0.0 < ps < qs < 1.0):
+            raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
+        bits = np.asarray(reports)
+        A, B = np.log(qs / ps), np.log((1.0 - qs) / (1.0 - ps))
+        set_bits = truth.sum(axis=1).astype(np.float64)  # (C, S)
+        t_other = None
+        if other:
+            assert freq is not None
+            t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
+        logL = np.empty((D, width))
+        popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+        base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
+        for c, group in enumerate(_cohort_groups(cohorts, C)):
+            weights = truth[c].astype(np.float32)
+            logit = None if t_other is None else np.log(t_other[c] / (1.0 - t_other[c]))
+            for start in range(0, len(group), CHUNK_ROWS):
+                idx = group[start:start + CHUNK_ROWS]
+                b = bits[idx].astype(np.float32)
+                match = (b @ weights).astype(np.float64)  # exact: sums of 0/1 products
+                logL[idx, :S] = base[idx, None] + A * match + B * (set_bits[c] - match)
+                if logit is not None and t_other is not None:
+                    logL[idx, S] = b @ logit + np.log(1.0 - t_other[c]).sum()
+    log_scale = logL.max(axis=1) if D else np.zeros(0)
+    matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
+    return VariableLikelihood(matrix, log_scale, other, freq)

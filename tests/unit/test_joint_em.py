@@ -1,0 +1,216 @@
+"""The joint EM and its inference (ldpstream.estimators.joint) against independent references.
+
+- EM's fixed point vs scipy's SLSQP maximizing the observed log-likelihood on the simplex, with the
+  likelihoods recomputed report by report (no code shared with the estimator).
+- The covariance vs the inverse of a central-difference Hessian of that log-likelihood on the free parameters.
+- The conditional tables' delta-method SEs vs a finite-difference Jacobian; the interaction Wald statistic vs a
+  second parametrization of the same hypothesis; the paper's T vs its formula with the brute-force information.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from ldpstream.estimators.estimate import Estimate
+from ldpstream.estimators.joint import JointVariable, estimate_joint, top_values
+from ldpstream.estimators.joint_likelihood import variable_likelihood
+from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.simulation.joint_trials import sample_pairs, value_names, zipf_association
+
+from .test_joint_likelihood import brute_probability
+
+
+def brute_cells(patterns: PairPatterns, x: Any, xs: list[Any], y: Any, ys: list[Any]) -> np.ndarray:
+    """``(D, r·c)`` c^u_ij = P(R_x | x_i) P(R_y | y_j), one pattern and value at a time."""
+    rows = []
+    for cx, rx, cy, ry in zip(patterns.cohort_x, patterns.reports_x, patterns.cohort_y, patterns.reports_y,
+                              strict=True):
+        px = np.array([brute_probability(x, v, int(cx), rx) for v in xs])
+        py = np.array([brute_probability(y, v, int(cy), ry) for v in ys])
+        rows.append(np.outer(px, py).ravel())
+    return np.array(rows)
+
+
+def loglik(cells: np.ndarray, counts: np.ndarray, p: np.ndarray) -> float:
+    return float(counts @ np.log(cells @ p))
+
+
+def slsqp_mle(cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    size = cells.shape[1]
+    res = optimize.minimize(
+        lambda p: -loglik(cells, counts, np.maximum(p, 1e-12)) / counts.sum(),
+        np.full(size, 1.0 / size),
+        jac=lambda p: -(cells.T @ (counts / (cells @ np.maximum(p, 1e-12)))) / counts.sum(),
+        method="SLSQP", bounds=[(0.0, 1.0)] * size,
+        constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
+        options={"ftol": 1e-15, "maxiter": 2000},
+    )
+    out: np.ndarray = res.x
+    return out
+
+
+@pytest.fixture(scope="module")
+def krr_orr_case() -> tuple[PairPatterns, Any, list[int], Any, list[str]]:
+    """Full alphabets (no Other): k-RR over 3 symbols × O-RR over 4 strings, associated."""
+    x, y = KRR(3, 2.0), ORR(k=4, epsilon=2.5, cohorts=2)
+    ys = value_names(4)
+    joint = np.array([[0.20, 0.05, 0.05, 0.02], [0.03, 0.25, 0.04, 0.03], [0.05, 0.05, 0.08, 0.15]])
+    patterns = sample_pairs(joint, x, y, 20_000, np.random.default_rng(7), None, y.value_table(ys))
+    return patterns, x, [0, 1, 2], y, ys
+
+
+def test_em_fixed_point_matches_scipy_optimizer(krr_orr_case: Any) -> None:
+    patterns, x, xs, y, ys = krr_orr_case
+    est = estimate_joint(patterns, JointVariable(x, xs), JointVariable(y, ys), other=False, tolerance=1e-11,
+                         max_iterations=20_000)
+    assert est.converged
+    cells = brute_cells(patterns, x, xs, y, ys)
+    counts = patterns.counts.astype(float)
+    ref = slsqp_mle(cells, counts)
+    ours = est.table.ravel()
+    assert loglik(cells, counts, ours) >= loglik(cells, counts, np.maximum(ref, 1e-15)) - 1e-6
+    np.testing.assert_allclose(ours, ref, atol=2e-4)
+    assert est.log_likelihood == pytest.approx(loglik(cells, counts, ours), rel=1e-10)
+    np.testing.assert_allclose(est.table.sum(), 1.0)
+
+
+def test_plain_and_accelerated_em_reach_the_same_point_and_warm_start_helps(krr_orr_case: Any) -> None:
+    patterns, x, xs, y, ys = krr_orr_case
+    vx, vy = JointVariable(x, xs), JointVariable(y, ys)
+    fast = estimate_joint(patterns, vx, vy, other=False, tolerance=1e-10, max_iterations=100_000)
+    plain = estimate_joint(patterns, vx, vy, other=False, tolerance=1e-10, max_iterations=100_000,
+                           accelerate=False)
+    np.testing.assert_allclose(fast.table, plain.table, atol=1e-6)
+    assert fast.iterations < plain.iterations
+    warm = estimate_joint(patterns, vx, vy, other=False, tolerance=1e-10, max_iterations=100_000,
+                          accelerate=False, start=plain.table)
+    assert warm.iterations < plain.iterations / 2
+    np.testing.assert_allclose(warm.table, plain.table, atol=1e-6)
+    capped = estimate_joint(patterns, vx, vy, other=False, tolerance=1e-12, max_iterations=3, accelerate=False)
+    assert not capped.converged and capped.iterations == 3
+
+
+def numerical_hessian(f: Any, theta: np.ndarray, h: float) -> np.ndarray:
+    size = len(theta)
+    hess = np.zeros((size, size))
+    for a in range(size):
+        for b in range(a, size):
+            ea, eb = np.eye(size)[a] * h, np.eye(size)[b] * h
+            val = (f(theta + ea + eb) - f(theta + ea - eb) - f(theta - ea + eb) + f(theta - ea - eb)) / (4 * h * h)
+            hess[a, b] = hess[b, a] = val
+    return hess
+
+
+def test_covariance_is_the_inverse_numerical_hessian_on_free_parameters(krr_orr_case: Any) -> None:
+    patterns, x, xs, y, ys = krr_orr_case
+    est = estimate_joint(patterns, JointVariable(x, xs), JointVariable(y, ys), other=False, tolerance=1e-11,
+                         max_iterations=20_000)
+    cells = brute_cells(patterns, x, xs, y, ys)
+    counts = patterns.counts.astype(float)
+    p = est.table.ravel()
+    # free parameters: drop the FIRST cell (the estimator drops the last: the covariance must not depend on it)
+    def f(theta: np.ndarray) -> float:
+        return loglik(cells, counts, np.concatenate([[1.0 - theta.sum()], theta]))
+    hess = numerical_hessian(f, p[1:], 1e-5)
+    J = np.vstack([-np.ones((1, len(p) - 1)), np.eye(len(p) - 1)])
+    ref = J @ np.linalg.inv(-hess) @ J.T
+    np.testing.assert_allclose(est.covariance, ref, rtol=2e-3, atol=1e-9)
+    np.testing.assert_allclose(est.std_error.ravel(), np.sqrt(np.diag(ref)), rtol=1e-3)
+    # the paper's T: dᵀ I_p d with the brute-force information
+    m = cells @ p
+    info = (cells * (counts / m**2)[:, None]).T @ cells
+    d = (est.table - np.outer(est.table.sum(1), est.table.sum(0))).ravel()
+    assert est.independence.paper_statistic == pytest.approx(d @ info @ d, rel=1e-6)
+
+
+def test_conditional_standard_errors_match_a_numerical_delta_method(krr_orr_case: Any) -> None:
+    patterns, x, xs, y, ys = krr_orr_case
+    est = estimate_joint(patterns, JointVariable(x, xs), JointVariable(y, ys), other=False, tolerance=1e-11)
+    p = est.table.ravel()
+    r, c = est.table.shape
+
+    def y_given_x(q: np.ndarray) -> np.ndarray:
+        t = q.reshape(r, c)
+        return (t / t.sum(axis=1, keepdims=True)).ravel()
+
+    def x_given_y(q: np.ndarray) -> np.ndarray:
+        t = q.reshape(r, c)
+        return (t / t.sum(axis=0, keepdims=True)).ravel()
+
+    for fn, table in ((y_given_x, est.y_given_x), (x_given_y, est.x_given_y)):
+        h = 1e-6
+        jac = np.array([(fn(p + h * e) - fn(p - h * e)) / (2 * h) for e in np.eye(len(p))]).T
+        se = np.sqrt(np.diag(jac @ est.covariance @ jac.T)).reshape(r, c)
+        np.testing.assert_allclose(table.std_error, se, rtol=1e-4)
+        np.testing.assert_allclose(table.table.ravel(), fn(p), rtol=1e-12)
+        assert np.all(table.low <= table.table) and np.all(table.table <= table.high)
+        assert np.all(table.low >= 0) and np.all(table.high <= 1)
+    np.testing.assert_allclose(est.y_given_x.table.sum(axis=1), 1.0)
+    np.testing.assert_allclose(est.x_given_y.table.sum(axis=0), 1.0)
+
+
+def test_interaction_wald_statistic_does_not_depend_on_the_contrasts_chosen(krr_orr_case: Any) -> None:
+    """Second implementation: the contrasts of the FIRST (r−1)(c−1) cells dropped differently (rows/columns
+    1.., numerical Jacobian) test the same hypothesis; the deviations from independence are a linear image of
+    each other, so the Wald statistics agree."""
+    patterns, x, xs, y, ys = krr_orr_case
+    est = estimate_joint(patterns, JointVariable(x, xs), JointVariable(y, ys), other=False, tolerance=1e-11)
+    r, c = est.table.shape
+
+    def contrasts(q: np.ndarray) -> np.ndarray:
+        t = q.reshape(r, c)
+        return (t - np.outer(t.sum(1), t.sum(0)))[1:, 1:].ravel()
+
+    p = est.table.ravel()
+    jac = np.array([(contrasts(p + 1e-6 * e) - contrasts(p - 1e-6 * e)) / 2e-6 for e in np.eye(len(p))]).T
+    h = contrasts(p)
+    w = h @ np.linalg.solve(jac @ est.covariance @ jac.T, h)
+    assert est.independence.statistic == pytest.approx(w, rel=1e-5)
+    assert est.independence.df == (r - 1) * (c - 1)
+    assert est.independence.p_value < 1e-6  # the table is strongly associated
+    assert est.independence.method == "wald-interaction"
+
+
+def test_rappor_with_other_matches_scipy_on_the_same_likelihoods() -> None:
+    """RAPPOR × RAPPOR with Other: the EM's point is the optimizer's on the estimator's (brute-force-checked)
+    likelihood matrices."""
+    mech = Rappor(k=16, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.0)
+    names = value_names(12)
+    joint = zipf_association(12, 1.0, 0.6)
+    patterns = sample_pairs(joint, mech, mech, 20_000, np.random.default_rng(11), mech.value_table(names),
+                            mech.value_table(names))
+    vx = JointVariable(mech, names[:3], labels=["a", "b", "c"])
+    est = estimate_joint(patterns, vx, vx, tolerance=1e-11, max_iterations=20_000)
+    lx = variable_likelihood(mech, names[:3], patterns.cohort_x, patterns.reports_x, patterns.counts)
+    ly = variable_likelihood(mech, names[:3], patterns.cohort_y, patterns.reports_y, patterns.counts)
+    cells = (lx.matrix[:, :, None] * ly.matrix[:, None, :]).reshape(len(patterns), -1)
+    ref = slsqp_mle(cells, patterns.counts.astype(float))
+    np.testing.assert_allclose(est.table.ravel(), ref, atol=3e-4)
+    assert est.row_labels == ("a", "b", "c", "Other") and est.column_labels == est.row_labels
+    assert np.all(est.low >= 0) and np.all(est.high <= 1)
+    assert np.all((est.low <= est.table) & (est.table <= est.high))
+    assert est.n == 20_000 and est.patterns == len(patterns)
+    assert est.seconds >= est.likelihood_seconds > 0
+    json.dumps(est.to_dict())
+
+
+def test_top_values_and_bad_inputs() -> None:
+    marginal = Estimate(np.array([0.1, 0.4, 0.05, 0.4, 0.05]), None, 100, "test")
+    assert top_values(marginal, 3) == [1, 3, 0]
+    assert top_values(marginal, 0) == []
+    mech = KRR(3, 1.0)
+    patterns = PairPatterns.from_pairs(np.zeros(4), np.array([0, 1, 2, 0]), np.zeros(4), np.array([1, 1, 2, 0]))
+    with pytest.raises(Exception, match="labels"):
+        estimate_joint(patterns, JointVariable(mech, [0, 1], labels=["a"]), JointVariable(mech, [0]))
+    with pytest.raises(Exception, match="at least one"):
+        estimate_joint(patterns, JointVariable(mech, []), JointVariable(mech, [0]))
+    with pytest.raises(Exception, match="alphabet indices"):
+        estimate_joint(patterns, JointVariable(mech, [0, 7]), JointVariable(mech, [0]))
