@@ -49,7 +49,8 @@ JOINT_STRINGS = np.array([[0.20, 0.05, 0.04, 0.03], [0.03, 0.12, 0.02, 0.02], [0
                           [0.04, 0.04, 0.04, 0.02], [0.06, 0.04, 0.03, 0.02]])
 
 
-def google_other_probs(counts: np.ndarray, design: np.ndarray, proportion: np.ndarray, qs: float, ps: float) -> np.ndarray:
+def google_other_probs(counts: np.ndarray, design: np.ndarray, proportion: np.ndarray, qs: float,
+                       ps: float) -> np.ndarray:
     """association.R GetOtherProbs."""
     m, k = counts.shape[0], counts.shape[1] - 1
     top = np.ceil(proportion * counts[:, 0].sum() / m)
