@@ -158,6 +158,10 @@ def run_case(kind: str, n: int, seed: int, workdir: Path) -> None:
     base, base_iters = google_baseline(paths, second.var, second.params, labels1, labels2)
     t_base = time.perf_counter() - t0
     print(f"\n== {kind}: {n:,} clients, {shape[0]} x {shape[1]} table (files written in {t_files:.1f} s)")
+    print(f"ours: read {metrics['read_elapsed_time']:.2f} s, marginals {metrics['marginal_elapsed_time']:.2f} s, "
+          f"joint {metrics['joint_elapsed_time']:.2f} s (likelihoods {metrics['likelihood_elapsed_time']:.2f} s, "
+          f"EM {metrics['em_elapsed_time']:.2f} s), {metrics['distinct_report_pairs']:,} distinct report pairs; "
+          f"{metrics['stopping_rule']}")
     print(f"{'decoder':<34}{'wall s':>8}{'EM s':>8}{'iters':>7}{'max|err|':>10}{'TV':>8}{'max|z|':>8}{'cover95':>9}")
     print(f"{'ldpstream decode-assoc (command)':<34}{t_ours:>8.2f}{metrics['em_elapsed_time']:>8.2f}"
           f"{metrics['num_em_iters']:>7}{np.abs(ours - true).max():>10.4f}{0.5 * np.abs(ours - true).sum():>8.4f}"

@@ -324,7 +324,6 @@ Writes into --output-dir:
 
 
 def run_decode_assoc(args: argparse.Namespace) -> int:
-    import json
     import time
 
     from ldpstream.interop.rappor.assoc_results import write_assoc_metrics, write_assoc_results
@@ -363,38 +362,30 @@ def run_decode_assoc(args: argparse.Namespace) -> int:
     }
     write_assoc_results(out_dir / "assoc-results.csv", args.var1, args.var2, rows, [cols[j] for j in order], columns)
     total = time.perf_counter() - start
-    independence = getattr(joint, "independence", None)
     metrics: dict[str, Any] = {
         "num_reports": inputs.num_reports,
         "reports_sample_size": args.reports_sample_size,
         "estimate_dimensions": [len(cols), len(rows)],
         "sum_estimates": float(np.sum(joint.table)),
         "total_elapsed_time": total,
-        "em_elapsed_time": result.em_seconds,
+        "em_elapsed_time": float(joint.em_seconds),
         "num_em_iters": int(joint.iterations),
         "converged": bool(joint.converged),
+        "stopping_rule": joint.stopping_rule,
+        "likelihood_elapsed_time": float(joint.likelihood_seconds),
+        "joint_elapsed_time": result.joint_seconds,
         "removed_rows": inputs.removed_rows,
         "read_elapsed_time": inputs.seconds,
         "marginal_elapsed_time": result.marginal_seconds,
-        "distinct_report_pairs": int(getattr(joint, "patterns", 0) or 0) or None,
+        "distinct_report_pairs": int(joint.patterns),
         "var1": {"name": args.var1, "type": "string", "candidates": rows, **result.candidates1.info},
         "var2": {"name": args.var2, "type": inputs.var2.var_type, "candidates": cols, **result.candidates2.info},
-        "interval_method": getattr(joint, "interval_method", None),
-        "independence": json.loads(json.dumps(_plain_independence(independence))),
+        "interval_method": joint.interval_method,
+        "independence": joint.independence.to_dict(),
     }
     write_assoc_metrics(out_dir / "assoc-metrics.json", metrics)
     print(f"ldpstream rappor decode-assoc: {inputs.num_reports} reports, {len(rows)} × {len(cols)} table, "
-          f"{joint.iterations} EM iterations ({'converged' if joint.converged else 'NOT converged'}) in "
-          f"{result.em_seconds:.2f} s; wrote {out_dir / 'assoc-results.csv'}", file=sys.stderr)
+          f"{joint.iterations} EM iterations ({'converged' if joint.converged else 'NOT converged'}), joint "
+          f"estimate in {result.joint_seconds:.2f} s; wrote {out_dir / 'assoc-results.csv'}", file=sys.stderr)
     return 0
 
-
-def _plain_independence(test: Any) -> Any:
-    """The independence test as plain JSON values (whatever form the joint estimate gives it)."""
-    if test is None:
-        return None
-    if hasattr(test, "to_dict"):
-        return test.to_dict()
-    if isinstance(test, dict):
-        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in test.items()}
-    return str(test)

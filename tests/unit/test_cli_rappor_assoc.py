@@ -136,7 +136,6 @@ def read_table(path):
 def test_decode_assoc_recovers_the_joint(tmp_path, capsys, kind):
     """40,000 clients: every cell's 95% interval, Bonferroni-widened over the cells (a family-wise level of
     5%: z = Φ⁻¹(1 − 0.025/cells)), holds the true share; the table sums to 1; the metrics say what ran."""
-    pytest.importorskip("ldpstream.estimators.joint")
     paths, sim, second = make_files(tmp_path, kind, 40_000, seed=11)
     out = tmp_path / "out"
     out.mkdir()
@@ -165,7 +164,6 @@ def test_decode_assoc_recovers_the_joint(tmp_path, capsys, kind):
 def test_decode_assoc_google_output_form(tmp_path):
     """Header and cell order as decode_assoc.R writes them: "<var2>","<var1>","proportion" (+ ours), var2
     fastest, booleans "TRUE" then "FALSE", values quoted, numbers bare."""
-    pytest.importorskip("ldpstream.estimators.joint")
     paths, _, second = make_files(tmp_path, "bool", 20_000, seed=5)
     assert run(*decode_args(paths, second.var, tmp_path, "--all-candidates")) == 0
     lines = (tmp_path / "assoc-results.csv").read_text().splitlines()
@@ -180,7 +178,6 @@ def test_decode_assoc_google_output_form(tmp_path):
 def test_decode_assoc_bad_rows_and_sample(tmp_path):
     """--remove-bad-rows drops rows with an empty value (Google's bad rows) and says so in the metrics;
     --reports-sample-size decodes that many reports."""
-    pytest.importorskip("ldpstream.estimators.joint")
     paths, _, second = make_files(tmp_path, "bool", 6_000, seed=3)
     with open(paths["reports"], "a") as f:
         f.write("c0,0,10101010101010101010101010101010,\nc0,0,,0\n")  # bin/test.sh's bad rows

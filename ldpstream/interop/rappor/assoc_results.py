@@ -9,7 +9,10 @@ row per cell with the ``var2`` value varying fastest, values quoted (booleans ``
 
 ``assoc-metrics.json`` holds Google's keys (``num_reports``, ``reports_sample_size``,
 ``estimate_dimensions``, ``sum_estimates``, ``total_elapsed_time``, ``em_elapsed_time``,
-``num_em_iters``) and ours (``converged``, the independence test, the variables).
+``num_em_iters``: here ``em_elapsed_time`` is the EM's iterations alone) and ours (``converged``,
+``stopping_rule``, ``likelihood_elapsed_time``, ``joint_elapsed_time`` (pattern collapse, likelihoods, EM and
+information), ``read_elapsed_time``, ``marginal_elapsed_time``, ``distinct_report_pairs``, ``removed_rows``,
+``interval_method``, the independence test, and each variable's candidates).
 """
 
 from __future__ import annotations

@@ -23,11 +23,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
+from ldpstream.estimators.detection import detect
+from ldpstream.estimators.dispatch import design_matrix
+from ldpstream.estimators.joint import JointEstimate, JointVariable, estimate_joint
+from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.interop.rappor.assoc_reports import read_assoc_reports
 from ldpstream.interop.rappor.maps import CandidateMap, create_bool_map, read_map
 from ldpstream.interop.rappor.params import ParamsFile, read_params_dir
 from ldpstream.interop.rappor.schema import find_variable, read_schema
 from ldpstream.mechanisms.base import sum_bits
+from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 
 CandidateRule = Literal["detected", "all"]
 
@@ -132,8 +137,6 @@ def select_candidates(
     """A string variable's candidates: the detected ones (``rule="detected"``, Google's choice) or every map
     string (``"all"``), largest marginal first, at most ``top``; with an "Other" category. A boolean's are
     ``FALSE`` and ``TRUE``, without "Other"."""
-    from ldpstream.estimators.detection import detect
-
     if variable.var_type == "boolean":
         index = np.arange(2)
         return Candidates(index, list(variable.cmap.strings), variable.cmap.matrix, other=False)
@@ -155,8 +158,6 @@ def check_map_hashing(variable: AssocVariable, candidates: Candidates) -> None:
     """Raise unless the map's bits of the chosen candidates are those Google's hashing gives them under the
     variable's params: the joint EM hashes its candidates itself (:class:`~ldpstream.mechanisms.rappor.Rappor`),
     so a map made otherwise (other params, other hashing) would be decoded against the wrong bits."""
-    from ldpstream.estimators.dispatch import design_matrix
-
     p = variable.params
     hashed = design_matrix(p.mechanism(), candidates.labels)
     differs = np.asarray(abs(hashed - candidates.design).sum(axis=0)).ravel()
@@ -166,15 +167,12 @@ def check_map_hashing(variable: AssocVariable, candidates: Candidates) -> None:
                              f"Google's hashing with k={p.k}, h={p.h}, m={p.m} (a map of other params?)")
 
 
-def joint_variable(variable: AssocVariable, candidates: Candidates) -> Any:
+def joint_variable(variable: AssocVariable, candidates: Candidates) -> JointVariable:
     """The :class:`~ldpstream.estimators.joint.JointVariable` of a variable: a string variable's
     :class:`~ldpstream.mechanisms.rappor.Rappor` over its chosen candidate strings (whose map bits
     :func:`check_map_hashing` checked), with their marginal frequencies for the "Other" rule; or the boolean's
     :class:`~ldpstream.mechanisms.rappor_boolean.RapporBoolean` over its closed alphabet (0 = FALSE,
     1 = TRUE), without "Other"."""
-    from ldpstream.estimators.joint import JointVariable
-    from ldpstream.mechanisms.rappor_boolean import RapporBoolean
-
     p = variable.params
     if variable.var_type == "boolean":
         mech = RapporBoolean(cohorts=p.m, p=p.p, q=p.q, f=p.f)
@@ -186,13 +184,14 @@ def joint_variable(variable: AssocVariable, candidates: Candidates) -> Any:
 
 @dataclass(frozen=True)
 class AssocResult:
-    """The joint estimate with the candidates of both variables and the times."""
+    """The joint estimate with the candidates of both variables, the seconds spent choosing them from the
+    marginals, and the seconds of the joint estimate (pattern collapse, likelihoods, EM, information)."""
 
-    joint: Any
+    joint: JointEstimate
     candidates1: Candidates
     candidates2: Candidates
     marginal_seconds: float
-    em_seconds: float
+    joint_seconds: float
 
 
 def decode_association(
@@ -201,9 +200,6 @@ def decode_association(
 ) -> AssocResult:
     """Choose each variable's candidates from its marginal, then run the joint EM over the distinct
     report pairs (module docstring)."""
-    from ldpstream.estimators.joint import estimate_joint
-    from ldpstream.estimators.pairs import PairPatterns
-
     start = time.perf_counter()
     c1 = select_candidates(inputs.var1, rule, top=top, correction=correction, alpha=alpha)
     c2 = select_candidates(inputs.var2, rule, top=top, correction=correction, alpha=alpha)
