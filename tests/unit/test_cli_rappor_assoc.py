@@ -207,6 +207,10 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails([("nope" if a == "flag..HTTPS" else a) for a in args], "couldn't find metric 'm', var 'nope'")
     i = args.index("--map1")
     fails(args[:i] + args[i + 2:], "--map1 must be provided")
+    fails([*args, "--top", "0"], "--top must be >= 1")
+    (tmp_path / "other_map.csv").write_text((tmp_path / "domain_map.csv").read_text().replace("google.com", "Other"))
+    fails([*args[:i + 1], str(tmp_path / "other_map.csv"), *args[i + 2:], "--all-candidates"],
+          "a candidate is named 'Other'")
     (tmp_path / "rappor-vars.csv").write_text("metric, var, var_type, params\nm,domain,string,m_params\n"
                                             "m,flag..HTTPS,boolean,missing_params\n")
     fails(args, "missing_params.csv' does not exist")

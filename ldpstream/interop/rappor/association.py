@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.detection import detect
 from ldpstream.estimators.dispatch import design_matrix
-from ldpstream.estimators.joint import JointEstimate, JointVariable, estimate_joint
+from ldpstream.estimators.joint import OTHER_LABEL, JointEstimate, JointVariable, estimate_joint
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.interop.rappor.assoc_reports import read_assoc_reports
 from ldpstream.interop.rappor.maps import CandidateMap, create_bool_map, read_map
@@ -147,8 +147,13 @@ def select_candidates(
     chosen = np.arange(freq.size) if rule == "all" else np.flatnonzero(est.significant(alpha, correction))  # type: ignore[arg-type]
     chosen = chosen[np.argsort(-freq[chosen], kind="stable")]
     if top is not None:
+        if top < 1:
+            raise ParameterError(f"--top must be >= 1, got {top}")
         chosen = chosen[:top]
     labels = [variable.cmap.strings[i] for i in chosen.tolist()]
+    if OTHER_LABEL in labels:
+        raise ParameterError(f"map of {variable.var!r}: a candidate is named {OTHER_LABEL!r}, the label of the "
+                             "category of every string outside the candidates; rename it")
     info = {"rule": rule, "detected": int(np.count_nonzero(est.significant(alpha, correction))),  # type: ignore[arg-type]
             "map_strings": len(variable.cmap.strings), "correction": correction, "alpha": alpha}
     return Candidates(chosen, labels, sp.csr_matrix(variable.cmap.matrix[:, chosen]), True, est, info)
