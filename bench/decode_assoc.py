@@ -24,7 +24,10 @@ for the strings case at 100,000 clients).
 
 Run::
 
-    PYTHONPATH=. python bench/decode_assoc.py --clients 100000 --seed 1
+    PYTHONPATH=. python bench/decode_assoc.py --clients 100000 --seed 1 --coverage-seeds 20
+
+``--coverage-seeds S`` adds, per case, the coverage of ours' 95% cell intervals over S seeds of
+``--coverage-clients`` clients (default 40,000), with the mean and sd of the cells' z-scores.
 """
 
 from __future__ import annotations
@@ -179,19 +182,64 @@ def run_case(kind: str, n: int, seed: int, workdir: Path) -> None:
     print("truth:\n", np.round(true, 4), "\nours:\n", np.round(ours, 4), "\nGoogle's algorithm:\n", np.round(base, 4))
 
 
+def coverage(kind: str, n: int, seeds: range, workdir: Path) -> None:
+    """The share of cells whose published 95% interval holds the truth, over ``seeds`` (ours only), with its
+    binomial standard error at the nominal 0.95 (sqrt(0.95 · 0.05 / cells))."""
+    import contextlib
+    import io
+
+    hits, cells, zs = 0, 0, []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
+        if kind == "bool":
+            second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
+            names2, joint, cands = ["FALSE", "TRUE"], JOINT_BOOL, {"domain": DOMAINS[:4]}
+        else:
+            second = AssocVariableSpec("color", "string", "color_params", COLOR_PARAMS)
+            names2, joint, cands = COLORS, JOINT_STRINGS, {"domain": DOMAINS[:4], "color": COLORS[:3]}
+        sim = simulate_association(domain, DOMAINS, second, names2, joint, n, rng, bytes(32))
+        paths = write_association_files(workdir, "m", [domain, second], sim.reports, cands)
+        args = ["rappor", "decode-assoc", "--metric-name", "m", "--schema", str(paths["schema"]), "--reports",
+                str(paths["reports"]), "--params-dir", str(workdir), "--var1", "domain", "--var2", second.var,
+                "--map1", str(paths["map:domain"]), "--output-dir", str(workdir)]
+        args += ["--create-bool-map"] if kind == "bool" else ["--map2", str(paths["map:color"])]
+        with contextlib.redirect_stderr(io.StringIO()):
+            assert main(args) == 0
+        res = read_assoc_results(workdir / "assoc-results.csv")
+        labels1 = list(dict.fromkeys(res["var1_values"]))
+        labels2 = list(dict.fromkeys(res["var2_values"]))
+        shape = (len(labels1), len(labels2))
+        true = truth(sim.index1, sim.index2, DOMAINS, names2, labels1, labels2)
+        low, high = res["low_95"].reshape(shape), res["high_95"].reshape(shape)
+        hits += int(np.sum((low <= true) & (true <= high)))
+        cells += true.size
+        zs.append(((res["proportion"].reshape(shape) - true) / res["std_error"].reshape(shape)).ravel())
+    z = np.concatenate(zs)
+    print(f"coverage {kind}: {n:,} clients x {len(seeds)} seeds: {hits}/{cells} = {hits / cells:.3f} "
+          f"(nominal 0.95 ± {np.sqrt(0.95 * 0.05 / cells):.3f}); z: mean {z.mean():+.3f}, sd {z.std():.3f}")
+
+
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cases", default="bool,strings")
+    ap.add_argument("--coverage-seeds", type=int, default=0,
+                    help="also the 95%% intervals' coverage over this many seeds (ours only)")
+    ap.add_argument("--coverage-clients", type=int, default=40_000)
     return ap.parse_args()
 
 
 if __name__ == "__main__":
     opts = parse()
-    print(f"python bench/decode_assoc.py --clients {opts.clients} --seed {opts.seed} --cases {opts.cases}; "
+    print(f"python bench/decode_assoc.py --clients {opts.clients} --seed {opts.seed} --cases {opts.cases} "
+          f"--coverage-seeds {opts.coverage_seeds} --coverage-clients {opts.coverage_clients}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.1f}")
     for case in opts.cases.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             run_case(case, opts.clients, opts.seed, Path(tmp))
+    for case in opts.cases.split(",") if opts.coverage_seeds else []:
+        with tempfile.TemporaryDirectory() as tmp:
+            coverage(case, opts.coverage_clients, range(100, 100 + opts.coverage_seeds), Path(tmp))
