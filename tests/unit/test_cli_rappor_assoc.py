@@ -216,7 +216,7 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails(args, "missing_params.csv' does not exist")
     (tmp_path / "rappor-vars.csv").write_text("metric, var, var_type, params\nm,domain,string,m_params\n"
                                             "m,flag..HTTPS,bool,m_params\n")
-    fails(args, "rappor-vars.csv:3: var_type must be one of")
+    fails(args, "variable 2 should be a boolean or a string (flag..HTTPS is of type bool)")
     write_association_files(tmp_path, "m", [AssocVariableSpec("domain", "string", "m_params", PARAMS), second],
                             read_assoc_reports(paths["reports"], {"domain": 32, "flag..HTTPS": 1}),
                             {"domain": CANDIDATES})

@@ -30,7 +30,7 @@ from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.interop.rappor.assoc_reports import read_assoc_reports
 from ldpstream.interop.rappor.maps import CandidateMap, create_bool_map, read_map
 from ldpstream.interop.rappor.params import ParamsFile, read_params_dir
-from ldpstream.interop.rappor.schema import find_variable, read_schema
+from ldpstream.interop.rappor.schema import VAR_TYPES, find_variable, read_schema
 from ldpstream.mechanisms.base import sum_bits
 from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 
@@ -85,6 +85,8 @@ def load_association(
         raise ParameterError(f"--var1 and --var2 are both {var1!r}")
     if row1.var_type != "string":
         raise ParameterError(f"variable 1 should be a string ({var1} is of type {row1.var_type})")
+    if row2.var_type not in VAR_TYPES:
+        raise ParameterError(f"variable 2 should be a boolean or a string ({var2} is of type {row2.var_type})")
     if not map1:
         raise ParameterError(f"--map1 must be provided when --var1 is a string (var = {var1})")
     params1 = read_params_dir(params_dir, row1.params)

@@ -3,8 +3,10 @@
 
 Header ``metric, var, var_type, params`` (Google writes it with a space after each comma; cells are
 stripped, names matched case-insensitively, in any order): per row a metric name, one of its variables,
-the variable's type (``string`` or ``boolean``) and the name of its parameters file (``<params>.csv`` in
-the ``--params-dir`` directory, :func:`~ldpstream.interop.rappor.params.read_params_dir`).
+the variable's type and the name of its parameters file (``<params>.csv`` in the ``--params-dir``
+directory, :func:`~ldpstream.interop.rappor.params.read_params_dir`). Any type is read, as Google's
+``read.csv`` does (a schema may describe variables of other tools); ``decode-assoc`` decodes the types of
+:data:`VAR_TYPES` and says so for another.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ class SchemaVariable:
 
 
 def read_schema(source: PathOrFile) -> list[SchemaVariable]:
-    """Read ``rappor-vars.csv``; a type other than ``string``/``boolean``, an empty cell or a repeated
-    (metric, var) pair is an error naming the line."""
+    """Read ``rappor-vars.csv`` (types lowercased); an empty cell or a repeated (metric, var) pair is an error
+    naming the line."""
     name = source_name(source)
     rows = csv_rows(source)
     if not rows:
@@ -49,8 +51,6 @@ def read_schema(source: PathOrFile) -> list[SchemaVariable]:
         for column, value in zip(SCHEMA_HEADER, (metric, var, var_type, params), strict=True):
             if not value:
                 raise ReportFormatError(f"{name}:{line}: empty {column}")
-        if var_type.lower() not in VAR_TYPES:
-            raise ReportFormatError(f"{name}:{line}: var_type must be one of {list(VAR_TYPES)}, got {var_type!r}")
         if (metric, var) in seen:
             raise ReportFormatError(f"{name}:{line}: metric {metric!r} var {var!r} repeats line {seen[(metric, var)]}")
         seen[(metric, var)] = line
