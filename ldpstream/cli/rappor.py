@@ -6,6 +6,9 @@ Sub-commands, in pipeline order::
     ldpstream rappor sum-bits        --params params.csv --reports reports.csv [--out counts.csv]
     ldpstream rappor hash-candidates --params params.csv [--candidates FILE|-] [--out map.csv]
     ldpstream rappor decode          --params params.csv --counts counts.csv --map map.csv [--out results.csv]
+    ldpstream rappor decode-assoc    --metric-name M --schema rappor-vars.csv --reports reports.csv
+                                     --params-dir DIR --var1 V1 --map1 map1.csv --var2 V2
+                                     (--create-bool-map | --map2 map2.csv) [--output-dir DIR]
 
 ``encode`` (Google's ``rappor_sim.py``): each row ``client,cohort,value`` becomes one report of that client
 through :class:`ldpstream.mechanisms.rappor.RapporClient`: Bloom filter (Google's MD5 construction), the
@@ -36,6 +39,9 @@ Rows are sorted by estimate, largest first. Like Google's ``decode-dist``, only 
 written by default (``--significant``, still accepted, is this default); ``--all`` writes every candidate
 with its estimate and interval (unselected candidates: estimate 0 and the standard error they would have
 if added to the selected set).
+
+``decode-assoc`` (Google's ``decode_assoc.R``): the joint table of two variables with intervals; see its
+``--help`` and :mod:`ldpstream.interop.rappor.association`.
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``rappor`` and its sub-subcommands."""
     parser = subparsers.add_parser(
         "rappor",
-        help="Google RAPPOR file tools: encode, sum-bits, hash-candidates, decode",
+        help="Google RAPPOR file tools: encode, sum-bits, hash-candidates, decode, decode-assoc",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -118,6 +124,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rows.add_argument("--all", action="store_true", help="every candidate with its estimate and interval")
     dec.add_argument("--out", default="-", help="results.csv path ('-' = stdout)")
     dec.set_defaults(func=run_decode)
+
+    da = sub.add_parser(
+        "decode-assoc",
+        help="association reports → assoc-results.csv (joint table of two variables, intervals)",
+        description=DECODE_ASSOC_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    da.add_argument("--metric-name", required=True, help="the metric whose variables are decoded (schema's metric)")
+    da.add_argument("--schema", required=True, help="rappor-vars.csv (metric, var, var_type, params)")
+    da.add_argument("--reports", required=True, help="reports CSV: client,cohort,<one column per variable>")
+    da.add_argument("--params-dir", required=True, help="directory holding <params>.csv for the schema's params")
+    da.add_argument("--var1", required=True, help="first variable (a string)")
+    da.add_argument("--var2", required=True, help="second variable (a boolean, or a string with --map2)")
+    da.add_argument("--map1", default="", help="map.csv of var1's candidates")
+    da.add_argument("--map2", default="", help="map.csv of var2's candidates, when var2 is a string (extension)")
+    da.add_argument("--create-bool-map", action="store_true", help="decode a boolean var2 (required for one)")
+    da.add_argument("--remove-bad-rows", action="store_true", help="drop rows with an empty value (else an error)")
+    da.add_argument("--max-em-iters", type=int, default=1000, help="at most this many EM iterations (default 1000)")
+    da.add_argument("--reports-sample-size", type=int, default=-1,
+                    help="decode a uniform sample of this many reports (default -1: all)")
+    da.add_argument("--output-dir", default=".", help="where assoc-results.csv and assoc-metrics.json go")
+    da.add_argument("--all-candidates", action="store_true",
+                    help="every map string is a candidate (default: those detected in the marginal, as Google)")
+    da.add_argument("--top", type=int, help="at most this many candidates of a string variable (largest first)")
+    da.add_argument("--correction", default="bh", choices=("bonferroni", "bh"),
+                    help="multiple-testing rule of the marginal detection (default bh)")
+    da.add_argument("--alpha", type=float, default=0.10, help="level of the marginal detection (default 0.10)")
+    da.add_argument("--seed", type=int, help="seed of --reports-sample-size's sample")
+    for flag in ("--num-cores", "--em-executable", "--tmp-dir"):
+        da.add_argument(flag, help="accepted for compatibility with decode_assoc.R; ignored")
+    da.set_defaults(func=run_decode_assoc)
 
     def usage(_args: argparse.Namespace) -> int:
         parser.print_help()
@@ -273,3 +310,89 @@ def run_decode(args: argparse.Namespace) -> int:
           f"{len(cmap.strings)} candidates: {len(table['string'])} detected{detail}"
           + ("; --all: every candidate written" if args.all else ""), file=sys.stderr)
     return 0
+
+
+DECODE_ASSOC_HELP = """\
+Google's decode_assoc.R: the joint distribution of two variables of one metric, each client having
+reported both (one row of the reports file). var1 is a string variable (--map1); var2 is a boolean
+(--create-bool-map) or, our extension, a second string variable (--map2). Each string variable's
+candidates are the map strings detected in its marginal (as Google's decoder; --all-candidates: every
+map string; --top N: the N largest), plus an "Other" category for every string outside them; a boolean's
+are FALSE and TRUE. The joint EM runs over the distinct report pairs.
+
+Writes into --output-dir:
+  assoc-results.csv   "<var2>","<var1>","proportion","std_error","low_95","high_95": one row per cell,
+                      var2 varying fastest (Google's form; booleans "TRUE" then "FALSE"; "Other" rows
+                      included); std_error and the 95% interval are ours.
+  assoc-metrics.json  num_reports, estimate_dimensions, sum_estimates, em_elapsed_time, num_em_iters,
+                      total_elapsed_time (Google's keys), and the EM's convergence, the candidates and
+                      the independence test.
+"""
+
+
+def run_decode_assoc(args: argparse.Namespace) -> int:
+    import time
+
+    from ldpstream.interop.rappor.assoc_results import write_assoc_metrics, write_assoc_results
+    from ldpstream.interop.rappor.association import decode_association, load_association
+
+    start = time.perf_counter()
+    ignored = [f for f in ("num_cores", "em_executable", "tmp_dir") if getattr(args, f) is not None]
+    if ignored:
+        print(f"ldpstream rappor decode-assoc: ignoring {['--' + f.replace('_', '-') for f in ignored]} "
+              "(decode_assoc.R's speed-ups; the EM here is vectorized)", file=sys.stderr)
+    if args.max_em_iters < 1:
+        raise ParameterError(f"--max-em-iters must be >= 1, got {args.max_em_iters}")
+    out_dir = Path(args.output_dir)
+    if not out_dir.is_dir():
+        raise ParameterError(f"--output-dir {args.output_dir!r} is not a directory")
+    rng = np.random.default_rng(args.seed)
+    inputs = load_association(
+        schema=args.schema, reports=args.reports, params_dir=args.params_dir, metric=args.metric_name,
+        var1=args.var1, var2=args.var2, map1=args.map1, map2=args.map2, create_bool_map_flag=args.create_bool_map,
+        remove_bad_rows=args.remove_bad_rows, sample_size=args.reports_sample_size, rng=rng,
+    )
+    result = decode_association(
+        inputs, rule="all" if args.all_candidates else "detected", top=args.top, correction=args.correction,
+        alpha=args.alpha, max_iterations=args.max_em_iters,
+    )
+    joint = result.joint
+    rows, cols = list(joint.row_labels), list(joint.column_labels)
+    order = list(range(len(cols)))
+    if inputs.var2.var_type == "boolean":
+        order = [cols.index("TRUE"), cols.index("FALSE")]  # Google's row order for a boolean
+    columns = {
+        "proportion": np.asarray(joint.table)[:, order],
+        "std_error": np.asarray(joint.std_error)[:, order],
+        "low_95": np.asarray(joint.low)[:, order],
+        "high_95": np.asarray(joint.high)[:, order],
+    }
+    write_assoc_results(out_dir / "assoc-results.csv", args.var1, args.var2, rows, [cols[j] for j in order], columns)
+    total = time.perf_counter() - start
+    metrics: dict[str, Any] = {
+        "num_reports": inputs.num_reports,
+        "reports_sample_size": args.reports_sample_size,
+        "estimate_dimensions": [len(cols), len(rows)],
+        "sum_estimates": float(np.sum(joint.table)),
+        "total_elapsed_time": total,
+        "em_elapsed_time": float(joint.em_seconds),
+        "num_em_iters": int(joint.iterations),
+        "converged": bool(joint.converged),
+        "stopping_rule": joint.stopping_rule,
+        "likelihood_elapsed_time": float(joint.likelihood_seconds),
+        "joint_elapsed_time": result.joint_seconds,
+        "removed_rows": inputs.removed_rows,
+        "read_elapsed_time": inputs.seconds,
+        "marginal_elapsed_time": result.marginal_seconds,
+        "distinct_report_pairs": int(joint.patterns),
+        "var1": {"name": args.var1, "type": "string", "candidates": rows, **result.candidates1.info},
+        "var2": {"name": args.var2, "type": inputs.var2.var_type, "candidates": cols, **result.candidates2.info},
+        "interval_method": joint.interval_method,
+        "independence": joint.independence.to_dict(),
+    }
+    write_assoc_metrics(out_dir / "assoc-metrics.json", metrics)
+    print(f"ldpstream rappor decode-assoc: {inputs.num_reports} reports, {len(rows)} × {len(cols)} table, "
+          f"{joint.iterations} EM iterations ({'converged' if joint.converged else 'NOT converged'}), joint "
+          f"estimate in {result.joint_seconds:.2f} s; wrote {out_dir / 'assoc-results.csv'}", file=sys.stderr)
+    return 0
+

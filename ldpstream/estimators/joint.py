@@ -54,12 +54,17 @@ class JointVariable:
 
     ``frequencies``: the candidates' frequencies among all reports from the marginal decoder, used by the
     "Other" rule; ``None``: least squares on the patterns' own sketch
-    (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`)."""
+    (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`).
+
+    ``other``: whether this variable gets an "Other" category; ``None`` (default): :func:`estimate_joint`'s
+    ``other``. ``False`` for a variable whose candidates are its whole alphabet (e.g. a boolean): nothing is
+    left for "Other", whose likelihood would then be an unidentifiable mixture of the candidates'."""
 
     mechanism: Mechanism
     values: Sequence[Any]
     labels: Sequence[str] = ()
     frequencies: Sequence[float] | None = None
+    other: bool | None = None
 
     def names(self) -> tuple[str, ...]:
         if len(self.labels) == 0:
@@ -145,7 +150,8 @@ def estimate_joint(
     max_iterations: int = 1000,
     accelerate: bool = True,
 ) -> JointEstimate:
-    """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``).
+    """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
+    own :attr:`JointVariable.other`, when set, decides for it).
 
     EM (SQUAREM unless ``accelerate=False``) over the distinct patterns, from ``start`` (a previous table of
     the same shape, e.g. the last decode's, floored and renormalized; else uniform), stopping when no cell
@@ -159,13 +165,15 @@ def estimate_joint(
         raise ParameterError("no report pairs to decode")
     began = time.perf_counter()
     counts = np.asarray(patterns.counts, dtype=np.float64)
+    other_x = other if x.other is None else x.other
+    other_y = other if y.other is None else y.other
     lx = variable_likelihood(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts,
-                             other=other, frequencies=None if x.frequencies is None else np.asarray(x.frequencies))
+                             other=other_x, frequencies=None if x.frequencies is None else np.asarray(x.frequencies))
     ly = variable_likelihood(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts,
-                             other=other, frequencies=None if y.frequencies is None else np.asarray(y.frequencies))
+                             other=other_y, frequencies=None if y.frequencies is None else np.asarray(y.frequencies))
     built = time.perf_counter()
-    rows = x.names() + ((OTHER_LABEL,) if other else ())
-    cols = y.names() + ((OTHER_LABEL,) if other else ())
+    rows = x.names() + ((OTHER_LABEL,) if other_x else ())
+    cols = y.names() + ((OTHER_LABEL,) if other_y else ())
     r, c = len(rows), len(cols)
     channel = PairChannel(lx.matrix, ly.matrix)
     log_scale = lx.log_scale + ly.log_scale

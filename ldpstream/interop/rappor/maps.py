@@ -116,3 +116,13 @@ def read_candidates(source: PathOrFile) -> list[str]:
             seen.add(word)
             out.append(word)
     return out
+
+
+def create_bool_map(params: ParamsFile) -> CandidateMap:
+    """The map ``decode_assoc.R --create-bool-map`` makes for a boolean variable: candidates ``FALSE`` and
+    ``TRUE``; in every cohort ``TRUE`` sets the one bit and ``FALSE`` none (a ``(m, 2)`` design, k = 1)."""
+    from ldpstream.mechanisms.rappor_boolean import BOOLEAN_LABELS, RapporBoolean
+
+    mechanism = RapporBoolean(cohorts=params.m, p=params.p, q=params.q, f=params.f)
+    return CandidateMap(list(BOOLEAN_LABELS), mechanism.design_matrix())
+

@@ -7,6 +7,7 @@ the probabilities p, q, f of the randomized responses (docs/math/mechanisms.md, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.interop.rappor.csvio import PathOrFile, csv_rows, format_r_number, int_cell, open_text_write, source_name
@@ -98,3 +99,17 @@ def write_params(target: PathOrFile, params: ParamsFile) -> None:
     with open_text_write(target) as f:
         f.write(",".join(PARAMS_HEADER) + "\n")
         f.write(",".join(params.as_row()) + "\n")
+
+
+def params_path(params_dir: str | Path, name: str) -> Path:
+    """Where ``decode_assoc.R`` looks for the parameters a schema row names: ``<params_dir>/<name>.csv``."""
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise ParameterError(f"params name {name!r} is not a file name")
+    return Path(params_dir) / f"{name}.csv"
+
+
+def read_params_dir(params_dir: str | Path, name: str) -> ParamsFile:
+    """Read the parameters file ``name`` of a schema from ``params_dir`` (:func:`params_path`)."""
+    if not Path(params_dir).is_dir():
+        raise ParameterError(f"params dir {str(params_dir)!r} is not a directory")
+    return read_params(params_path(params_dir, name))
