@@ -217,3 +217,23 @@ def test_top_values_and_bad_inputs() -> None:
         estimate_joint(empty, JointVariable(mech, [0]), JointVariable(mech, [0]))
     with pytest.raises(Exception, match="alphabet indices"):
         estimate_joint(patterns, JointVariable(mech, [0, 7]), JointVariable(mech, [0]))
+
+
+def test_specialized_squarem_matches_the_generic_multinomial_em(krr_orr_case: Any) -> None:
+    """fit_joint's loop against em_multinomial (the package's generic EM) on the same pair channel."""
+    from ldpstream.estimators.em import em_multinomial
+    from ldpstream.estimators.joint_em import PairChannel, fit_joint
+
+    patterns, x, xs, y, ys = krr_orr_case
+    lx = variable_likelihood(x, xs, patterns.cohort_x, patterns.reports_x, patterns.counts)
+    ly = variable_likelihood(y, ys, patterns.cohort_y, patterns.reports_y, patterns.counts)
+    channel = PairChannel(lx.matrix, ly.matrix)
+    counts = patterns.counts.astype(float)
+    for accelerate in (True, False):
+        ours = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=None, tolerance=1e-12,
+                         max_iterations=50_000, accelerate=accelerate)
+        generic = em_multinomial(counts, channel, tol=1e-12, max_iter=50_000, accelerate=accelerate)
+        assert ours.converged and generic.converged
+        np.testing.assert_allclose(ours.p, generic.p, atol=1e-6)  # both stop on a step below 1e-12, not at p*
+        assert ours.log_likelihood == pytest.approx(
+            generic.log_likelihood + counts @ (lx.log_scale + ly.log_scale), rel=1e-12)
