@@ -20,8 +20,9 @@ from .factor_cache import FactorCache
 
 __all__ = ["clear_design_cache", "design_matrix", "estimate", "factor_cache"]
 
-#: Number of (mechanism, candidate list) design matrices kept by :func:`design_matrix`.
-DESIGN_CACHE_SIZE = 64
+#: Number of (mechanism, candidate list) design matrices kept by :func:`design_matrix` (a decoder of 100 metrics
+#: needs one per metric: each window decodes against it and measures its design effects with it; ≤ 1 MB each).
+DESIGN_CACHE_SIZE = 256
 
 
 @functools.lru_cache(maxsize=DESIGN_CACHE_SIZE)

@@ -143,7 +143,6 @@ class SandwichMeat:
 
         O((R + nnz(K))·P) per call (nnz(K) ≤ C·S·h(h − 1)/2), against O(P³) for :meth:`dense` and the product
         with ``A``."""
-        B = np.asarray(B, dtype=np.float64)
         R = self.X.shape[0]
         k = self.k
         C = R // k
@@ -176,16 +175,24 @@ class SandwichMeat:
                 pv.append(d[first] * a[first] * a[second])
             if pi and sum(x.size for x in pi):
                 K = sp.csr_matrix((np.concatenate(pv), (np.concatenate(pi), np.concatenate(pj))), shape=(R, R))
-        out: np.ndarray = np.einsum("i,is,is->s", diag, B, B)
-        if self.low_rank:
-            if self.low_rank_cells is None:
-                raise ValueError("sandwich_diagonal needs the low-rank parts' cell vectors (low_rank_cells)")
-            Bc = B.reshape(C, k, -1)
-            for (_, g), v in zip(self.low_rank, self.low_rank_cells, strict=True):
-                T = np.einsum("ck,ckp->cp", v.reshape(C, k), Bc)
-                out += np.einsum("c,cp,cp->p", g, T, T)
-        if K is not None:
-            out += 2.0 * np.einsum("is,is->s", B, np.asarray(K @ B))
+        # In blocks of whole cohorts (K and the rank-C parts never mix cohorts), in float64 whatever B holds.
+        P = B.shape[1]
+        step = max(1, self.max_block // max(k * P, 1))
+        out = np.zeros(P)
+        if self.low_rank and self.low_rank_cells is None:
+            raise ValueError("sandwich_diagonal needs the low-rank parts' cell vectors (low_rank_cells)")
+        for c0 in range(0, C, step):
+            c1 = min(C, c0 + step)
+            r0, r1 = c0 * k, c1 * k
+            Bb = np.asarray(B[r0:r1], dtype=np.float64)
+            out += np.einsum("i,is,is->s", diag[r0:r1], Bb, Bb)
+            if self.low_rank_cells is not None:
+                Bc = Bb.reshape(c1 - c0, k, P)
+                for (_, g), v in zip(self.low_rank, self.low_rank_cells, strict=True):
+                    T = np.einsum("ck,ckp->cp", v[r0:r1].reshape(c1 - c0, k), Bc)
+                    out += np.einsum("c,cp,cp->p", g[c0:c1], T, T)
+            if K is not None:
+                out += 2.0 * np.einsum("is,is->s", Bb, np.asarray(K[r0:r1, r0:r1] @ Bb))
         return out
 
     def _apply(self, Y2: np.ndarray) -> np.ndarray:

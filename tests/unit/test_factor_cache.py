@@ -108,7 +108,8 @@ def test_warm_decode_is_the_exact_sandwich_of_its_reference_weights(kind, h, oth
     plain = _decode(kind, sketch_ref, X, rates, None, other)
     assert cold.info["factor_cache"] == "miss"
     np.testing.assert_allclose(cold.frequencies, plain.frequencies, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(cold.std_errors, plain.std_errors, rtol=1e-10)
+    # B = Xa Ga⁻¹ is cached in float32: SEs agree to ~1e-8
+    np.testing.assert_allclose(cold.std_errors, plain.std_errors, rtol=1e-7)
     w_ref = cache.references(("design", "orr" if kind == "orr" else "bits", other, X.shape))[0].weights
 
     Nc2 = np.array([30_000.0, 31_000.0, 29_500.0, 30_200.0])
@@ -142,8 +143,8 @@ def test_constrained_methods_hit_and_publish_the_same_point(method):
     b = _decode("bits", sketch, X, rates, cache, True, method)
     assert (a.info["factor_cache"], b.info["factor_cache"]) == ("miss", "hit")
     np.testing.assert_allclose(b.frequencies, a.frequencies, atol=1e-8)
-    np.testing.assert_allclose(b.std_errors, a.std_errors, rtol=1e-9)
-    np.testing.assert_allclose(b.interval.low, a.interval.low, atol=1e-12)
+    np.testing.assert_allclose(b.std_errors, a.std_errors, rtol=1e-7)
+    np.testing.assert_allclose(b.interval.low, a.interval.low, atol=1e-9)
     assert b.interval_method == a.interval_method == "ls-sandwich"
 
 
@@ -162,7 +163,8 @@ def test_distant_weights_miss_and_the_bound_holds():
     assert outcomes == ["miss", "miss", "miss"]
     assert len(cache) == 2 and cache.misses == 3
     assert _decode("orr", sketches[2][0], X, sketches[2][1], cache, False).info["factor_cache"] == "hit"
-    assert _decode("orr", sketches[0][0], X, sketches[0][1], cache, False).info["factor_cache"] == "miss"  # it was dropped
+    # the first reference was dropped (two per key)
+    assert _decode("orr", sketches[0][0], X, sketches[0][1], cache, False).info["factor_cache"] == "miss"
     one = cache.nbytes / len(cache)
     small = FactorCache(max_bytes=int(1.5 * one))
     for s, r in sketches:
@@ -190,4 +192,4 @@ def test_estimate_uses_the_process_cache_and_can_bypass_it():
     bypass = estimate(sketch, mech, "project", candidates=cands, factor_cache=None)
     assert (first.info["factor_cache"], second.info["factor_cache"]) == ("miss", "hit")
     assert "factor_cache" not in bypass.info
-    np.testing.assert_allclose(bypass.std_errors, first.std_errors, rtol=1e-10)
+    np.testing.assert_allclose(bypass.std_errors, first.std_errors, rtol=1e-7)
