@@ -9,17 +9,17 @@ refresh to the next, but only a little (counts accumulate), and mostly by a comm
 
 **Reference weights.** The weighted least-squares estimate ``β = Ga⁻¹ Xaᵀ W z`` is unbiased for *any* fixed
 weights, and its exact covariance is the sandwich ``Ga⁻¹ M Ga⁻¹`` with ``M = Xaᵀ W Σ_z W Xa``
-(:mod:`ldpstream.estimators.sandwich`) for those weights; the weights only decide the efficiency. Weights
-``W_ref`` within a factor ``κ`` of the inverse variances ``W`` up to a common scale (``max_i r_i / min_i r_i ≤ κ``
-with ``r = w / w_ref``) lose at most ``1 − 4κ/(1 + κ)²`` of the efficiency of each linear combination when the
-cells are independent (Kantorovich's inequality applied to ``W^{1/2} W_ref^{-1/2}``): 4% of variance at the
-default ``κ = 1.5``; cells of one cohort covary a little (multinomial, bits of one report), so the decode's own
-weights are not exactly optimal either and the two variances differ by at most about that factor either way.
-So a decode may reuse the weights of an earlier decode of the same design, with their ``Ga⁻¹`` and
-``B = Xa Ga⁻¹`` (float32), when the weights its own fit implies are that close; its estimate is then the least squares with the reference weights,
-and its standard errors the *exact* sandwich for them (:meth:`SandwichMeat.sandwich_diagonal` from ``B``:
-O((R + nnz)·P) instead of O(P³)). The check is made at the reference fit itself (the weights implied by the
-estimate with the reference weights), so a cache hit is decided by the data of the decode, not by its history.
+(:mod:`ldpstream.estimators.sandwich`) for those weights; the weights only decide the efficiency. Weights ``W_ref``
+within a factor ``κ`` of the inverse variances ``W`` up to a common scale (``max_i r_i / min_i r_i ≤ κ`` with ``r =
+w / w_ref``) lose at most ``1 − 4κ/(1 + κ)²`` of the efficiency of each linear combination when the cells are
+independent (Kantorovich's inequality applied to ``W^{1/2} W_ref^{-1/2}``): 4% of variance at the default ``κ =
+1.5``; cells of one cohort covary a little (multinomial, bits of one report), so the decode's own weights are not
+exactly optimal either and the two variances differ by at most about that factor either way. So a decode may reuse
+the weights of an earlier decode of the same design, with their ``Ga⁻¹`` and ``B = Xa Ga⁻¹`` (float32), when the
+weights its own fit implies are that close; its estimate is then the least squares with the reference weights, and
+its standard errors the *exact* sandwich for them (:meth:`SandwichMeat.sandwich_diagonal` from ``B``: O((R +
+nnz)·P) instead of O(P³)). The check is made at the reference fit itself (the weights implied by the estimate with
+the reference weights), so a cache hit is decided by the data of the decode, not by its history.
 
 :class:`FactorCache` keeps, per key (the mechanism, the candidate list and the decoder's options), up to
 ``per_key`` references (the windows of one metric: ``all``, ``1d``, ``1h`` may need different ones), least
