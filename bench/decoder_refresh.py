@@ -15,8 +15,9 @@ hourly buckets (26 buckets of ``--reports`` reports each, so ``all`` holds 26, `
 A refresh is timed after adding ``--fresh`` reports to the current bucket of every metric, so that every
 window's counts change between refreshes (the factor cache must not be helped by identical sketches). Each
 tree runs in its own subprocess (the ``before`` tree exported with ``git archive``); single-threaded BLAS.
-Printed: the wall time of each refresh and, per family and candidate count, the summed decode seconds
-(``decode_seconds`` of the published estimates).
+Printed: the wall and CPU time of each refresh (the machine is shared: CPU time is the figure to compare when
+it is loaded) and, per family and candidate count, the summed decode wall seconds (``decode_seconds`` of the
+published estimates) of the last refresh of each kind.
 
 Usage: python bench/decoder_refresh.py [--before main] [--reports 20000] [--fresh 200] [--warm 3]
                                        [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
@@ -33,6 +34,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,9 +121,9 @@ service = DecoderService(registry, store)
 
 def refresh():
     add(cfg["fresh"], [NOW_BUCKET])
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     published = service.run_once(now)
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
     assert not service.last_failed, service.last_failed
     parts = {}
     for p in published:
@@ -131,7 +133,7 @@ def refresh():
         parts[key] = parts.get(key, 0.0) + p.decode_seconds
         meth = f"method {m.estimator}"
         parts[meth] = parts.get(meth, 0.0) + p.decode_seconds
-    return wall, parts, len(published)
+    return (wall, cpu), parts, len(published)
 
 out = {"setup": setup}
 if factor_cache is not None:
@@ -145,7 +147,7 @@ if factor_cache is not None:
     out["cache_mb"] = factor_cache().nbytes / 2**20
     out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
     factor_cache().resize(0)
-    off = [refresh() for _ in range(2)]
+    off = [refresh() for _ in range(cfg["warm"])]
     out["off"] = [w[0] for w in off]
     out["parts_off"] = off[-1][1]
 if cfg["store"] == "redis":
@@ -155,13 +157,13 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path, cfg: dict[str, object]) -> dict[str, object]:
+def run(tree: Path, cfg: dict[str, object]) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-c", WORKER, json.dumps(cfg)], env=env, cwd=tree, check=False,
                          capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"worker failed in {tree}:\n{res.stderr[-3000:]}")
-    out: dict[str, object] = json.loads(res.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", default="main", help="git ref of the baseline tree")
     ap.add_argument("--reports", type=int, default=20_000, help="reports per metric and bucket")
     ap.add_argument("--fresh", type=int, default=200, help="reports added to the current bucket before a refresh")
-    ap.add_argument("--warm", type=int, default=3, help="warm refreshes")
+    ap.add_argument("--warm", type=int, default=2, help="warm refreshes (and refreshes with the cache disabled)")
     ap.add_argument("--stores", default="memory,redis")
     ap.add_argument("--redis", default=os.environ.get("LDPSTREAM_REDIS", "redis://127.0.0.1:36379/4"))
     ap.add_argument("--seed", type=int, default=0)
@@ -196,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             before = run(tree, cfg)
             after = run(ROOT, cfg)
             print(f"\n## store: {store} ({after['estimates']} estimates a refresh; setup {after['setup']:.1f} s)")
-            print(f"{'refresh of 100 metrics':<34} {'seconds':>8}")
-            print(f"{args.before + ' (no cache), every refresh':<34} "
-                  f"{' '.join(f'{t:.2f}' for t in [before['cold'], *before['warm']]):>8}")  # type: ignore[list-item]
-            print(f"{'ours, cache disabled':<34} {' '.join(f'{t:.2f}' for t in after['off']):>8}")  # type: ignore[attr-defined]
-            print(f"{'ours, cold cache (first refresh)':<34} {after['cold']:>8.2f}")
-            print(f"{'ours, warm cache':<34} {' '.join(f'{t:.2f}' for t in after['warm']):>8}")  # type: ignore[attr-defined]
+            def fmt(runs: list[list[float]]) -> str:
+                return "  ".join(f"{w:6.2f} {c:6.2f}" for w, c in runs)
+
+            print(f"{'refresh of 100 metrics':<34} wall s  CPU s (each refresh)")
+            print(f"{args.before + ' (no cache)':<34} {fmt([before['cold'], *before['warm']])}")
+            print(f"{'ours, cache disabled':<34} {fmt(after['off'])}")
+            print(f"{'ours, cold cache (first refresh)':<34} {fmt([after['cold']])}")
+            print(f"{'ours, warm cache':<34} {fmt(after['warm'])}")
             print(f"# cache: {after['cache_mb']:.0f} MB held, {after['cache_hits']} hits, "
                   f"{after['cache_misses']} misses")
             print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'warm':>8}")
@@ -209,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             assert isinstance(parts, dict)
             for key in sorted(parts, key=lambda x: (x.startswith("method"), x.split(" S=")[0],
                                                     int(x.split("S=")[1]) if "S=" in x else 0)):
-                row = [before["parts_warm"], after["parts_off"], after["parts_cold"], parts]  # type: ignore[index]
-                print(f"{key:<22} " + " ".join(f"{r.get(key, 0.0):8.3f}" for r in row))  # type: ignore[union-attr]
+                row = [before["parts_warm"], after["parts_off"], after["parts_cold"], parts]
+                print(f"{key:<22} " + " ".join(f"{r.get(key, 0.0):8.3f}" for r in row))
     return 0
 
 

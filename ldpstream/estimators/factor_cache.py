@@ -144,7 +144,6 @@ class FactorCache:
             if refs is not None and ref in refs:
                 refs.remove(ref)
                 refs.insert(0, ref)
-            self._shrink()
 
     def add(self, key: Hashable, ref: ReferenceFactor) -> None:
         """Store a new reference for ``key`` (a miss)."""
@@ -156,6 +155,11 @@ class FactorCache:
             self._entries.move_to_end(key)
             refs.insert(0, ref)
             del refs[self.per_key:]
+            self._shrink()
+
+    def grown(self) -> None:
+        """A reference grew (its ``B`` was made): re-apply the bound."""
+        with self._lock:
             self._shrink()
 
     def resize(self, max_bytes: int) -> None:
@@ -170,6 +174,8 @@ class FactorCache:
             self.hits = self.misses = 0
 
     def _shrink(self) -> None:
+        """Drop references, least recently used first, until the bytes held are within the bound (called
+        when references are added or grow, not on hits)."""
         total = sum(e.nbytes for refs in self._entries.values() for e in refs)
         while self._entries and total > self.max_bytes:
             key, refs = next(iter(self._entries.items()))  # least recently used key
@@ -248,7 +254,7 @@ class CachedLeastSquares:
             # float32 halves the largest part of the cache; the variances are sums of squares of its entries
             # (relative error ≈ 1e-7 per entry, ≤ 1e-5 on a standard error, tests/unit/test_factor_cache.py)
             self.ref.rows = np.asarray(self.Xa @ self.ref.inverse, dtype=np.float32)
-            self._cache.resize(self._cache.max_bytes)  # the reference grew: re-apply the bound
+            self._cache.grown()
         self.info["se_sandwich"] = "exact"
         return np.asarray(np.maximum(meat.sandwich_diagonal(self.ref.rows), 0.0))
 
