@@ -10,7 +10,7 @@ hourly buckets (26 buckets of ``--reports`` reports each, so ``all`` holds 26, `
 - O-RR (k = 32, 64 cohorts), O-RAPPOR (k = 128, 16 cohorts, one hash), RAPPOR (k = 128 bits, two hashes,
   32 cohorts, Google's p, q, f): 64, 128, 256, 512, 1024 candidates (Zipf(1.1) over them);
 - estimators cycling over each family's methods (direct: project, mle, unbiased, truncate; candidates:
-  project, nnls, mle, ls).
+  ``--candidate-methods``, default project, nnls, mle, ls).
 
 A refresh is timed after adding ``--fresh`` reports to the current bucket of every metric, so that every
 window's counts change between refreshes (the factor cache must not be helped by identical sketches). Each
@@ -21,6 +21,7 @@ published estimates) of the last refresh of each kind.
 
 Usage: python bench/decoder_refresh.py [--before main] [--reports 20000] [--fresh 200] [--warm 3]
                                        [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
+                                       [--candidate-methods project,nnls,mle,ls]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ except ImportError:  # a tree without the factor cache
 
 SIZES = [64, 128, 256, 512, 1024]
 DIRECT = ["project", "mle", "unbiased", "truncate"]
-CANDIDATE = ["project", "nnls", "mle", "ls"]
+CANDIDATE = cfg["candidate_methods"]
 EPS = [0.5, 1.0, 2.0, 4.0]
 metrics = {}
 for i in range(100):
@@ -68,7 +69,7 @@ for i in range(100):
     else:
         S = SIZES[j % 5]
         table["candidates"] = [f"m{i}-value-{s}" for s in range(S)]
-        table["estimator"] = CANDIDATE[(j // 5) % 4]
+        table["estimator"] = CANDIDATE[(j // 5) % len(CANDIDATE)]
         if family == "orr":
             table.update(k=32, epsilon=2.0, cohorts=64)
         elif family == "orappor":
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stores", default="memory,redis")
     ap.add_argument("--redis", default=os.environ.get("LDPSTREAM_REDIS", "redis://127.0.0.1:36379/4"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--candidate-methods", default="project,nnls,mle,ls",
+                    help="estimators the candidate metrics cycle through")
     args = ap.parse_args(argv)
     rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.strip()
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             tar.extractall(tree, filter="data")
         for store in args.stores.split(","):
             cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-", "seed": args.seed,
-                   "reports": args.reports, "fresh": args.fresh, "warm": args.warm}
+                   "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
+                   "candidate_methods": args.candidate_methods.split(",")}
             before = run(tree, cfg)
             after = run(ROOT, cfg)
             print(f"\n## store: {store} ({after['estimates']} estimates a refresh; setup {after['setup']:.1f} s)")
