@@ -103,17 +103,18 @@ for name, m in registry.metrics.items():
 offset = {"next": 0}
 
 def add(reports, buckets):
-    increments = {}
+    # one partition batch per metric (as consumers write: a batch holds a bounded number of sketches)
     for name, m in registry.metrics.items():
+        increments = {}
         for b in buckets:
             counts = sample_counts(dists[name], reports, rng)
             sketch = np.asarray(m.mechanism.simulate_sketch(counts, rng, table=tables[name]), dtype=np.int64)
             for bucket in (b, ALL_TIME):
                 key = SketchKey(name, m.fingerprint, bucket)
                 increments[key] = increments.get(key, 0) + sketch
-    start = offset["next"]
-    store.apply(PartitionBatch("bench-refresh", 0, None if start == 0 else start, start + 1, increments))
-    offset["next"] = start + 1
+        start = offset["next"]
+        store.apply(PartitionBatch("bench-refresh", 0, None if start == 0 else start, start + 1, increments))
+        offset["next"] = start + 1
 
 t0 = time.perf_counter()
 add(cfg["reports"], range(NOW_BUCKET - 25, NOW_BUCKET + 1))
