@@ -58,7 +58,10 @@ there (exact for the ``se_top`` largest estimates, the "other" term and 16 rando
 S = 4096, C = 64, k = 128), then multiplied by the mean ratio sandwich / model-based variance over the probes
 (the sandwich is exact for the probes, ``top`` and "other"). Memory is O(nnz(X) + S) instead of O(S²).
 Sandwich cost up to ``exact_max``: one dense inverse of ``Ga`` (O(S³)) and the meat applied to it
-(O((nnz(X) + C·k)·S)), in column blocks of bounded memory.
+(O((nnz(X) + C·k)·S)), in column blocks of bounded memory. With a ``factor_cache`` (what
+:func:`ldpstream.estimators.estimate` passes) a decode whose fit implies weights within a factor 1.5 of those of
+an earlier decode of the same design reuses them with their ``Ga⁻¹`` and ``Xa Ga⁻¹``: O(S²) for the estimate and
+O((C·k + nnz)·S) for the exact sandwich of those weights (:mod:`ldpstream.estimators.factor_cache`).
 
 Intervals. ``"ls"`` publishes Wald intervals from its sandwich SEs (``interval_method = "wald"``). The
 constrained decoders (``"nnls"``, ``"project"``, ``"mle"``) publish the least-squares interval
