@@ -151,7 +151,9 @@ def estimate(
         raise ParameterError(f"mechanism {mechanism!r} has no usable decoder_family")
     arr = np.asarray(sketch)
     if candidates is None:
-        if family in _DIRECT:
+        if family in _DIRECT:  # closed form, nothing to cache
+            options.pop("factor_cache", None)
+            options.pop("cache_key", None)
             return _DIRECT[family](arr, mechanism, method, **options)
         if not mechanism.closed:
             raise ParameterError(

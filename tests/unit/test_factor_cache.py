@@ -193,3 +193,9 @@ def test_estimate_uses_the_process_cache_and_can_bypass_it():
     assert (first.info["factor_cache"], second.info["factor_cache"]) == ("miss", "hit")
     assert "factor_cache" not in bypass.info
     np.testing.assert_allclose(bypass.std_errors, first.std_errors, rtol=1e-7)
+    # the direct decoders (closed form) accept the option and ignore it
+    from ldpstream.mechanisms.krr import KRR
+
+    counts, krr = np.array([50, 30, 20, 0]), KRR(k=4, epsilon=2.0)
+    plain = estimate(counts, krr, "project")
+    np.testing.assert_array_equal(estimate(counts, krr, "project", factor_cache=None).frequencies, plain.frequencies)
