@@ -58,7 +58,10 @@ there (exact for the ``se_top`` largest estimates, the "other" term and 16 rando
 S = 4096, C = 64, k = 128), then multiplied by the mean ratio sandwich / model-based variance over the probes
 (the sandwich is exact for the probes, ``top`` and "other"). Memory is O(nnz(X) + S) instead of O(S²).
 Sandwich cost up to ``exact_max``: one dense inverse of ``Ga`` (O(S³)) and the meat applied to it
-(O((nnz(X) + C·k)·S)), in column blocks of bounded memory.
+(O((nnz(X) + C·k)·S)), in column blocks of bounded memory. With a ``factor_cache`` (what
+:func:`ldpstream.estimators.estimate` passes) a decode whose fit implies weights within a factor 1.5 of those of
+an earlier decode of the same design reuses them with their ``Ga⁻¹`` and ``Xa Ga⁻¹``: O(S²) for the estimate and
+O((C·k + nnz)·S) for the exact sandwich of those weights (:mod:`ldpstream.estimators.factor_cache`).
 
 Intervals. ``"ls"`` publishes Wald intervals from its sandwich SEs (``interval_method = "wald"``). The
 constrained decoders (``"nnls"``, ``"project"``, ``"mle"``) publish the least-squares interval
@@ -73,7 +76,7 @@ The detection floor is ``Φ⁻¹(1 − 0.05/S)`` times the median candidate stan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -87,6 +90,7 @@ from ldpstream.mechanisms.base import CANDIDATE_METHODS
 from .channels import AffineChannel, compressed_affine_channel
 from .em import em_multinomial
 from .estimate import ConfidenceInterval, Estimate, detection_floor
+from .factor_cache import CachedLeastSquares, FactorCache
 from .least_squares import WeightedLeastSquares, fista_constrained_ls
 from .sandwich import bits_meat, orr_meat
 from .simplex import project_capped_simplex, project_simplex
@@ -127,7 +131,7 @@ def _decode(
     X: sp.csr_matrix,
     other_col: np.ndarray,
     var_fn: Callable[[np.ndarray], np.ndarray],
-    meat_fn: Callable[[WeightedLeastSquares], Callable[[np.ndarray], np.ndarray]],
+    meat_fn: Callable[[WeightedLeastSquares | CachedLeastSquares], Callable[[np.ndarray], np.ndarray]],
     channel_fn: Callable[[bool], tuple[AffineChannel, np.ndarray, float]],
     n_reports: int,
     method: str,
@@ -137,6 +141,8 @@ def _decode(
     max_iter: int,
     exact_se_max: int,
     se_top: int,
+    factor_cache: FactorCache | None,
+    cache_key: Hashable | None,
 ) -> Estimate:
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
@@ -145,7 +151,12 @@ def _decode(
         raise ParameterError(f"{len(labels)} labels for {S} candidates")
     info: dict[str, Any] = {"candidates": S, "other": bool(other)}
     residual_se: float | None = None
-    wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, exact_max=exact_se_max)
+    wls: WeightedLeastSquares | CachedLeastSquares
+    if factor_cache is not None and factor_cache.enabled and cache_key is not None and exact_se_max >= S:
+        wls = CachedLeastSquares(z, X, other_col if other else None, var_fn, cache=factor_cache,
+                                 key=(cache_key, kind, bool(other), X.shape), exact_max=exact_se_max)
+    else:
+        wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, exact_max=exact_se_max)
     beta = wls.beta
     if method == "mle":
         ch, counts, ll_shift = channel_fn(other)
@@ -167,7 +178,7 @@ def _decode(
         info["n_iter"] = n_iter
     top = _top(est, S, se_top)
     se_ls = np.sqrt(wls.variances(top, meat_fn(wls)))
-    info.update(wls.gram.info)
+    info.update(wls.info if isinstance(wls, CachedLeastSquares) else wls.gram.info)
     se = se_ls
     if method == "mle" and kind == "orr":
         # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs
@@ -204,10 +215,14 @@ def decode_orr(
     max_iter: int = 5000,
     exact_se_max: int = 1024,
     se_top: int = 16,
+    factor_cache: FactorCache | None = None,
+    cache_key: Hashable | None = None,
 ) -> Estimate:
     """Decode an O-RR ``(C, k)`` symbol sketch against the candidates of ``design`` (C·k × S, sparse).
 
-    See the module docstring for the estimators; ``other`` adds the unexplained-mass term.
+    See the module docstring for the estimators; ``other`` adds the unexplained-mass term. ``factor_cache``
+    and ``cache_key`` (a hashable name of the design, e.g. the mechanism and its candidate list): reuse the
+    weighted Gram factors of earlier decodes of the same design (:mod:`ldpstream.estimators.factor_cache`).
     """
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
@@ -238,7 +253,8 @@ def decode_orr(
         kind="orr", z=z, X=X, other_col=np.full(C * k, 1.0 / k), var_fn=var_fn,
         meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
-        tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
+        tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
+        cache_key=cache_key,
     )
 
 
@@ -256,11 +272,14 @@ def decode_bits(
     max_iter: int = 5000,
     exact_se_max: int = 1024,
     se_top: int = 16,
+    factor_cache: FactorCache | None = None,
+    cache_key: Hashable | None = None,
 ) -> Estimate:
     """Decode an O-RAPPOR / RAPPOR ``(C, k + 1)`` bit sketch against the candidates of ``design``.
 
     ``bits_per_string`` (h̄, for the "other" term) defaults to ``nnz(X)/(S·C)``, the mean number of bits a
-    candidate sets per cohort (≈ h, less Bloom collisions).
+    candidate sets per cohort (≈ h, less Bloom collisions). ``factor_cache``, ``cache_key``: as
+    :func:`decode_orr`.
     """
     arr = np.asarray(sketch, dtype=np.float64)
     if arr.ndim != 2:
@@ -300,7 +319,8 @@ def decode_bits(
         kind="bits", z=z, X=X, other_col=np.full(C * k, hbar / k), var_fn=var_fn,
         meat_fn=lambda wls: bits_meat(X, wls.o, wls.w, wls.beta, Nc, q_star, p_star, hbar),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
-        tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top,
+        tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
+        cache_key=cache_key,
     )
 
 

@@ -16,11 +16,13 @@ from .candidates import decode_bits, decode_orr
 from .detection import detect
 from .direct import estimate_krappor, estimate_krr
 from .estimate import Estimate
+from .factor_cache import FactorCache
 
-__all__ = ["clear_design_cache", "design_matrix", "estimate"]
+__all__ = ["clear_design_cache", "design_matrix", "estimate", "factor_cache"]
 
-#: Number of (mechanism, candidate list) design matrices kept by :func:`design_matrix`.
-DESIGN_CACHE_SIZE = 64
+#: Number of (mechanism, candidate list) design matrices kept by :func:`design_matrix` (a decoder of 100 metrics
+#: needs one per metric: each window decodes against it and measures its design effects with it; ≤ 1 MB each).
+DESIGN_CACHE_SIZE = 256
 
 
 @functools.lru_cache(maxsize=DESIGN_CACHE_SIZE)
@@ -51,6 +53,17 @@ def design_matrix(mechanism: Any, candidates: Sequence[Any] | None) -> sp.csr_ma
         X.sum_duplicates()
         return X
     return _cached_design(mechanism, key)
+
+
+#: The process's cache of weighted Gram factors of the candidate decoders (:mod:`~ldpstream.estimators.factor_cache`).
+_FACTOR_CACHE = FactorCache()
+
+
+def factor_cache() -> FactorCache:
+    """The process-wide :class:`~ldpstream.estimators.factor_cache.FactorCache` that :func:`estimate` passes to
+    the candidate decoders (bounded, :data:`~ldpstream.estimators.factor_cache.DEFAULT_MAX_BYTES`):
+    ``factor_cache().resize(0)`` disables it, ``.clear()`` empties it, ``.hits`` / ``.misses`` count its use."""
+    return _FACTOR_CACHE
 
 
 def clear_design_cache() -> None:
@@ -122,7 +135,10 @@ def estimate(
 
     With ``candidates``: ``"candidates_symbol"`` (O-RR, :func:`decode_orr`) or ``"candidates_bits"`` (O-RAPPOR /
     RAPPOR: :func:`decode_bits` with ``mechanism.q_star``, ``mechanism.p_star``) against
-    ``mechanism.design_matrix(candidates)``, which is cached (:func:`design_matrix`).
+    ``mechanism.design_matrix(candidates)``, which is cached (:func:`design_matrix`). The candidate decoders
+    (all methods but ``"detect"``) reuse the weighted Gram factors of earlier decodes of the same mechanism and
+    candidates through :func:`factor_cache` unless ``factor_cache=None`` is passed
+    (:mod:`ldpstream.estimators.factor_cache`: exact sandwich standard errors for reference weights).
 
     Methods: ``"unbiased" | "truncate" | "project" | "mle"`` for k-RR / k-RAPPOR,
     ``"ls" | "nnls" | "project" | "mle"`` for the candidate decoders, and ``"detect"`` for bit sketches
@@ -135,7 +151,9 @@ def estimate(
         raise ParameterError(f"mechanism {mechanism!r} has no usable decoder_family")
     arr = np.asarray(sketch)
     if candidates is None:
-        if family in _DIRECT:
+        if family in _DIRECT:  # closed form, nothing to cache
+            options.pop("factor_cache", None)
+            options.pop("cache_key", None)
             return _DIRECT[family](arr, mechanism, method, **options)
         if not mechanism.closed:
             raise ParameterError(
@@ -151,4 +169,11 @@ def estimate(
             raise ParameterError(f"{mechanism.name}: a {family} mechanism is decoded without a candidate list")
         labels = options.pop("labels", list(candidates))
         design = design_matrix(mechanism, candidates)
+    if method != "detect" and "factor_cache" not in options:
+        key = (mechanism, None if candidates is None else tuple(candidates))
+        try:
+            hash(key)
+            options.update(factor_cache=_FACTOR_CACHE, cache_key=key)
+        except TypeError:  # unhashable candidates or mechanism: no cache
+            pass
     return _CANDIDATES[family](arr, design, mechanism, method, labels=labels, **options)

@@ -55,6 +55,8 @@ class SandwichMeat:
         alpha: the diagonal part's row weights (length R).
         low_rank: pairs ``(V, γ)``, ``V`` of shape (C, P) (row c: ``Xa_cᵀ v_c``), ``γ`` of length C.
         pair: ``(p, 1/N_c, w)`` for the bit mechanisms' pair part (``p`` over the candidates), or None.
+        low_rank_cells: the cell vectors ``v`` (length R) of ``low_rank``, in its order; needed by
+            :meth:`sandwich_diagonal` only.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class SandwichMeat:
         alpha: np.ndarray,
         low_rank: Sequence[tuple[np.ndarray, np.ndarray]],
         pair: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        low_rank_cells: Sequence[np.ndarray] | None = None,
     ) -> None:
         self.X = sp.csr_matrix(X)
         self.o = o
@@ -72,6 +75,7 @@ class SandwichMeat:
         self.alpha = alpha
         self.low_rank = [(np.asarray(V), np.asarray(g)) for V, g in low_rank]
         self.pair = pair
+        self.low_rank_cells = None if low_rank_cells is None else [np.asarray(v) for v in low_rank_cells]
         self.max_block = 1 << 19
         self.P = self.X.shape[1] + (o is not None)
         self._Xa: sp.csr_matrix | None = None
@@ -126,6 +130,71 @@ class SandwichMeat:
             M += np.asarray((H.T @ sp.diags(d[keep]) @ H).toarray())
         return M
 
+    def sandwich_diagonal(self, B: np.ndarray) -> np.ndarray:
+        """``diag(A M A)`` for a symmetric ``A`` (P × P) given ``B = Xa A`` (R × P): the sandwich variances when
+        ``A = Ga⁻¹`` (docs/math/estimators.md#the-sandwich-from-cached-factors). Every part of ``M`` is a sum of
+        squares of cell combinations, so with ``B`` at hand no P × P product is needed:
+
+        - diagonal part: ``Σ_i α_i B_is²``;
+        - rank-C parts: ``Σ_c γ_c (Σ_{i∈c} v_i B_is)²`` (``V_c A e_s = v_cᵀ B_c e_s``);
+        - pair part (bits): ``Σ_{c,t} (p_t/N_c) (Σ_{i∈c} x_it w_i B_is)²``: the squares of single cells fold into
+          the diagonal part, and the products of two cells set by one value in one cohort (h ≥ 2) are
+          ``2 Σ_{i<j} K_ij B_is B_js`` with the sparse upper-triangular ``K``.
+
+        O((R + nnz(K))·P) per call (nnz(K) ≤ C·S·h(h − 1)/2), against O(P³) for :meth:`dense` and the product
+        with ``A``."""
+        R = self.X.shape[0]
+        k = self.k
+        C = R // k
+        diag = self.alpha.astype(np.float64, copy=True)
+        K: sp.csr_matrix | None = None
+        if self.pair is not None:
+            p, inv_n, w = self.pair
+            coo = sp.coo_matrix(self.X)
+            d = p[coo.col] * inv_n[coo.row // k]  # p_t / N_c of each nonzero (cell i, value t)
+            a = coo.data * w[coo.row]
+            keep = d > 0
+            rows, cols, a, d = coo.row[keep], coo.col[keep], a[keep], d[keep]
+            diag += np.bincount(rows, weights=d * a * a, minlength=R)
+            # pairs of cells set by one value in one cohort: group the nonzeros by (cohort, value)
+            group = (rows // k).astype(np.int64) * self.X.shape[1] + cols
+            order = np.lexsort((rows, group))
+            rows, group, a, d = rows[order], group[order], a[order], d[order]
+            starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+            sizes = np.diff(np.r_[starts, group.size])
+            pi: list[np.ndarray] = []
+            pj: list[np.ndarray] = []
+            pv: list[np.ndarray] = []
+            end = np.repeat(starts + sizes, sizes)  # one past the last nonzero of each nonzero's group
+            first_all = np.arange(group.size)
+            for gap in range(1, int(sizes.max(initial=1))):
+                first = first_all[first_all + gap < end]
+                second = first + gap
+                pi.append(rows[first])
+                pj.append(rows[second])
+                pv.append(d[first] * a[first] * a[second])
+            if pi and sum(x.size for x in pi):
+                K = sp.csr_matrix((np.concatenate(pv), (np.concatenate(pi), np.concatenate(pj))), shape=(R, R))
+        # In blocks of whole cohorts (K and the rank-C parts never mix cohorts), in float64 whatever B holds.
+        P = B.shape[1]
+        step = max(1, self.max_block // max(k * P, 1))
+        out = np.zeros(P)
+        if self.low_rank and self.low_rank_cells is None:
+            raise ValueError("sandwich_diagonal needs the low-rank parts' cell vectors (low_rank_cells)")
+        for c0 in range(0, C, step):
+            c1 = min(C, c0 + step)
+            r0, r1 = c0 * k, c1 * k
+            Bb = np.asarray(B[r0:r1], dtype=np.float64)
+            out += np.einsum("i,is,is->s", diag[r0:r1], Bb, Bb)
+            if self.low_rank_cells is not None:
+                Bc = Bb.reshape(c1 - c0, k, P)
+                for (_, g), v in zip(self.low_rank, self.low_rank_cells, strict=True):
+                    T = np.einsum("ck,ckp->cp", v[r0:r1].reshape(c1 - c0, k), Bc)
+                    out += np.einsum("c,cp,cp->p", g[c0:c1], T, T)
+            if K is not None:
+                out += 2.0 * np.einsum("is,is->s", Bb, np.asarray(K[r0:r1, r0:r1] @ Bb))
+        return out
+
     def _apply(self, Y2: np.ndarray) -> np.ndarray:
         Xa = self.augmented
         XY = Xa @ Y2
@@ -165,8 +234,8 @@ def orr_meat(
     cc = (e + k - 1) / (e - 1)
     m = (1 + (e - 1) * np.clip(fit, 0.0, 1.0)) / (e + k - 1)
     alpha = w * w * cc * cc * m * np.repeat(_inv(Nc), k)
-    V = per_cohort_sums(X, o, w * m, k)
-    return SandwichMeat(X, o, k, alpha, [(V, -cc * cc * _inv(Nc))])
+    v = w * m
+    return SandwichMeat(X, o, k, alpha, [(per_cohort_sums(X, o, v, k), -cc * cc * _inv(Nc))], low_rank_cells=[v])
 
 
 def bits_meat(
@@ -192,7 +261,9 @@ def bits_meat(
     kappa = hbar * (hbar - 1) / (k * (k - 1)) if k > 1 else 0.0
     inv_n = _inv(Nc)
     alpha = w * w * (r * (1 - r) / delta**2 + pi * pi - xp - p_o * kappa) * np.repeat(inv_n, k)
-    low = [(per_cohort_sums(X, o, w * pi, k), -inv_n)]
+    cells = [w * pi]
+    low = [(per_cohort_sums(X, o, cells[0], k), -inv_n)]
     if p_o * kappa > 0:
+        cells.append(w)
         low.append((per_cohort_sums(X, o, w, k), p_o * kappa * inv_n))
-    return SandwichMeat(X, o, k, alpha, low, (p[:S], inv_n, w))
+    return SandwichMeat(X, o, k, alpha, low, (p[:S], inv_n, w), low_rank_cells=cells)

@@ -156,19 +156,29 @@ def test_significance_consistent_and_powerful(case):
             np.testing.assert_array_equal(est.significant(0.05, "bonferroni"), flagged[i])
 
 
+def _unstable_active_set(case):
+    """Whether the projection's active set changes from sample to sample: the sd of a zero cell's unbiased
+    estimate exceeds the smallest true frequency (then absent cells regularly enter the active set and present
+    ones leave it)."""
+    p = case["p"]
+    return case["points"]["unbiased"][:, p == 0].std(axis=0, ddof=1).mean() > p[p > 0].min()
+
+
 @pytest.mark.parametrize("method", ("truncate", "project", "mle"))
-def test_zero_cell_standard_errors(case, method, request):
+def test_zero_cell_standard_errors(case, method):
     """Cells estimated at 0 (true p = 0): published SE ≈ the Monte Carlo sd of the estimator at p = 0.
 
     Tolerance: 3 Monte Carlo standard errors of the sd (cluster, across trials) plus one sd of the published
     SE's own spread across trials (it is a plug-in estimate).
 
-    Known limit: at k-RR k = 8, ε = 0.5, n = 1000 (zero-cell sd 0.135, larger than the smallest true
-    frequency 0.10) the active set changes from trial to trial and the fixed-active-set linearization
-    over-states the projected estimate's zero-cell SE by about 19%. The published interval does not use it.
+    Where the active set is unstable (:func:`_unstable_active_set`: only k-RR and k-RAPPOR at k = 8,
+    ε = 0.5, n = 1000 here) the zero-cell SE is, by design, a linearization with the active set held at the
+    one observed (docs/math/estimators.md#standard-errors-of-the-post-processed-estimates): a projection or an
+    MLE whose active set moves with the sample pulls an absent cell back to 0 more often than a fixed set
+    would, so the SE then over-states its sd (measured 1.13–1.19×). What it promises there is to be
+    conservative: SE ≥ the Monte Carlo sd, up to the same tolerance (this replaces a strict xfail of the
+    two-sided check at k-RR project). The published interval and test do not use the SE.
     """
-    if (case["dec"], case["k"], case["eps"], method) == ("krr", 8, 0.5, "project"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="unstable active set: SE about 1.19x the MC sd"))
     p, est_points = case["p"], case["points"][method]
     zero = p == 0
     mc_var = est_points[:, zero].var(axis=0, ddof=1).mean()
@@ -184,4 +194,8 @@ def test_zero_cell_standard_errors(case, method, request):
     ses = np.array(ses)
     ratio = ses.mean() / mc_sd
     print(f"{case['dec']} k={case['k']} eps={case['eps']} {method}: zero-cell SE/MC sd {ratio:.3f}")
-    assert abs(ratio - 1) <= 3 * rel_se + ses.std() / ses.mean()
+    tolerance = 3 * rel_se + ses.std() / ses.mean()
+    if _unstable_active_set(case):
+        assert ratio >= 1 - tolerance  # conservative: never narrower than the sd of the point
+    else:
+        assert abs(ratio - 1) <= tolerance

@@ -299,6 +299,42 @@ def test_a_window_of_buckets_that_repeat_identical_reports_carries_their_design_
         assert d["low_95"] == pytest.approx(h["low_95"]) and d["high_95"] == pytest.approx(h["high_95"])
 
 
+def test_watch_shows_the_interval_method_design_effects_and_assumption(prometheus):
+    """``ldpstream watch`` renders what the published JSON says about its intervals: the method, the largest
+    design effect with the repetition rule, the assumption in words, and each value's design effect."""
+    from ldpstream.decoder.watch import render
+
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1d"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 2.0, "labels": LABELS}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    values = concentrated(2000, [0, 1, 2], 8, seed=5)
+    for b in range(6):
+        feed.add("lang", values, NOW - 120 - b * BUCKET, seed=21)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    day = {r.window: r for r in service.decode_metric(registry["lang"], now=NOW)}["1d"].to_json()
+    screen = render(day, now=NOW).splitlines()
+    assert screen[1] == (f"intervals: {day['interval_method']}, widened by design effects up to "
+                         f"{day['design_effect']:.2f} (repetition rule estimated, overlap "
+                         f"{day['repetition']['overlap']:.2f})")
+    assert screen[2] == f"assumes: {day['interval_assumes']}"
+    assert screen[3].split() == ["value", "estimate", "95%", "interval", "deff"]
+    by_value = {v["value"]: v for v in day["values"]}
+    for line in screen[4:]:
+        name, freq, low, high, deff = line.replace("[", " ").replace("]", " ").replace(",", " ").split()[:5]
+        entry = by_value[name]
+        assert float(deff) == pytest.approx(entry["design_effect"], abs=0.005)
+        assert float(freq) == pytest.approx(entry["frequency"], abs=5e-5)
+        assert float(low) == pytest.approx(entry["low_95"], abs=5e-5)
+        assert float(high) == pytest.approx(entry["high_95"], abs=5e-5)
+    # an estimate published without design effects (an older decoder) renders without the column
+    bare = {key: val for key, val in day.items() if key not in ("design_effect", "repetition", "interval_assumes")}
+    bare["values"] = [{k: v for k, v in entry.items() if k != "design_effect"} for entry in day["values"]]
+    plain = render(bare, now=NOW).splitlines()
+    assert plain[1] == f"intervals: {day['interval_method']}" and "deff" not in plain[2]
+
+
 def test_independent_buckets_keep_design_effects_near_one(prometheus):
     registry = Registry.from_dict({
         "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["1d"]},

@@ -1,0 +1,268 @@
+"""Factorizations of the candidate decoders' weighted Gram matrices, kept across decodes
+(docs/math/estimators.md#the-sandwich-from-cached-factors).
+
+The live decoder decodes the same metrics (same mechanism, same candidate list, hence the same design ``Xa``)
+every few seconds. What costs O(P³) in a decode with exact standard errors (``P`` = candidates + "other") is
+``Ga = Xaᵀ W Xa``: its Cholesky factor, its inverse, and the product of the inverse with the meat. ``Ga``
+depends on the design and on the weights ``W``, which come from a pilot fit of the data: they change from one
+refresh to the next, but only a little (counts accumulate), and mostly by a common scale (more reports).
+
+**Reference weights.** The weighted least-squares estimate ``β = Ga⁻¹ Xaᵀ W z`` is unbiased for *any* fixed
+weights, and its exact covariance is the sandwich ``Ga⁻¹ M Ga⁻¹`` with ``M = Xaᵀ W Σ_z W Xa``
+(:mod:`ldpstream.estimators.sandwich`) for those weights; the weights only decide the efficiency. Weights ``W_ref``
+within a factor ``κ`` of the inverse variances ``W`` up to a common scale (``max_i r_i / min_i r_i ≤ κ`` with ``r =
+w / w_ref``) lose at most ``1 − 4κ/(1 + κ)²`` of the efficiency of each linear combination when the cells are
+independent (Kantorovich's inequality applied to ``W^{1/2} W_ref^{-1/2}``): 4% of variance at the default ``κ =
+1.5``; cells of one cohort covary a little (multinomial, bits of one report), so the decode's own weights are not
+exactly optimal either and the two variances differ by at most about that factor either way. So a decode may reuse
+the weights of an earlier decode of the same design, with their ``Ga⁻¹`` and ``B = Xa Ga⁻¹`` (float32), when the
+weights its own fit implies are that close; its estimate is then the least squares with the reference weights, and
+its standard errors the *exact* sandwich for them (:meth:`SandwichMeat.sandwich_diagonal` from ``B``: O((R +
+nnz)·P) instead of O(P³)). The check is made at the reference fit itself (the weights implied by the estimate with
+the reference weights), so a cache hit is decided by the data of the decode, not by its history.
+
+:class:`FactorCache` keeps, per key (the mechanism, the candidate list and the decoder's options), up to
+``per_key`` references (the windows of one metric: ``all``, ``1d``, ``1h`` may need different ones), least
+recently used first out, bounded in bytes overall. Only the exact back end (``S ≤ exact_se_max``) is cached.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+import scipy.linalg as sl
+import scipy.sparse as sp
+
+from .least_squares import WeightedLeastSquares
+from .sandwich import SandwichMeat
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "CachedLeastSquares", "FactorCache", "ReferenceFactor",
+           "symmetric_inverse"]
+
+#: Default bound of a :class:`FactorCache` (bytes of ``Ga⁻¹`` and ``B`` held).
+DEFAULT_MAX_BYTES = 512 * 2**20
+#: Default largest spread ``κ`` of ``w / w_ref`` for which reference weights are reused (≤ 4% of variance).
+#: The weights hold the cohorts' report counts ``N_c``: in a window of one bucket (``1h``) with ~300 reports a
+#: cohort they scatter by ±6% about those of ``all``, a spread of ≈ 1.35 over 64 cohorts.
+DEFAULT_TOLERANCE = 1.5
+
+
+def symmetric_inverse(G: np.ndarray) -> np.ndarray:
+    """``G⁻¹`` of a symmetric positive definite ``G`` (LAPACK potrf + potri), the pseudo-inverse if singular."""
+    try:
+        chol, info = sl.lapack.dpotrf(G, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError("not positive definite")
+        Gi, info = sl.lapack.dpotri(chol, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError("singular")
+        return cast(np.ndarray, np.tril(Gi) + np.tril(Gi, -1).T)
+    except np.linalg.LinAlgError:
+        return cast(np.ndarray, np.linalg.pinv(G, hermitian=True))
+
+
+@dataclass(eq=False)
+class ReferenceFactor:
+    """Reference weights ``w_ref`` of one design, ``Ga⁻¹`` for them, and ``B = Xa Ga⁻¹`` (made on first use)."""
+
+    weights: np.ndarray
+    inverse: np.ndarray
+    rows: np.ndarray | None = None
+    hits: int = field(default=0)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weights.nbytes + self.inverse.nbytes + (0 if self.rows is None else self.rows.nbytes))
+
+    def matches(self, w: np.ndarray, tolerance: float) -> bool:
+        """Whether ``w`` is within ``tolerance`` (``max r / min r``, ``r = w / w_ref``) of the reference, with
+        the same cells weighted (a cell without reports has weight 0 in both)."""
+        ref = self.weights
+        used = ref > 0
+        if w.shape != ref.shape or not np.array_equal(used, w > 0):
+            return False
+        if not used.any():
+            return False
+        ratio = w[used] / ref[used]
+        return bool(np.max(ratio) <= tolerance * np.min(ratio))
+
+
+class FactorCache:
+    """A bounded, thread-safe cache of :class:`ReferenceFactor` per key (module docstring).
+
+    Args:
+        max_bytes: bound on the bytes held (``0`` disables the cache: every decode is computed afresh).
+        per_key: references kept per key.
+        tolerance: ``κ``, the largest spread of ``w / w_ref`` for which a reference is reused.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, per_key: int = 4,
+                 tolerance: float = DEFAULT_TOLERANCE) -> None:
+        if tolerance < 1:
+            raise ValueError(f"tolerance must be >= 1, got {tolerance}")
+        self.max_bytes = int(max_bytes)
+        self.per_key = int(per_key)
+        self.tolerance = float(tolerance)
+        self._entries: OrderedDict[Hashable, list[ReferenceFactor]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(e.nbytes for refs in self._entries.values() for e in refs)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(refs) for refs in self._entries.values())
+
+    def references(self, key: Hashable) -> list[ReferenceFactor]:
+        """The references of ``key``, most recently used first."""
+        with self._lock:
+            refs = self._entries.get(key)
+            if refs is None:
+                return []
+            self._entries.move_to_end(key)
+            return list(refs)
+
+    def used(self, key: Hashable, ref: ReferenceFactor) -> None:
+        """Record a hit: ``ref`` becomes the first of its key."""
+        with self._lock:
+            self.hits += 1
+            ref.hits += 1
+            refs = self._entries.get(key)
+            if refs is not None and ref in refs:
+                refs.remove(ref)
+                refs.insert(0, ref)
+
+    def add(self, key: Hashable, ref: ReferenceFactor) -> None:
+        """Store a new reference for ``key`` (a miss)."""
+        with self._lock:
+            self.misses += 1
+            if not self.enabled:
+                return
+            refs = self._entries.setdefault(key, [])
+            self._entries.move_to_end(key)
+            refs.insert(0, ref)
+            del refs[self.per_key:]
+            self._shrink()
+
+    def grown(self) -> None:
+        """A reference grew (its ``B`` was made): re-apply the bound."""
+        with self._lock:
+            self._shrink()
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the bound (``0``: disable and empty)."""
+        with self._lock:
+            self.max_bytes = int(max_bytes)
+            self._shrink()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def _shrink(self) -> None:
+        """Drop references, least recently used first, until the bytes held are within the bound (called
+        when references are added or grow, not on hits)."""
+        total = sum(e.nbytes for refs in self._entries.values() for e in refs)
+        while self._entries and total > self.max_bytes:
+            key, refs = next(iter(self._entries.items()))  # least recently used key
+            dropped = refs.pop()  # its least recently used reference
+            total -= dropped.nbytes
+            if not refs:
+                del self._entries[key]
+
+
+class CachedLeastSquares:
+    """The weighted least squares of :class:`~ldpstream.estimators.least_squares.WeightedLeastSquares` (same
+    attributes and methods as the candidate decoders use) through a :class:`FactorCache`, for the exact back
+    end (``S ≤ exact_max``).
+
+    A reference of ``key`` whose weights match those implied by its own fit (module docstring) is used:
+    ``β = Ga⁻¹ Xaᵀ W_ref z``, sandwich variances from ``B``. Otherwise the fit is made afresh
+    (:class:`WeightedLeastSquares`, pilot weights) and its ``Ga⁻¹`` stored as a new reference.
+    ``info["factor_cache"]`` says which (``"hit"`` or ``"miss"``).
+    """
+
+    def __init__(
+        self,
+        z: np.ndarray,
+        X: sp.csr_matrix,
+        other_col: np.ndarray | None,
+        var_fn: Callable[[np.ndarray], np.ndarray],
+        *,
+        cache: FactorCache,
+        key: Hashable,
+        exact_max: int = 1024,
+    ) -> None:
+        Xa = sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr") if other_col is not None else X
+        self.z, self.X, self.o, self.Xa = z, X, other_col, sp.csr_matrix(Xa)
+        self.info: dict[str, Any] = {"se_method": "exact"}
+        self._cache, self._key = cache, key
+        for ref in cache.references(key):
+            b = np.asarray(self.Xa.T @ (ref.weights * z))
+            beta = ref.inverse @ b
+            if ref.matches(self._weights(var_fn, self.Xa @ beta), cache.tolerance):
+                cache.used(key, ref)
+                self.ref, self.w, self.b, self.beta = ref, ref.weights, b, beta
+                self.info["factor_cache"] = "hit"
+                return
+        wls = WeightedLeastSquares(z, X, other_col, var_fn, exact_max=exact_max)
+        G = wls.gram.dense()
+        if G is None:  # the dense back end fell back to CG (should not happen for S <= exact_max)
+            raise ValueError("CachedLeastSquares needs the dense back end")
+        if other_col is not None:
+            G = np.block([[G, wls.g[:, None]], [wls.g[None, :], np.array([[wls.gamma]])]])
+        self.ref = ReferenceFactor(wls.w, symmetric_inverse(G))
+        self.w, self.b, self.beta = wls.w, wls.b, wls.beta
+        self.info.update(wls.gram.info)
+        self.info["factor_cache"] = "miss"
+        cache.add(key, self.ref)
+
+    @staticmethod
+    def _weights(var_fn: Callable[[np.ndarray], np.ndarray], fit: np.ndarray) -> np.ndarray:
+        v = var_fn(fit)
+        ok = np.isfinite(v) & (v > 0)
+        return np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
+
+    def fitted(self) -> np.ndarray:
+        """``Xa β``: the fitted responses."""
+        fit: np.ndarray = self.Xa @ self.beta
+        return fit
+
+    def variances(self, top: Any = (), meat: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """``diag Cov(β)``: ``diag(Ga⁻¹)`` without ``meat``, else the sandwich from ``B = Xa Ga⁻¹`` (exact;
+        ``top`` is accepted for the interface and unused)."""
+        del top
+        if meat is None:
+            return np.asarray(np.maximum(np.diag(self.ref.inverse), 0.0))
+        if not isinstance(meat, SandwichMeat):
+            raise TypeError("CachedLeastSquares needs a SandwichMeat")
+        if self.ref.rows is None:
+            # float32 halves the largest part of the cache; the variances are sums of squares of its entries
+            # (relative error ≈ 1e-7 per entry, ≤ 1e-5 on a standard error, tests/unit/test_factor_cache.py)
+            self.ref.rows = np.asarray(self.Xa @ self.ref.inverse, dtype=np.float32)
+            self._cache.grown()
+        self.info["se_sandwich"] = "exact"
+        return np.asarray(np.maximum(meat.sandwich_diagonal(self.ref.rows), 0.0))
+
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """``Ga v`` through the sparse design (``Xaᵀ(w ⊙ (Xa v))``)."""
+        out: np.ndarray = self.Xa.T @ (self.w * (self.Xa @ v))
+        return out
+
+    def lipschitz(self) -> float:
+        """Largest row sum of ``Ga`` (its entries are non-negative)."""
+        return float(np.max(np.abs(self.matvec(np.ones(self.beta.size)))))
