@@ -5,6 +5,8 @@ categories, ρ = 0.5, top 5 + Other (6 × 6), ``--n`` pairs per trial, RAPPOR (p
 mode, over ``--trials`` seeds: pooled coverage of the 36 cell intervals (cluster SE over trials), mean and sd
 of the z-scores, the largest |mean error| and the Other × Other mean error.
 
+Cell intervals as published (``interval_method``; the stacked sandwich once it exists).
+
 Modes (what the Other rule of ``joint_likelihood`` is given; docs/math/joint.md#the-other-category):
 
 - ``est``: as shipped: candidate frequencies f by least squares on the patterns' sketch, Other's per-bit
@@ -13,6 +15,8 @@ Modes (what the Other rule of ``joint_likelihood`` is given; docs/math/joint.md#
 - ``oracle``: the true f and the true per-cohort Other rates (the population law of a report of a value
   outside the candidates), i.e. no nuisance estimated at all; what remains is the product-of-bits
   approximation of the Other law;
+- ``dict``: f from the marginal least squares against the whole 100-value dictionary (what
+  ``JointVariable.frequencies`` is for), Other's rates from the sketch;
 - ``refineN``: ``est``, then N times: f ← the fitted table's margins, Other rebuilt, EM warm-started.
 
 Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_other_diagnosis.py --bits 32 --hashes 2``
@@ -26,9 +30,18 @@ import time
 import numpy as np
 
 import ldpstream.estimators.joint_likelihood as jl
+from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.joint import JointVariable, estimate_joint
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.simulation.joint_trials import collapse, sample_pairs, value_names, zipf_association
+
+
+def dictionary_frequencies(mech: Rappor, names: list[str], cohorts: np.ndarray, reports: np.ndarray,
+                           counts: np.ndarray) -> list[float]:
+    """The five candidates' frequencies from the marginal least squares against the whole dictionary."""
+    sketch = jl.pattern_sketch(mech, cohorts, reports, counts)
+    f = np.asarray(estimate(sketch, mech, "ls", candidates=names).frequencies)[:5]
+    return [float(x) for x in np.clip(f, 0.0, 1.0)]
 
 
 def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, seed: int) -> None:
@@ -46,14 +59,20 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
     if mode == "oracle":
         jl.other_bit_rates = lambda *a, **kw: true_rates  # type: ignore[assignment]
     freq = z[:5].tolist() if mode in ("oracle", "oracle_f") else None
-    var = JointVariable(mech, names[:5], frequencies=freq)
     rng = np.random.default_rng(seed)
     err, cov, zs = [], [], []
     began = time.perf_counter()
     try:
         for _ in range(trials):
             pat = sample_pairs(joint, mech, mech, n, rng, table, table)
-            est = estimate_joint(pat, var, var)
+            if mode == "dict":
+                vx, vy = (JointVariable(mech, names[:5],
+                                        frequencies=dictionary_frequencies(mech, names, cohorts, r, pat.counts))
+                          for cohorts, r in ((pat.cohort_x, pat.reports_x), (pat.cohort_y, pat.reports_y)))
+                est = estimate_joint(pat, vx, vy)
+            else:
+                var = JointVariable(mech, names[:5], frequencies=freq)
+                est = estimate_joint(pat, var, var)
             for _ in range(int(mode[6:]) if mode.startswith("refine") else 0):
                 fx, fy = est.table.sum(axis=1)[:5], est.table.sum(axis=0)[:5]
                 est = estimate_joint(pat, JointVariable(mech, names[:5], frequencies=fx.tolist()),

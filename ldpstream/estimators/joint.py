@@ -204,9 +204,10 @@ def estimate_joint(
     x_given_y, y_given_x = conditional_tables(table, cov)
     test = independence_test(table, cov, information)
     seconds = time.perf_counter() - began
+    method = "wald-clipped" if corrections is None else SANDWICH_INTERVAL_METHOD
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
-        interval_method="wald-clipped" if corrections is None else SANDWICH_INTERVAL_METHOD, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
+        interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
         n=int(patterns.total), iterations=fit.iterations, converged=fit.converged, seconds=seconds,
         log_likelihood=fit.log_likelihood,
         stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"
