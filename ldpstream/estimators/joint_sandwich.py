@@ -32,26 +32,24 @@ __all__ = ["nuisance_corrections", "sandwich_covariance"]
 
 
 def _reports(reports: np.ndarray, idx: np.ndarray, law: OtherLaw) -> np.ndarray:
-    """``(n, k)`` report vectors: the bits, or one-hot symbols."""
+    """``(n, k)`` float32 report vectors: the bits, or one-hot symbols (exact: 0/1)."""
     if law.bits:
-        out: np.ndarray = np.asarray(reports[idx], dtype=np.float64)
+        out: np.ndarray = np.asarray(reports[idx]).astype(np.float32)
         return out
     k = law.law.shape[1]
-    onehot: np.ndarray = np.eye(k)[np.asarray(reports[idx], dtype=np.int64)]
+    onehot: np.ndarray = np.eye(k, dtype=np.float32)[np.asarray(reports[idx], dtype=np.int64)]
     return onehot
 
 
-def _other_score(x: np.ndarray, law: OtherLaw, c: int) -> np.ndarray:
-    """``z_u = ∂ log L_O(u) / ∂η̃_c``: bits ``(x − t)/(t(1 − t))``; symbols ``x/ĝ − 1/s`` (ĝ = clipped raw law,
-    s its sum), zero where the law is clipped."""
-    t, free = law.law[c], law.free[c]
+def _score_weights(law: OtherLaw, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(w1, w0)`` with ``z_u = ∂ log L_O(u)/∂η̃_c = w1 ∘ x_u − w0``: bits ``(x − t)/(t(1 − t))``; symbols
+    ``x/ĝ − 1/s`` (ĝ = the clipped raw law, s its sum); zero where the law is clipped."""
+    t, free = law.law[c], law.free[c].astype(np.float64)
     if law.bits:
-        z = (x - t) / (t * (1.0 - t))
-    else:
-        s = float(law.clipped_sum[c])
-        z = x / (t * s) - 1.0 / s
-    out: np.ndarray = z * free
-    return out
+        w1 = free / (t * (1.0 - t))
+        return w1, w1 * t
+    s = float(law.clipped_sum[c])
+    return free / (t * s), free / s
 
 
 def _dscore_dlog_other(lx: np.ndarray, ly: np.ndarray, table: np.ndarray, m: np.ndarray, axis: int) -> np.ndarray:
@@ -90,24 +88,29 @@ def nuisance_corrections(channel: PairChannel, p: np.ndarray, counts: np.ndarray
         C, k = law.law.shape
         groups = _cohort_groups(np.asarray(cohorts, dtype=np.int64), C)
         H = np.zeros((C, rc, k))
+        sums = np.zeros((C, rc))
         for c, group in enumerate(groups):
             for start in range(0, len(group), CHUNK_ROWS):
                 idx = group[start:start + CHUNK_ROWS]
                 lx, ly = channel.lx[idx], channel.ly[idx]
                 m = np.maximum(((lx @ table) * ly).sum(axis=1), 1e-300)
-                a = _dscore_dlog_other(lx, ly, table, m, axis)
-                z = _other_score(_reports(reports, idx, law), law, c)
-                H[c] += a.T @ (n[idx, None] * z)
+                a = _dscore_dlog_other(lx, ly, table, m, axis) * n[idx, None]
+                H[c] += (a.T.astype(np.float32) @ _reports(reports, idx, law)).astype(np.float64)
+                sums[c] += a.sum(axis=0)
+            w1, w0 = _score_weights(law, c)
+            H[c] = H[c] * w1[None, :] - np.outer(sums[c], w0)
         # F = Σ_c H_c (R_c − η̃_c 1ᵀ): how the table's score moves with f through every cohort's law.
         shift = law.rates - law.raw[:, :, None]  # (C, k, S)
         F = np.einsum("crk,cks->rs", H, shift)
         left = max(1.0 - float(law.frequencies.sum()), 1e-12)
         M = np.transpose(law.freq_jacobian, (1, 0, 2))  # (C, S, k)
         K = (H - np.einsum("rs,csk->crk", F, M)) / (np.maximum(law.n_c, 1.0)[:, None, None] * left)
+        K32 = K.astype(np.float32)
         for c, group in enumerate(groups):
+            centre = law.means[c] @ K[c].T
             for start in range(0, len(group), CHUNK_ROWS):
                 idx = group[start:start + CHUNK_ROWS]
-                out[idx] += (_reports(reports, idx, law) - law.means[c]) @ K[c].T
+                out[idx] += (_reports(reports, idx, law) @ K32[c].T).astype(np.float64) - centre
     return out
 
 
