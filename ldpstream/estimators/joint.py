@@ -4,8 +4,9 @@
 :func:`estimate_joint` reads the distinct report pairs (:class:`~ldpstream.estimators.pairs.PairPatterns`),
 builds each variable's per-pattern likelihoods with an "Other" category
 (:mod:`ldpstream.estimators.joint_likelihood`), runs the SQUAREM-accelerated EM over the patterns
-(:mod:`ldpstream.estimators.joint_em`) and derives the covariance, intervals, conditional tables and the
-independence test (:mod:`ldpstream.estimators.joint_inference`).
+(:mod:`ldpstream.estimators.joint_em`) and derives the covariance (the stacked sandwich with the Other law's
+uncertainty, :mod:`ldpstream.estimators.joint_sandwich`), intervals, conditional tables and the independence
+test (:mod:`ldpstream.estimators.joint_inference`).
 """
 
 from __future__ import annotations
