@@ -228,13 +228,19 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--coverage-seeds", type=int, default=0,
                     help="also the 95%% intervals' coverage over this many seeds (ours only)")
     ap.add_argument("--coverage-clients", type=int, default=40_000)
+    ap.add_argument("--domain-params", default="32,2,32",
+                    help="the domain's (and the boolean's) k,h,m (p = .25, q = .75, f = .5); e.g. 8,1,128 for "
+                         "the setup of Google's association smoke test")
     return ap.parse_args()
 
 
 if __name__ == "__main__":
     opts = parse()
+    _k, _h, _m = (int(v) for v in opts.domain_params.split(","))
+    PARAMS = ParamsFile(k=_k, h=_h, m=_m, p=0.25, q=0.75, f=0.5)
     print(f"python bench/decode_assoc.py --clients {opts.clients} --seed {opts.seed} --cases {opts.cases} "
-          f"--coverage-seeds {opts.coverage_seeds} --coverage-clients {opts.coverage_clients}; "
+          f"--coverage-seeds {opts.coverage_seeds} --coverage-clients {opts.coverage_clients} "
+          f"--domain-params {opts.domain_params}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.1f}")
     for case in opts.cases.split(","):

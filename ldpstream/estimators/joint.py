@@ -4,8 +4,9 @@
 :func:`estimate_joint` reads the distinct report pairs (:class:`~ldpstream.estimators.pairs.PairPatterns`),
 builds each variable's per-pattern likelihoods with an "Other" category
 (:mod:`ldpstream.estimators.joint_likelihood`), runs the SQUAREM-accelerated EM over the patterns
-(:mod:`ldpstream.estimators.joint_em`) and derives the covariance, intervals, conditional tables and the
-independence test (:mod:`ldpstream.estimators.joint_inference`).
+(:mod:`ldpstream.estimators.joint_em`) and derives the covariance (the stacked sandwich with the Other law's
+uncertainty, :mod:`ldpstream.estimators.joint_sandwich`), intervals, conditional tables and the independence
+test (:mod:`ldpstream.estimators.joint_inference`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from .joint_inference import (
     wald_clipped,
 )
 from .joint_likelihood import variable_likelihood
+from .joint_sandwich import nuisance_corrections, sandwich_covariance
 from .pairs import PairPatterns
 
 __all__ = [
     "OTHER_LABEL",
+    "SANDWICH_INTERVAL_METHOD",
     "ConditionalTable",
     "IndependenceTest",
     "JointEstimate",
@@ -43,6 +46,9 @@ __all__ = [
     "top_values",
 ]
 
+#: ``interval_method`` of cells whose covariance includes the Other law's uncertainty (the stacked sandwich of
+#: :mod:`ldpstream.estimators.joint_sandwich`); ``"wald-clipped"`` (observed information) without an Other law.
+SANDWICH_INTERVAL_METHOD = "wald-clipped-sandwich"
 #: The label of each variable's "Other" category.
 OTHER_LABEL = "Other"
 
@@ -149,13 +155,16 @@ def estimate_joint(
     tolerance: float = 1e-6,
     max_iterations: int = 1000,
     accelerate: bool = True,
+    nuisance_sandwich: bool = True,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
 
     EM (SQUAREM unless ``accelerate=False``) over the distinct patterns, from ``start`` (a previous table of
     the same shape, e.g. the last decode's, floored and renormalized; else uniform), stopping when no cell
-    moves by ``tolerance`` in one iteration or after ``max_iterations``. Covariance from the observed
+    moves by ``tolerance`` in one iteration or after ``max_iterations``. Covariance: with an Other law and
+    ``nuisance_sandwich`` (default), the stacked sandwich that adds the Other law's and the candidate
+    frequencies' estimation noise (:mod:`ldpstream.estimators.joint_sandwich`); otherwise from the observed
     information on the ``rc − 1`` free parameters; cells and conditionals with clipped Wald 95% intervals;
     independence by the Wald test of the interaction contrasts (docs/math/joint.md).
     """
@@ -183,16 +192,23 @@ def estimate_joint(
     p = fit.p
     m = np.maximum(channel.forward(p), 1e-300)
     information = channel.information(counts / (m * m))
-    cov = covariance_from_information(information)
+    corrections = None
+    if nuisance_sandwich:
+        corrections = nuisance_corrections(channel, p, counts, [
+            (lx.other_law, patterns.cohort_x, patterns.reports_x),
+            (ly.other_law, patterns.cohort_y, patterns.reports_y)])
+    cov = (covariance_from_information(information) if corrections is None
+           else sandwich_covariance(channel, p, counts, information, corrections))
     table = p.reshape(r, c)
     se = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(r, c)
     low, high = wald_clipped(table, se)
     x_given_y, y_given_x = conditional_tables(table, cov)
     test = independence_test(table, cov, information)
     seconds = time.perf_counter() - began
+    method = "wald-clipped" if corrections is None else SANDWICH_INTERVAL_METHOD
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
-        interval_method="wald-clipped", x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
+        interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
         n=int(patterns.total), iterations=fit.iterations, converged=fit.converged, seconds=seconds,
         log_likelihood=fit.log_likelihood,
         stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"

@@ -49,6 +49,7 @@ from .dispatch import design_matrix, estimate
 
 __all__ = [
     "MIN_OTHER_REPORTS",
+    "OtherLaw",
     "VariableLikelihood",
     "candidate_frequencies",
     "candidate_truth",
@@ -65,6 +66,28 @@ CHUNK_ROWS = 65_536
 
 
 @dataclass(frozen=True)
+class OtherLaw:
+    """The estimated "Other" report law of one variable and what its influence function needs
+    (docs/math/joint.md#the-other-categorys-uncertainty): per cohort c and cell j (bit or symbol),
+    ``raw = (ȳ_c − R_c f)/(1 − Σf)`` before clipping, ``law`` the published rates (clipped; symbols also
+    renormalized by ``clipped_sum``), ``free`` where the law moves with ``raw`` (neither clipped nor the
+    fallback), the cohort means ``means`` = ȳ_c and sizes ``n_c``, the candidates' cell rates ``rates``
+    (``(C, k, S)``: ``t_{c,j,s}`` or ``Q(y | s, c)``), the frequencies ``f`` and their Jacobian
+    ``freq_jacobian`` (``(S, C, k)``: ∂f_s/∂ȳ_{c,j})."""
+
+    bits: bool
+    raw: np.ndarray
+    law: np.ndarray
+    free: np.ndarray
+    clipped_sum: np.ndarray
+    means: np.ndarray
+    n_c: np.ndarray
+    rates: np.ndarray
+    frequencies: np.ndarray
+    freq_jacobian: np.ndarray
+
+
+@dataclass(frozen=True)
 class VariableLikelihood:
     """``(D, S[+1])`` likelihood matrix of one variable, rows scaled to a maximum of 1."""
 
@@ -75,6 +98,8 @@ class VariableLikelihood:
     has_other: bool
     #: Candidate frequencies used by the Other rule (``None`` without Other).
     frequencies: np.ndarray | None
+    #: The Other law's nuisance estimate and its ingredients (``None`` without Other).
+    other_law: OtherLaw | None = None
 
 
 def _is_bits(mechanism: Any) -> bool:
@@ -136,6 +161,37 @@ def candidate_frequencies(mechanism: Any, values: Sequence[Any], sketch: np.ndar
     f = np.clip(f, 0.0, 1.0)
     total = f.sum()
     return f / total if total > 1.0 else f
+
+
+def frequency_jacobian(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray,
+                       n_c: np.ndarray) -> np.ndarray:
+    """``(S, C, k)``: ∂f_s/∂ȳ_{c,j} of :func:`candidate_frequencies` at ``freq`` (its linearization,
+    docs/math/joint.md#the-other-categorys-uncertainty). Direct mechanisms: ``f_s = (ȳ_{v_s} − lo)/Δ``.
+    Hashed: the weighted least squares of the candidate decoders, ``f = [(XaᵀWXa)⁻¹XaᵀW]_{1..S} (ȳ − lo)/Δ``
+    with ``Xa = [X, o]`` (``o``: the "other" regressor, ``h̄/k`` per bit or ``1/k`` per symbol) and
+    ``W = N_c / (r (1 − r))`` at the fitted rates ``r`` (the weights held fixed). Rows of clipped
+    frequencies are zero."""
+    C, k, S = truth.shape
+    bits = _is_bits(mechanism)
+    if bits:
+        lo, delta = float(mechanism.p_star), float(mechanism.q_star) - float(mechanism.p_star)
+    else:
+        hi, lo = mechanism.response_rates
+        delta = float(hi) - float(lo)
+    out = np.zeros((S, C, k))
+    if not getattr(mechanism, "needs_value_table", True):
+        out[np.arange(S), 0, np.asarray(values, dtype=np.int64)] = 1.0 / delta
+    else:
+        X = truth.reshape(C * k, S).astype(np.float64)
+        o = X.sum() / max(S * C, 1) / k if bits else 1.0 / k
+        Xa = np.column_stack([X, np.full(C * k, o)])
+        beta = np.concatenate([freq, [max(1.0 - float(freq.sum()), 0.0)]])
+        r = np.clip(lo + delta * (Xa @ beta), 1e-9, 1.0 - 1e-9)
+        w = np.repeat(np.asarray(n_c, dtype=np.float64), k) / (r * (1.0 - r))
+        gram = Xa.T @ (w[:, None] * Xa)
+        out = (np.linalg.pinv(gram) @ (Xa.T * w))[:S].reshape(S, C, k) / delta
+    out[(freq <= 0.0) | (freq >= 1.0)] = 0.0
+    return out
 
 
 def other_bit_rates(truth: np.ndarray, freq: np.ndarray, sketch: np.ndarray, q_star: float, p_star: float,
@@ -201,6 +257,7 @@ def variable_likelihood(
         if freq.shape != (S,):
             raise ParameterError(f"{S} candidates but {freq.size} frequencies")
     width = S + int(other)
+    law: OtherLaw | None = None
     if not _is_bits(mechanism):
         hi, lo = mechanism.response_rates
         y = np.asarray(reports, dtype=np.int64)
@@ -210,6 +267,8 @@ def variable_likelihood(
             assert freq is not None
             g = other_symbol_rates(truth, freq, sketch, hi, lo)
             logL[:, S] = np.log(g[cohorts, y])
+            law = _other_law(mechanism, values, truth, freq, sketch.astype(np.float64),
+                             sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo), float(hi), g)
     else:
         qs, ps = float(mechanism.q_star), float(mechanism.p_star)
         if not (0.0 < ps < qs < 1.0):
@@ -221,6 +280,8 @@ def variable_likelihood(
         if other:
             assert freq is not None
             t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
+            law = _other_law(mechanism, values, truth, freq, sketch[:, 1:].astype(np.float64),
+                             sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other)
         logL = np.empty((D, width))
         popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
         base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
@@ -236,4 +297,20 @@ def variable_likelihood(
                     logL[idx, S] = b @ logit + np.log(1.0 - t_other[c]).sum()
     log_scale = logL.max(axis=1) if D else np.zeros(0)
     matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
-    return VariableLikelihood(matrix, log_scale, other, freq)
+    return VariableLikelihood(matrix, log_scale, other, freq, law)
+
+
+def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray, cell_counts: np.ndarray,
+               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray) -> OtherLaw:
+    """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas)."""
+    safe = np.where(n_c > 0, n_c, 1.0)
+    means = cell_counts / safe[:, None]
+    left = 1.0 - float(freq.sum())
+    raw = (means - rates @ freq) / max(left, 1e-12)
+    enough = (n_c * left >= MIN_OTHER_REPORTS)[:, None]
+    free = enough & (raw > lo) & (raw < hi)
+    clipped_sum = np.where(enough[:, 0], np.clip(raw, lo, hi).sum(axis=1), 1.0)
+    if _is_bits(mechanism):
+        clipped_sum = np.ones_like(clipped_sum)
+    return OtherLaw(_is_bits(mechanism), raw, law, free, clipped_sum, means, n_c, rates, freq,
+                    frequency_jacobian(mechanism, values, truth, freq, n_c))
