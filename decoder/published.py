@@ -40,8 +40,9 @@ def decode_window(metric: MetricConfig, sketch: np.ndarray, bucket_sketches: Seq
     (:mod:`ldpstream.estimators.windows`): ``(estimate, repetition model, design effect per value)``.
 
     ``bucket_sketches`` are the window's buckets; ``rollup``: ``sketch`` is the all-time rollup, which may hold
-    buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span)."""
-    est = decode_sketch(metric, sketch)
+    buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span);
+    ``start``: as :func:`decode_sketch`."""
+    est = decode_sketch(metric, sketch, start)
     mechanism = metric.mechanism
     design = window_design(mechanism, bucket_sketches, sketch if rollup else None)
     deff = value_design_effects(design, design_matrix(mechanism, metric.candidates), est.frequencies)
