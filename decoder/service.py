@@ -81,7 +81,7 @@ def _bucket_digests(snapshot: MetricSnapshot) -> dict[int, bytes]:
 def _digest_array(arr: np.ndarray) -> bytes:
     a = np.ascontiguousarray(arr)
     h = hashlib.blake2b(f"{a.shape}{a.dtype.str}".encode(), digest_size=16)
-    h.update(memoryview(a).cast("B"))
+    h.update(a.data)
     return h.digest()
 
 
