@@ -7,7 +7,10 @@ Every ``interval`` seconds, for each metric of the registry:
 2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
    buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`),
    widening the intervals by the design effect of the reports that its buckets repeat
-   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`);
+   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`). A window whose
+   counts did not change since the last pass is not decoded again: its previous estimate is republished
+   (``reused``); the iterative decoders ("nnls", "mle") start from the window's previous estimate
+   (docs/math/estimators.md#warm-starts-of-the-iterative-decoders);
 3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
    ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
    Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).

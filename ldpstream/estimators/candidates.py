@@ -44,7 +44,8 @@ Methods:
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
   to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
   exact); bits: the least-squares sandwich (the Godambe covariance, above). EM starts from the uniform
-  distribution, runs SQUAREM
+  distribution (or from a previous solution, ``start``: docs/math/estimators.md#warm-starts-of-the-iterative-decoders;
+  so does ``"nnls"``, instead of the least-squares fit), runs SQUAREM
   (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
   1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate are merged into one cell per
   block (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that
