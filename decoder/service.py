@@ -218,6 +218,8 @@ class DecoderService:
                 continue
             published.extend(results)
             marginals.update(((metric.name, r.window), r) for r in results)
+        for gone in [key for key in self._last if key[0] not in self.registry.metrics]:
+            del self._last[gone]  # a metric no longer in the registry
         for association in self.joint_associations():
             if not self._decode_association(association, marginals, failed + withheld, now):
                 failed.append(association.name)
