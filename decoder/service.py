@@ -88,10 +88,11 @@ def _digest_array(arr: np.ndarray) -> bytes:
     return h.digest()
 
 
-def _window_digest(sketch: np.ndarray, buckets: list[int], digests: dict[int, bytes]) -> bytes:
-    """The digest of a window's input: its summed sketch (the all-time rollup may hold expired buckets), and
-    each of its buckets with that bucket's counts (they decide the window design)."""
-    h = hashlib.blake2b(_digest_array(sketch), digest_size=16)
+def _window_digest(rollup: np.ndarray | None, buckets: list[int], digests: dict[int, bytes]) -> bytes:
+    """The digest of a window's input: each of its buckets with that bucket's counts (their sum is the window's
+    sketch, and they decide the window design), and the all-time ``rollup`` when that is the sketch decoded (it
+    may hold expired buckets)."""
+    h = hashlib.blake2b(b"-" if rollup is None else _digest_array(rollup), digest_size=16)
     for b in buckets:
         h.update(b.to_bytes(8, "big", signed=True))
         h.update(digests.get(b, b"-"))
@@ -159,7 +160,8 @@ class DecoderService:
             last = self._last.get((metric.name, window.name)) if self.reuse else None
             if last is not None and last.metric != metric:
                 last = None  # reconfigured (estimator, candidates, ...): nothing of the last decode applies
-            digest = _window_digest(sketch, buckets, digests) if self.reuse else b""
+            digest = (_window_digest(sketch if window.seconds is None else None, buckets, digests)
+                      if self.reuse else b"")
             if last is not None and last.digest == digest:
                 # The same counts in the same buckets: decoding again would give the same estimate.
                 out.append(replace(last.published, snapshot_time=now, decode_seconds=time.perf_counter() - started,
