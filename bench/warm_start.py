@@ -50,9 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         table = mech.value_table(list(candidates))
         dist = parse_distribution("zipf:1.1", len(candidates))
 
-        def sketch(n: int, buckets: int) -> np.ndarray:
-            return sum((np.asarray(mech.simulate_sketch(sample_counts(dist, n, rng), rng, table=table),
-                                   dtype=np.int64) for _ in range(buckets)), np.int64(0))  # type: ignore[return-value]
+        def sketch(n: int, buckets: int, mech: object = mech, dist: np.ndarray = dist,
+                   table: object = table) -> np.ndarray:
+            total = np.int64(0)
+            for _ in range(buckets):
+                counts = sample_counts(dist, n, rng)
+                total = total + np.asarray(mech.simulate_sketch(counts, rng, table=table),  # type: ignore[attr-defined]
+                                           dtype=np.int64)
+            return np.asarray(total)
 
         before = sketch(args.reports, 26)
         after = before + sketch(args.fresh, 1)
