@@ -69,7 +69,8 @@ ITERATIVE = frozenset({"nnls", "mle"})
 @dataclass(frozen=True)
 class LastDecode:
     """The last decode of one metric's window: the metric as configured then, the digest of everything the
-    decode read (the window's buckets, its summed sketch and each bucket's sketch), and what was published."""
+    decode read (the window's buckets with each one's counts, and the all-time rollup for ``all``), and what was
+    published."""
 
     metric: MetricConfig
     digest: bytes
@@ -167,9 +168,9 @@ class DecoderService:
                 out.append(replace(last.published, snapshot_time=now, decode_seconds=time.perf_counter() - started,
                                    covers=covers, reused=True))
                 continue
-            start = (_warm_start_of(last.published)
-                     if last is not None and metric.estimator in ITERATIVE and metric.candidates is not None
-                     else None)
+            # (a closed alphabet decodes against its own design, so it iterates too; the direct decoders'
+            # "mle" is a closed form and ignores the start)
+            start = _warm_start_of(last.published) if last is not None and metric.estimator in ITERATIVE else None
             # The window's buckets repeat reports of the same clients: its intervals carry a design effect
             # measured from the buckets still held (the all-time rollup may hold expired ones too).
             held = [snapshot.buckets[b] for b in buckets if b in snapshot.buckets]
