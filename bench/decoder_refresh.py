@@ -15,6 +15,11 @@ hourly buckets (26 buckets of ``--reports`` reports each, so ``all`` holds 26, `
 A refresh is timed after adding ``--fresh`` reports to the current bucket of every metric, so that every
 window's counts change between refreshes (the factor cache must not be helped by identical sketches). Each
 tree runs in its own subprocess (the ``before`` tree exported with ``git archive``); single-threaded BLAS.
+Ours runs with the decoder service's reuse of its last decode (``DecoderService(reuse=True)``: warm starts of
+``nnls`` / ``mle`` from the window's previous estimate, unchanged windows republished without decoding) and, on
+the same warm factor cache, with ``reuse=False`` (every window decoded from scratch); then one refresh with no
+report added since the previous one (every window unchanged: nothing is decoded). The baseline tree runs as it
+is (a tree without ``reuse`` decodes from scratch).
 Printed: the wall and CPU time of each refresh (the machine is shared: CPU time is the figure to compare when
 it is loaded) and, per family and candidate count, the summed decode wall seconds (``decode_seconds`` of the
 published estimates) of the last refresh of each kind.
@@ -119,10 +124,14 @@ def add(reports, buckets):
 t0 = time.perf_counter()
 add(cfg["reports"], range(NOW_BUCKET - 25, NOW_BUCKET + 1))
 setup = time.perf_counter() - t0
-service = DecoderService(registry, store)
+try:
+    service = DecoderService(registry, store, reuse=cfg["reuse"])
+except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
+    service = DecoderService(registry, store)
 
 def refresh():
-    add(cfg["fresh"], [NOW_BUCKET])
+    if cfg["fresh"]:
+        add(cfg["fresh"], [NOW_BUCKET])
     t, c = time.perf_counter(), time.process_time()
     published = service.run_once(now)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
@@ -148,6 +157,18 @@ out["parts_warm"] = warm[-1][1]
 if factor_cache is not None:
     out["cache_mb"] = factor_cache().nbytes / 2**20
     out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
+    if cfg["reuse"]:
+        service.reuse = False  # the same warm cache, every window decoded from scratch
+        norep = [refresh() for _ in range(cfg["warm"])]
+        out["noreuse"] = [w[0] for w in norep]
+        out["parts_noreuse"] = norep[-1][1]
+        # a refresh with no fresh report: every window's input is unchanged
+        service.reuse = True
+        refresh()
+        cfg_fresh, cfg["fresh"] = cfg["fresh"], 0
+        out["unchanged"] = refresh()[0]
+        cfg["fresh"] = cfg_fresh
+        service.reuse = False
     factor_cache().resize(0)
     off = [refresh() for _ in range(cfg["warm"])]
     out["off"] = [w[0] for w in off]
@@ -199,26 +220,29 @@ def main(argv: list[str] | None = None) -> int:
         for store in args.stores.split(","):
             cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-", "seed": args.seed,
                    "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
-                   "candidate_methods": args.candidate_methods.split(",")}
+                   "candidate_methods": args.candidate_methods.split(","), "reuse": False}
             before = run(tree, cfg)
-            after = run(ROOT, cfg)
+            after = run(ROOT, {**cfg, "reuse": True})
             print(f"\n## store: {store} ({after['estimates']} estimates a refresh; setup {after['setup']:.1f} s)")
             def fmt(runs: list[list[float]]) -> str:
                 return "  ".join(f"{w:6.2f} {c:6.2f}" for w, c in runs)
 
             print(f"{'refresh of 100 metrics':<34} wall s  CPU s (each refresh)")
-            print(f"{args.before + ' (no cache)':<34} {fmt([before['cold'], *before['warm']])}")
-            print(f"{'ours, cache disabled':<34} {fmt(after['off'])}")
+            print(f"{args.before + ' (cold, then warm)':<34} {fmt([before['cold'], *before['warm']])}")
+            print(f"{'ours, cache and reuse disabled':<34} {fmt(after['off'])}")
             print(f"{'ours, cold cache (first refresh)':<34} {fmt([after['cold']])}")
-            print(f"{'ours, warm cache':<34} {fmt(after['warm'])}")
+            print(f"{'ours, warm cache, reuse disabled':<34} {fmt(after['noreuse'])}")
+            print(f"{'ours, warm cache and reuse':<34} {fmt(after['warm'])}")
+            print(f"{'ours, reuse, no report since':<34} {fmt([after['unchanged']])}")
             print(f"# cache: {after['cache_mb']:.0f} MB held, {after['cache_hits']} hits, "
                   f"{after['cache_misses']} misses")
-            print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'warm':>8}")
+            print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'noreuse':>8} "
+                  f"{'warm':>8}")
             parts = after["parts_warm"]
             assert isinstance(parts, dict)
             for key in sorted(parts, key=lambda x: (x.startswith("method"), x.split(" S=")[0],
                                                     int(x.split("S=")[1]) if "S=" in x else 0)):
-                row = [before["parts_warm"], after["parts_off"], after["parts_cold"], parts]
+                row = [before["parts_warm"], after["parts_off"], after["parts_cold"], after["parts_noreuse"], parts]
                 print(f"{key:<22} " + " ".join(f"{r.get(key, 0.0):8.3f}" for r in row))
     return 0
 

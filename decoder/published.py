@@ -25,19 +25,24 @@ def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int
     return sorted(b for b in snapshot.buckets if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
 
 
-def decode_sketch(metric: MetricConfig, sketch: np.ndarray) -> Estimate:
-    """Decode one summed ``(C, W)`` sketch with the metric's estimator."""
-    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
+def decode_sketch(metric: MetricConfig, sketch: np.ndarray, start: np.ndarray | None = None) -> Estimate:
+    """Decode one summed ``(C, W)`` sketch with the metric's estimator; ``start``: a previous estimate's
+    parameters, from which an iterative decoder starts (:func:`ldpstream.estimators.estimate`)."""
+    if start is None:
+        return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
+    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates, start=start)
 
 
 def decode_window(metric: MetricConfig, sketch: np.ndarray, bucket_sketches: Sequence[np.ndarray],
-                  rollup: bool = False) -> tuple[Estimate, WindowDesign, np.ndarray]:
+                  rollup: bool = False, start: np.ndarray | None = None
+                  ) -> tuple[Estimate, WindowDesign, np.ndarray]:
     """Decode a window's summed ``sketch`` and widen its intervals for the reports its buckets repeat
     (:mod:`ldpstream.estimators.windows`): ``(estimate, repetition model, design effect per value)``.
 
     ``bucket_sketches`` are the window's buckets; ``rollup``: ``sketch`` is the all-time rollup, which may hold
-    buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span)."""
-    est = decode_sketch(metric, sketch)
+    buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span);
+    ``start``: as :func:`decode_sketch`."""
+    est = decode_sketch(metric, sketch, start)
     mechanism = metric.mechanism
     design = window_design(mechanism, bucket_sketches, sketch if rollup else None)
     deff = value_design_effects(design, design_matrix(mechanism, metric.candidates), est.frequencies)
@@ -63,25 +68,29 @@ class PublishedEstimate:
     #: How the window's reports repeat (the model its intervals use), and the design effect of each value.
     design: WindowDesign | None = None
     design_effects: np.ndarray | None = None
+    #: Republished from the previous pass without decoding: the window's counts had not changed since.
+    reused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         est = self.estimate
-        values: list[dict[str, Any]] = []
         ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
-        for i, name in enumerate(self.names):
-            entry: dict[str, Any] = {"value": name, "frequency": float(est.frequencies[i])}
-            if est.std_errors is not None:
-                entry["std_error"] = float(est.std_errors[i])
-            if ci is not None:
-                entry.update(low_95=float(ci.low[i]), high_95=float(ci.high[i]))
-            if self.design_effects is not None:
-                entry["design_effect"] = float(self.design_effects[i])
-            values.append(entry)
+        # Columns as Python floats in one conversion each (tolist), then one dict per value.
+        columns: list[tuple[str, list[float]]] = [("frequency", _floats(est.frequencies))]
+        if est.std_errors is not None:
+            columns.append(("std_error", _floats(est.std_errors)))
+        if ci is not None:
+            columns += [("low_95", _floats(ci.low)), ("high_95", _floats(ci.high))]
+        if self.design_effects is not None:
+            columns.append(("design_effect", _floats(self.design_effects)))
+        keys = ["value", *(key for key, _ in columns)]
+        values: list[dict[str, Any]] = [dict(zip(keys, row, strict=False))
+                                        for row in zip(self.names, *(col for _, col in columns), strict=False)]
         return {
             "metric": self.metric,
             "window": self.window,
             "snapshot_time": self.snapshot_time,
             "decode_seconds": self.decode_seconds,
+            "reused": self.reused,
             "buckets": self.buckets,
             "covers": None if self.covers is None else {"from": self.covers[0], "to": self.covers[1]},
             "method": est.method,
@@ -193,6 +202,12 @@ class PublishedJoint:
                    "seconds": float(est.em_seconds), "likelihood_seconds": float(est.likelihood_seconds),
                    "estimate_seconds": float(est.seconds)},
         }
+
+
+def _floats(values: Any) -> list[float]:
+    """A 1-D array as a list of Python floats."""
+    out: list[float] = np.asarray(values, dtype=np.float64).ravel().tolist()
+    return out
 
 
 def _nested(table: np.ndarray) -> list[list[float]]:

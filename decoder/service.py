@@ -7,7 +7,10 @@ Every ``interval`` seconds, for each metric of the registry:
 2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
    buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`),
    widening the intervals by the design effect of the reports that its buckets repeat
-   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`);
+   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`). A window whose
+   counts did not change since the last pass is not decoded again: its previous estimate is republished
+   (``reused``); the iterative decoders ("nnls", "mle") start from the window's previous estimate
+   (docs/math/estimators.md#warm-starts-of-the-iterative-decoders);
 3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
    ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
    Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).
@@ -30,10 +33,12 @@ the others are decoded and published all the same.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,17 +55,64 @@ from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.estimators.windows import joint_design_effect, widen_joint
 from ldpstream.kafka import produce
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, Window
-from ldpstream.store.contract import StatusStore, sum_buckets
+from ldpstream.store.contract import MetricSnapshot, StatusStore, sum_buckets
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ESTIMATES_TOPIC = "ldp-estimates"
 
+#: Estimators whose decode iterates from a starting point (the candidate decoders' "nnls" and "mle"): they start
+#: from the window's previous estimate (docs/math/estimators.md#warm-starts-of-the-iterative-decoders).
+ITERATIVE = frozenset({"nnls", "mle"})
+
+
+@dataclass(frozen=True)
+class LastDecode:
+    """The last decode of one metric's window: the metric as configured then, the digest of everything the
+    decode read (the window's buckets with each one's counts, and the all-time rollup for ``all``), and what was
+    published."""
+
+    metric: MetricConfig
+    digest: bytes
+    published: PublishedEstimate
+
+
+def _bucket_digests(snapshot: MetricSnapshot) -> dict[int, bytes]:
+    """A BLAKE2b digest of each bucket's counts (shape, dtype and bytes), computed once per snapshot."""
+    return {b: _digest_array(arr) for b, arr in snapshot.buckets.items()}
+
+
+def _digest_array(arr: np.ndarray) -> bytes:
+    a = np.ascontiguousarray(arr)
+    h = hashlib.blake2b(f"{a.shape}{a.dtype.str}".encode(), digest_size=16)
+    h.update(a.data)
+    return h.digest()
+
+
+def _window_digest(rollup: np.ndarray | None, buckets: list[int], digests: dict[int, bytes]) -> bytes:
+    """The digest of a window's input: each of its buckets with that bucket's counts (their sum is the window's
+    sketch, and they decide the window design), and the all-time ``rollup`` when that is the sketch decoded (it
+    may hold expired buckets)."""
+    h = hashlib.blake2b(b"-" if rollup is None else _digest_array(rollup), digest_size=16)
+    for b in buckets:
+        h.update(b.to_bytes(8, "big", signed=True))
+        h.update(digests.get(b, b"-"))
+    return h.digest()
+
+
+def _warm_start_of(previous: PublishedEstimate) -> np.ndarray:
+    """The full parameter vector of a candidate decoder's estimate: the candidates' frequencies, then the
+    "other" term when it was decoded."""
+    est = previous.estimate
+    if est.info.get("other") and est.residual is not None:
+        return np.append(est.frequencies, est.residual)
+    return np.asarray(est.frequencies, dtype=np.float64)
+
 
 class DecoderService:
     def __init__(self, registry: Registry, store: StatusStore, *, producer: Any = None,
                  estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
-                 history: int = 100, top_n: int = 10) -> None:
+                 history: int = 100, top_n: int = 10, reuse: bool = True) -> None:
         self.registry = registry
         self.store = store
         self.producer = producer
@@ -73,6 +125,12 @@ class DecoderService:
         #: (association, window) → (row labels, column labels, table) of the last joint decode (labels with
         #: "Other"): the EM's warm start while the candidates stay the same.
         self._joint_start: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...], np.ndarray]] = {}
+        #: Whether a window's decode reuses its previous one: an unchanged input republishes the previous
+        #: estimate (stamped with this pass's time) without decoding, and the iterative decoders (ITERATIVE)
+        #: start from the previous estimate. ``False``: every window is decoded from scratch.
+        self.reuse = reuse
+        #: (metric, window) → the window's last decode (see :class:`LastDecode`).
+        self._last: dict[tuple[str, str], LastDecode] = {}
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
@@ -87,6 +145,7 @@ class DecoderService:
         if metric.retention_seconds is not None:  # buckets whose sketches have expired (or are about to)
             expired_before = int((now - metric.retention_seconds) // metric.bucket_seconds)
         snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape, expired_before)
+        digests = _bucket_digests(snapshot) if self.reuse else {}
         out = []
         empty = []
         for window in metric.windows if windows is None else windows:
@@ -94,17 +153,34 @@ class DecoderService:
             sketch = snapshot.all_time(shape) if window.seconds is None else sum_buckets(snapshot, buckets, shape)
             if mechanism.reports_per_cohort(sketch).sum() == 0:
                 empty.append(window.name)  # nothing to estimate in this window (yet, or any more)
+                self._last.pop((metric.name, window.name), None)
                 continue
             started = time.perf_counter()
+            covers = ((min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
+                      if buckets else None)
+            last = self._last.get((metric.name, window.name)) if self.reuse else None
+            if last is not None and last.metric != metric:
+                last = None  # reconfigured (estimator, candidates, ...): nothing of the last decode applies
+            digest = (_window_digest(sketch if window.seconds is None else None, buckets, digests)
+                      if self.reuse else b"")
+            if last is not None and last.digest == digest:
+                # The same counts in the same buckets: decoding again would give the same estimate.
+                out.append(replace(last.published, snapshot_time=now, decode_seconds=time.perf_counter() - started,
+                                   covers=covers, reused=True))
+                continue
+            # (a closed alphabet decodes against its own design, so it iterates too; the direct decoders'
+            # "mle" is a closed form and ignores the start)
+            start = _warm_start_of(last.published) if last is not None and metric.estimator in ITERATIVE else None
             # The window's buckets repeat reports of the same clients: its intervals carry a design effect
             # measured from the buckets still held (the all-time rollup may hold expired ones too).
             held = [snapshot.buckets[b] for b in buckets if b in snapshot.buckets]
-            result, design, deff = decode_window(metric, sketch, held, rollup=window.seconds is None)
+            result, design, deff = decode_window(metric, sketch, held, rollup=window.seconds is None, start=start)
             seconds = time.perf_counter() - started
-            covers = ((min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
-                      if buckets else None)
-            out.append(PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
-                                         metric.value_names(), covers, design, deff))
+            published = PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
+                                          metric.value_names(), covers, design, deff)
+            if self.reuse:
+                self._last[(metric.name, window.name)] = LastDecode(metric, digest, published)
+            out.append(published)
         return out, empty
 
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
@@ -145,6 +221,8 @@ class DecoderService:
                 continue
             published.extend(results)
             marginals.update(((metric.name, r.window), r) for r in results)
+        for gone in [key for key in self._last if key[0] not in self.registry.metrics]:
+            del self._last[gone]  # a metric no longer in the registry
         for association in self.joint_associations():
             if not self._decode_association(association, marginals, failed + withheld, now):
                 failed.append(association.name)

@@ -44,7 +44,8 @@ Methods:
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
   to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
   exact); bits: the least-squares sandwich (the Godambe covariance, above). EM starts from the uniform
-  distribution, runs SQUAREM
+  distribution (or from a previous solution, ``start``: docs/math/estimators.md#warm-starts-of-the-iterative-decoders;
+  so does ``"nnls"``, instead of the least-squares fit), runs SQUAREM
   (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
   1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate are merged into one cell per
   block (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that
@@ -124,6 +125,28 @@ def _top(values: np.ndarray, S: int, n_top: int) -> np.ndarray:
     return np.argpartition(-values[:S], n_top - 1)[:n_top]
 
 
+#: Share of the uniform distribution mixed into an EM warm start (:func:`_decode`'s ``start``).
+WARM_MIX = 1e-6
+
+
+def _warm_start(start: ArrayLike | None, size: int) -> np.ndarray | None:
+    """``start`` as the float vector of the ``size`` parameters (candidates, then "other" when decoded), or
+    None; a start of another size is refused (it belongs to another candidate list or "other" setting)."""
+    if start is None:
+        return None
+    x0 = np.asarray(start, dtype=np.float64).ravel()
+    if x0.size != size or not np.all(np.isfinite(x0)):
+        raise ParameterError(f"a warm start needs {size} finite values (candidates, then other), got {x0.size}")
+    return x0
+
+
+def _on_simplex(x: np.ndarray) -> np.ndarray:
+    """``x`` clipped at 0 and scaled to sum to one (uniform if nothing is positive)."""
+    pos = np.maximum(x, 0.0)
+    total = float(pos.sum())
+    return pos / total if total > 0 else np.full(x.size, 1.0 / x.size)
+
+
 def _decode(
     *,
     kind: str,
@@ -143,6 +166,7 @@ def _decode(
     se_top: int,
     factor_cache: FactorCache | None,
     cache_key: Hashable | None,
+    start: ArrayLike | None = None,
 ) -> Estimate:
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
@@ -158,13 +182,20 @@ def _decode(
     else:
         wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, exact_max=exact_se_max)
     beta = wls.beta
+    x0 = _warm_start(start, beta.size) if method in ("mle", "nnls") else None
+    if x0 is not None:
+        info["warm_start"] = True
     if method == "mle":
         ch, counts, ll_shift = channel_fn(other)
-        # Uniform start. Starting from the projected least-squares fit (mixed with 1-30% uniform so that no
-        # coordinate starts at 0) was measured at S = 256 (k = 4096, ε = 1) and S = 4096 (k = 128, ε = 4):
+        # Uniform start by default. Starting from the projected least-squares fit (mixed with 1-30% uniform so
+        # that no coordinate starts at 0) was measured at S = 256 (k = 4096, ε = 1) and S = 4096 (k = 128, ε = 4):
         # 421-665 SQUAREM iterations against 309-578 from uniform, with no consistent gain and the cost of
-        # the least-squares fit on top, so it is not used.
-        res = em_multinomial(counts, ch, tol=tol, max_iter=max_iter, ll_tol=1e-7)
+        # the least-squares fit on top, so it is not used. A previous solution (``start``: the same window
+        # decoded a refresh earlier, from nearly the same counts) is a far better start
+        # (docs/math/estimators.md#warm-starts-of-the-iterative-decoders); it is mixed with WARM_MIX of the
+        # uniform distribution so that no coordinate starts at 0, where EM could not move it.
+        p0 = None if x0 is None else (1 - WARM_MIX) * _on_simplex(x0) + WARM_MIX / x0.size
+        res = em_multinomial(counts, ch, p0=p0, tol=tol, max_iter=max_iter, ll_tol=1e-7)
         est = res.p
         info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood + ll_shift)
     elif method == "ls":
@@ -173,8 +204,8 @@ def _decode(
         est = project_simplex(beta)
     else:  # nnls
         proj = project_simplex if other else project_capped_simplex
-        est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta, max_iter=max_iter,
-                                           lipschitz=wls.lipschitz())
+        est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta if x0 is None else x0,
+                                           max_iter=max_iter, lipschitz=wls.lipschitz())
         info["n_iter"] = n_iter
     top = _top(est, S, se_top)
     se_ls = np.sqrt(wls.variances(top, meat_fn(wls)))
@@ -217,12 +248,17 @@ def decode_orr(
     se_top: int = 16,
     factor_cache: FactorCache | None = None,
     cache_key: Hashable | None = None,
+    start: ArrayLike | None = None,
 ) -> Estimate:
     """Decode an O-RR ``(C, k)`` symbol sketch against the candidates of ``design`` (C·k × S, sparse).
 
     See the module docstring for the estimators; ``other`` adds the unexplained-mass term. ``factor_cache``
     and ``cache_key`` (a hashable name of the design, e.g. the mechanism and its candidate list): reuse the
     weighted Gram factors of earlier decodes of the same design (:mod:`ldpstream.estimators.factor_cache`).
+    ``start``: a previous solution of the same design (the candidates' frequencies, then "other" when
+    ``other``), from which ``"nnls"`` and ``"mle"`` iterate instead of their default start (they converge to the
+    same optimum: docs/math/estimators.md#warm-starts-of-the-iterative-decoders); ignored by ``"ls"`` and
+    ``"project"`` (closed form).
     """
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
@@ -254,7 +290,7 @@ def decode_orr(
         meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
-        cache_key=cache_key,
+        cache_key=cache_key, start=start,
     )
 
 
@@ -274,11 +310,12 @@ def decode_bits(
     se_top: int = 16,
     factor_cache: FactorCache | None = None,
     cache_key: Hashable | None = None,
+    start: ArrayLike | None = None,
 ) -> Estimate:
     """Decode an O-RAPPOR / RAPPOR ``(C, k + 1)`` bit sketch against the candidates of ``design``.
 
     ``bits_per_string`` (h̄, for the "other" term) defaults to ``nnz(X)/(S·C)``, the mean number of bits a
-    candidate sets per cohort (≈ h, less Bloom collisions). ``factor_cache``, ``cache_key``: as
+    candidate sets per cohort (≈ h, less Bloom collisions). ``factor_cache``, ``cache_key``, ``start``: as
     :func:`decode_orr`.
     """
     arr = np.asarray(sketch, dtype=np.float64)
@@ -320,7 +357,7 @@ def decode_bits(
         meat_fn=lambda wls: bits_meat(X, wls.o, wls.w, wls.beta, Nc, q_star, p_star, hbar),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
-        cache_key=cache_key,
+        cache_key=cache_key, start=start,
     )
 
 

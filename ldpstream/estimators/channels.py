@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 
-from .linalg import dot, weighted_gram
+from .linalg import weighted_gram
 
 __all__ = [
     "AffineChannel",
@@ -107,6 +107,10 @@ class AffineChannel:
         self.scales = [np.broadcast_to(np.asarray(s, dtype=np.float64), (R,)) for s in scales]
         self.offsets = [np.broadcast_to(np.asarray(o, dtype=np.float64), (R,)) for o in offsets]
         self.n_blocks = len(scales)
+        # The same, stacked (blocks × R): forward and adjoint then cost a few whole-array operations whatever
+        # the number of blocks (EM calls them hundreds of times per decode).
+        self._scale = np.ascontiguousarray(np.stack(self.scales))
+        self._offset = np.ascontiguousarray(np.stack(self.offsets))
         if extra is None:
             self.extra = np.zeros((R * self.n_blocks, 0))
         else:
@@ -131,8 +135,8 @@ class AffineChannel:
         S = self.n_candidates
         pc = p[:S]
         xp = self.X @ pc
-        total = pc.sum()
-        m = np.concatenate([s * xp + o * total for s, o in zip(self.scales, self.offsets, strict=True)])
+        total = float(pc.sum())
+        m: np.ndarray = (self._scale * xp + self._offset * total).ravel()
         if self.extra.shape[1] == 1:
             m += self.extra[:, 0] * p[S]
         elif self.extra.shape[1]:
@@ -140,10 +144,9 @@ class AffineChannel:
         return m
 
     def adjoint(self, w: np.ndarray) -> np.ndarray:
-        R = self.X.shape[0]
-        blocks = w.reshape(self.n_blocks, R)
-        sw = cast(np.ndarray, sum(s * wb for s, wb in zip(self.scales, blocks, strict=True)))
-        ow = sum(dot(o, wb) for o, wb in zip(self.offsets, blocks, strict=True))
+        blocks = w.reshape(self.n_blocks, -1)
+        sw = np.einsum("br,br->r", self._scale, blocks)
+        ow = float(np.einsum("br,br->", self._offset, blocks))
         out: np.ndarray = self.XT @ sw + ow
         if self.extra.shape[1]:
             out = np.concatenate([out, np.einsum("ie,i->e", self.extra, w)])

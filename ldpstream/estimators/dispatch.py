@@ -139,6 +139,8 @@ def estimate(
     (all methods but ``"detect"``) reuse the weighted Gram factors of earlier decodes of the same mechanism and
     candidates through :func:`factor_cache` unless ``factor_cache=None`` is passed
     (:mod:`ldpstream.estimators.factor_cache`: exact sandwich standard errors for reference weights).
+    ``start=`` (a previous solution of the same metric: candidates' frequencies, then "other") warm-starts the
+    iterative candidate decoders (``"nnls"``, ``"mle"``); the closed-form decoders and ``"detect"`` ignore it.
 
     Methods: ``"unbiased" | "truncate" | "project" | "mle"`` for k-RR / k-RAPPOR,
     ``"ls" | "nnls" | "project" | "mle"`` for the candidate decoders, and ``"detect"`` for bit sketches
@@ -154,6 +156,7 @@ def estimate(
         if family in _DIRECT:  # closed form, nothing to cache
             options.pop("factor_cache", None)
             options.pop("cache_key", None)
+            options.pop("start", None)
             return _DIRECT[family](arr, mechanism, method, **options)
         if not mechanism.closed:
             raise ParameterError(
@@ -169,6 +172,8 @@ def estimate(
             raise ParameterError(f"{mechanism.name}: a {family} mechanism is decoded without a candidate list")
         labels = options.pop("labels", list(candidates))
         design = design_matrix(mechanism, candidates)
+    if method == "detect":
+        options.pop("start", None)  # detection runs no iterative decoder to warm-start
     if method != "detect" and "factor_cache" not in options:
         key = (mechanism, None if candidates is None else tuple(candidates))
         try:

@@ -377,3 +377,122 @@ def test_the_all_window_applies_the_held_buckets_overlap_over_the_rollups_span(p
     assert hour["design_effect"] == pytest.approx(hour["repetition"]["span"])
     for a, h in zip(every["values"], hour["values"], strict=True):  # both: one bucket's 1000 reports
         assert a["low_95"] == pytest.approx(h["low_95"]) and a["high_95"] == pytest.approx(h["high_95"])
+
+
+# ------------------------------------------------------------------------------------------ reuse of the last decode
+
+
+def count_decodes(monkeypatch) -> list[str]:
+    """Patch the service's window decoder to record the metric of every decode it makes."""
+    import ldpstream.decoder.service as service_module
+
+    calls: list[str] = []
+    real = service_module.decode_window
+
+    def counted(metric, *args, **kwargs):
+        calls.append(metric.name)
+        return real(metric, *args, **kwargs)
+
+    monkeypatch.setattr(service_module, "decode_window", counted)
+    return calls
+
+
+def test_an_unchanged_window_is_republished_without_decoding(service, registry, store, monkeypatch):
+    calls = count_decodes(monkeypatch)
+    first = {(p.metric, p.window): p for p in service.run_once(now=NOW)}
+    assert len(calls) == 3 and not any(p.reused for p in first.values())
+    second = {(p.metric, p.window): p for p in service.run_once(now=NOW + 5)}
+    assert len(calls) == 3, "no window changed: nothing is decoded again"
+    assert set(second) == set(first)
+    for key, again in second.items():
+        assert again.reused and again.snapshot_time == NOW + 5
+        assert again.estimate is first[key].estimate and again.covers == first[key].covers
+    latest = store.latest_estimate("lang", "all")
+    assert latest is not None and latest["reused"] is True and latest["snapshot_time"] == NOW + 5
+    assert latest["values"] == first[("lang", "all")].to_json()["values"]
+
+
+def test_new_reports_are_decoded_and_unchanged_metrics_are_not(registry, store, prometheus, monkeypatch):
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    calls = count_decodes(monkeypatch)
+    service.run_once(now=NOW)
+    metric = registry["lang"]
+    cohorts, reports = privatize_population(metric, concentrated(50, [5], 8, seed=4), np.random.default_rng(14))
+    rows = encode_records(metric.id, metric.fingerprint, cohorts, payloads_from_reports(metric.mechanism, reports),
+                          event_time=RECENT_TIME)
+    folded = fold_messages([rows.tobytes()], np.zeros(1, dtype=np.int64), registry, now=NOW)
+    assert store.apply(PartitionBatch("reports", 1, None, 1, folded.increments, expire_at=folded.expire_at)).applied
+    calls.clear()
+    again = {(p.metric, p.window): p for p in service.run_once(now=NOW + 5)}
+    assert sorted(calls) == ["lang", "lang"]
+    assert not again[("lang", "all")].reused and not again[("lang", "1h")].reused
+    assert again[("flags", "all")].reused
+    assert again[("lang", "all")].estimate.n_reports == OLD + RECENT + 50
+
+
+def test_reuse_disabled_decodes_every_window_every_pass(registry, store, prometheus, monkeypatch):
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus), reuse=False)
+    calls = count_decodes(monkeypatch)
+    service.run_once(now=NOW)
+    published = service.run_once(now=NOW + 5)
+    assert len(calls) == 6 and not any(p.reused for p in published)
+
+
+def test_a_reconfigured_metric_is_decoded_afresh(registry, store, prometheus, monkeypatch):
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    calls = count_decodes(monkeypatch)
+    service.run_once(now=NOW)
+    tables = make_registry()
+    service.registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"]},
+        "metrics": {"lang": {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 8.0, "labels": LABELS,
+                             "estimator": "mle"},
+                    "flags": {"id": 2, "mechanism": "krappor", "k": 4, "epsilon": 3.0}}})
+    assert tables["lang"].estimator != service.registry["lang"].estimator
+    calls.clear()
+    published = {(p.metric, p.window): p for p in service.run_once(now=NOW + 5)}
+    assert sorted(calls) == ["lang", "lang"]
+    assert published[("lang", "all")].estimate.method.endswith("mle") and published[("flags", "all")].reused
+
+
+CANDIDATES = [f"site-{i}" for i in range(48)]
+
+
+@pytest.mark.parametrize("mechanism,estimator", [("orr", "mle"), ("orr", "nnls"), ("orappor", "mle"),
+                                                 ("rappor", "nnls")])
+def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechanism, estimator, prometheus):
+    params = {"orr": {"k": 16, "epsilon": 2.0, "cohorts": 8},
+              "orappor": {"k": 32, "epsilon": 2.0, "cohorts": 8, "hashes": 1},
+              "rappor": {"k": 32, "hashes": 2, "cohorts": 8, "p": 0.25, "q": 0.75, "f": 0.5}}[mechanism]
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all"]},
+        "metrics": {"site": {"id": 3, "mechanism": mechanism, "candidates": CANDIDATES, "estimator": estimator,
+                             **params}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(len(CANDIDATES), 0.3))
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    feed.add("site", rng.choice(len(CANDIDATES), size=20_000, p=p), OLD_TIME, seed=21)
+    first = service.run_once(now=NOW)[0]
+    assert "warm_start" not in first.estimate.info
+    feed.add("site", rng.choice(len(CANDIDATES), size=500, p=p), RECENT_TIME, seed=22)
+    warm = service.run_once(now=NOW + 5)[0]
+    assert warm.estimate.info["warm_start"] is True and not warm.reused
+    cold = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry())).run_once(now=NOW + 5)[0]
+    assert "warm_start" not in cold.estimate.info
+    # The same optimum (docs/math/estimators.md#warm-starts-of-the-iterative-decoders): within WARM_TOLERANCE
+    # standard errors of the cold decode. The intervals are the least-squares ones, which no start changes;
+    # O-RR's "mle" standard errors come from the information at the point, and the design effects of a window's
+    # cohort mix from the point too, so they move with it (by less).
+    se = cold.estimate.std_errors
+    assert np.max(np.abs(warm.estimate.frequencies - cold.estimate.frequencies) / se) < WARM_TOLERANCE
+    np.testing.assert_allclose(warm.estimate.std_errors, se, rtol=WARM_TOLERANCE)
+    for bound in ("low", "high"):
+        moved = np.abs(getattr(warm.estimate.interval, bound) - getattr(cold.estimate.interval, bound))
+        assert np.max(moved / se) < WARM_TOLERANCE
+
+
+#: Largest disagreement, in standard errors, between a warm-started and a cold decode that both stop by the
+#: decoders' rule (docs/math/estimators.md#warm-starts-of-the-iterative-decoders).
+WARM_TOLERANCE = 0.01
