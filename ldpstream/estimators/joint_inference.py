@@ -79,17 +79,23 @@ def free_jacobian(size: int) -> np.ndarray:
     return np.vstack([np.eye(size - 1), -np.ones((1, size - 1))])
 
 
-def covariance_from_information(information: np.ndarray) -> np.ndarray:
-    """``J (Jᵀ I_p J)⁻¹ Jᵀ`` (pseudo-inverse when singular), symmetrized."""
-    size = information.shape[0]
-    if size == 1:
-        return np.zeros((1, 1))
-    J = free_jacobian(size)
+def free_information_inverse(information: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(J, Jᵀ I_p J, (Jᵀ I_p J)⁻¹)``: the information on the free parameters and its inverse (pseudo-inverse
+    when singular)."""
+    J = free_jacobian(information.shape[0])
     info_free = J.T @ information @ J
     try:
         inv = np.linalg.inv(info_free)
     except np.linalg.LinAlgError:
         inv = np.linalg.pinv(info_free)
+    return J, info_free, inv
+
+
+def covariance_from_information(information: np.ndarray) -> np.ndarray:
+    """``J (Jᵀ I_p J)⁻¹ Jᵀ`` (pseudo-inverse when singular), symmetrized."""
+    if information.shape[0] == 1:
+        return np.zeros((1, 1))
+    J, _, inv = free_information_inverse(information)
     cov: np.ndarray = J @ inv @ J.T
     sym: np.ndarray = (cov + cov.T) / 2.0
     return sym

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.linalg import blas
 
 from .joint_em import INFORMATION_CHUNK, PairChannel
-from .joint_inference import free_jacobian
+from .joint_inference import free_information_inverse
 from .joint_likelihood import CHUNK_ROWS, OtherLaw, _cohort_groups
 
 __all__ = ["nuisance_corrections", "sandwich_covariance"]
@@ -119,12 +119,7 @@ def sandwich_covariance(channel: PairChannel, p: np.ndarray, counts: np.ndarray,
     """``J I_θ⁻¹ Jᵀ (Σ_u n_u s_u s_uᵀ) J I_θ⁻¹ Jᵀ`` with ``s_u = c^u/m_u + corrections_u`` (module docstring);
     without corrections, ``J I_θ⁻¹ Jᵀ``."""
     size = information.shape[0]
-    J = free_jacobian(size)
-    info_free = J.T @ information @ J
-    try:
-        inv = np.linalg.inv(info_free)
-    except np.linalg.LinAlgError:
-        inv = np.linalg.pinv(info_free)
+    J, info_free, inv = free_information_inverse(information)
     if corrections is None:
         meat_free = info_free
     else:
