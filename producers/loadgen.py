@@ -66,15 +66,8 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
                               event_time=int(time.time()) if event_time is None else event_time)
         messages += publisher.publish(metric.topic, rows, per_message=per_message)
         sent += n
-        if rate:
-            while (ahead := sent / rate - (time.monotonic() - started)) > 0:
-                publisher.poll(min(ahead, 0.1))
-        if progress:
-            _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
-    acked = publisher.flush().records_acked - acked_before
-    seconds = time.monotonic() - started
-    if progress:
-        _progress(sent, clients, acked, seconds, final=True)
+        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
+    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
     return LoadResult(true_counts, acked, messages, seconds)
 
 
@@ -171,19 +164,32 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
         if keep_sent:
             kept.append((cohorts[0], reports[0], cohorts[1], reports[1]))
         sent += n
-        if rate:
-            while (ahead := sent / rate - (time.monotonic() - started)) > 0:
-                publisher.poll(min(ahead, 0.1))
-        if progress:
-            _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
-    acked = publisher.flush().records_acked - acked_before
-    seconds = time.monotonic() - started
-    if progress:
-        _progress(sent, clients, acked, seconds, final=True)
+        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
+    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
     patterns = None
     if keep_sent and kept:
         patterns = PairPatterns.from_pairs(*(np.concatenate([k[i] for k in kept]) for i in range(4)))
     return AssociationLoadResult(true_counts.reshape(sizes), acked, messages, seconds, patterns)
+
+
+def _pace(publisher: ReportPublisher, sent: int, clients: int, *, rate: float | None, progress: bool,
+          started: float, acked_before: int) -> None:
+    """Hold the send rate at ``rate`` records/s (serving delivery callbacks meanwhile) and show progress."""
+    if rate:
+        while (ahead := sent / rate - (time.monotonic() - started)) > 0:
+            publisher.poll(min(ahead, 0.1))
+    if progress:
+        _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
+
+
+def _finish(publisher: ReportPublisher, sent: int, clients: int, *, progress: bool, started: float,
+            acked_before: int) -> tuple[int, float]:
+    """Flush, and return the records acknowledged since ``acked_before`` and the seconds since ``started``."""
+    acked = publisher.flush().records_acked - acked_before
+    seconds = time.monotonic() - started
+    if progress:
+        _progress(sent, clients, acked, seconds, final=True)
+    return acked, seconds
 
 
 def _progress(sent: int, total: int, acked: int, seconds: float, final: bool = False) -> None:
