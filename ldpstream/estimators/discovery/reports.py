@@ -108,19 +108,24 @@ class DiscoveryCollection:
         full = scheme.full.sketch(reports.full_cohorts, reports.full_bits)
         return cls(np.asarray(full, dtype=np.int64), sketches.astype(np.int64), pairs)
 
-    def merge(self, other: DiscoveryCollection) -> DiscoveryCollection:
-        """The collection of both batches (sketches added, report pairs re-collapsed)."""
-        if self.ngram_sketches.shape != other.ngram_sketches.shape or set(self.pairs) != set(other.pairs):
+    @classmethod
+    def combine(cls, parts: Sequence[DiscoveryCollection]) -> DiscoveryCollection:
+        """The collection of several batches of one scheme: sketches added, report pairs re-collapsed once."""
+        if not parts:
+            raise ParameterError("nothing to combine")
+        first = parts[0]
+        if any(p.ngram_sketches.shape != first.ngram_sketches.shape or set(p.pairs) != set(first.pairs)
+               for p in parts):
             raise ParameterError("collections of different schemes")
         pairs = {}
-        for key, mine in self.pairs.items():
-            theirs = other.pairs[key]
+        for key in first.pairs:
+            group = [p.pairs[key] for p in parts]
             pairs[key] = PairPatterns.from_pairs(
-                np.concatenate([mine.cohort_x, theirs.cohort_x]), np.concatenate([mine.reports_x, theirs.reports_x]),
-                np.concatenate([mine.cohort_y, theirs.cohort_y]), np.concatenate([mine.reports_y, theirs.reports_y]),
-                np.concatenate([mine.counts, theirs.counts]))
-        return DiscoveryCollection(self.full_sketch + other.full_sketch, self.ngram_sketches + other.ngram_sketches,
-                                   pairs)
+                np.concatenate([g.cohort_x for g in group]), np.concatenate([g.reports_x for g in group]),
+                np.concatenate([g.cohort_y for g in group]), np.concatenate([g.reports_y for g in group]),
+                np.concatenate([g.counts for g in group]))
+        return cls(sum((p.full_sketch for p in parts[1:]), first.full_sketch.copy()),
+                   sum((p.ngram_sketches for p in parts[1:]), first.ngram_sketches.copy()), pairs)
 
     def memory_bytes(self) -> int:
         """Bytes held in memory by the sketches and the report pairs."""

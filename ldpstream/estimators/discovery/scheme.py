@@ -60,12 +60,12 @@ def rappor_scheme(
     *,
     full_share: float = 1.0 / 3.0,
     full_bits: int = 128,
-    ngram_bits: int = 64,
+    ngram_bits: int = 128,
     hashes: int = 2,
     cohorts: int = 32,
 ) -> DiscoveryScheme:
     """The scheme of the paper: the full report gets ``full_share`` of ``total_epsilon`` and each of the two
-    n-gram reports half of the rest (default ε/3 each). Defaults: 128-bit full reports, 64-bit n-gram reports,
+    n-gram reports half of the rest (default ε/3 each). Defaults: 128-bit full and n-gram reports,
     two hashes, 32 cohorts."""
     if not 0 < full_share < 1:
         raise ParameterError(f"full_share must lie in (0, 1), got {full_share}")

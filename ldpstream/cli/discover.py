@@ -1,0 +1,108 @@
+"""``ldpstream discover``: find the frequent strings of a population without a dictionary, from n-gram reports
+(Fanti, Pihur, Erlingsson 2016 §5; docs/math/dictionary.md).
+
+``--simulate``
+    Draws ``--n`` clients whose strings come from ``--strings FILE`` (one string per line, in rank order) with
+    the popularity ``--dist`` by rank (as in ``simulate``: ``zipf:A``, ``geometric``, ``step:K``, ``file:PATH``,
+    ...), encodes every client with the real client code path (full string padded or truncated to
+    ``--length`` M over ``--alphabet``, plus the ``--ngram``-grams of two distinct random slots; RAPPOR reports,
+    the total ``--epsilon`` split ε/3 each), then runs the whole decoding: n-grams per slot against all
+    |Σ|^n n-grams, the joint of n-gram pairs, the threshold, the k-partite cliques, the semantic filter
+    (``--pattern REGEX``) and the final decode of the full-string reports. Per-stage times go to stderr.
+
+    Defaults: ``--length 8``, ``--ngram 2``, ``--alphabet`` = lower-case letters, digits and ``.-/`` (the pad
+    ``$`` is added and removed from published strings), ``--epsilon 4.39``, ``--dist zipf:1``, ``--n 1000000``,
+    128-bit full and n-gram reports, 2 hashes, 32 cohorts.
+
+    ``--json`` prints one object: ``discovered`` [{string, estimate, std_error}], ``true_positives``,
+    ``false_positives``, ``seconds`` {simulate, ngrams, pairs, cliques, final, decode}; ``--compare`` adds
+    ``perfect_dictionary`` (the decode with the true strings as candidates, its recall and precision).
+
+Decoding a report file (without ``--simulate``) is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ldpstream.distributions import parse_distribution
+from ldpstream.errors import ParameterError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``discover`` subcommand."""
+    from ldpstream.estimators.discovery import DEFAULT_ALPHABET
+
+    cmd = subparsers.add_parser(
+        "discover",
+        help="discover frequent strings without a dictionary, from n-gram reports",
+        description=(__doc__ or "").split("\n\n", 1)[1].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("--simulate", action="store_true", help="draw and encode the clients here (required for now)")
+    cmd.add_argument("--strings", type=Path, help="one string per line, in rank order")
+    cmd.add_argument("--dist", default="zipf:1", help="popularity by rank: zipf:A, geometric, step:K, file:PATH, ...")
+    cmd.add_argument("--n", type=int, default=1_000_000, help="clients")
+    cmd.add_argument("--epsilon", type=float, default=4.39, help="total ε of one client's three reports")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--length", type=int, default=8, help="string length M (padded or truncated)")
+    cmd.add_argument("--ngram", type=int, default=2, help="n-gram size n (M must be a multiple)")
+    cmd.add_argument("--alphabet", default=DEFAULT_ALPHABET, help="characters Σ (the pad '$' is added)")
+    cmd.add_argument("--full-bits", type=int, default=128, help="Bloom bits of the full-string report")
+    cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
+    cmd.add_argument("--hashes", type=int, default=2)
+    cmd.add_argument("--cohorts", type=int, default=32)
+    cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
+    cmd.add_argument("--alpha-edge", type=float, default=0.05, help="per-cell level of the pair threshold")
+    cmd.add_argument("--pattern", help="semantic filter: a regular expression the unpadded string must match")
+    cmd.add_argument("--compare", action="store_true", help="also decode with the perfect dictionary")
+    cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cmd.set_defaults(func=run_discover)
+
+
+def _read_strings(path: Path) -> list[str]:
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    strings = [s for s in lines if s and not s.startswith("#")]
+    if not strings:
+        raise ParameterError(f"{path}: no strings")
+    return strings
+
+
+def run_discover(args: argparse.Namespace) -> int:
+    from ldpstream.estimators.discovery import StringShape, rappor_scheme
+    from ldpstream.simulation.discovery import run_discovery
+
+    if not args.simulate:
+        raise ParameterError("decoding a report file is not implemented yet: use --simulate")
+    if args.strings is None:
+        raise ParameterError("--simulate needs --strings FILE")
+    strings = _read_strings(args.strings)
+    shape = StringShape(length=args.length, ngram=args.ngram, alphabet=args.alphabet)
+    for s in strings:
+        shape.padded(s)  # every string must be over the alphabet
+    probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
+    scheme = rappor_scheme(args.epsilon, shape, full_bits=args.full_bits, ngram_bits=args.ngram_bits,
+                           hashes=args.hashes, cohorts=args.cohorts)
+    run = run_discovery(scheme, strings, probabilities, args.n, args.seed, compare=args.compare,
+                        log=lambda line: print(line, file=sys.stderr), alpha=args.alpha,
+                        alpha_edge=args.alpha_edge, pattern=args.pattern)
+    out = run.to_dict()
+    out["parameters"] = {**scheme.parameters(), "n": args.n, "seed": args.seed, "dist": args.dist,
+                         "strings": len(strings)}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"discovered {len(run.result.discovered)} strings "
+          f"({run.true_positives} true, {run.false_positives} false) from {len(run.result.candidates)} candidates")
+    for d in run.result.discovered:
+        print(f"  {d.string:<{shape.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
+    if "perfect_dictionary" in out:
+        pd = out["perfect_dictionary"]
+        print(f"perfect dictionary: {len(pd['discovered'])} strings; "
+              f"recall {pd['recall']}, precision {pd['precision']}")
+    return 0
