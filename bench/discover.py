@@ -23,16 +23,16 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-import tracemalloc  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import time
+import tracemalloc
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ldpstream.distributions import parse_distribution  # noqa: E402
-from ldpstream.estimators.discovery import StringShape, decode_full, discover, rappor_scheme  # noqa: E402
-from ldpstream.simulation.discovery import simulate_collection  # noqa: E402
+from ldpstream.distributions import parse_distribution
+from ldpstream.estimators.discovery import StringShape, decode_full, discover, rappor_scheme
+from ldpstream.simulation.discovery import simulate_collection
 
 STRINGS = Path(__file__).resolve().parent / "data" / "urls100.txt"
 TLDS = ["com", "org", "net", "io", "de", "fr"]

@@ -58,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--hashes", type=int, default=2)
     cmd.add_argument("--cohorts", type=int, default=32)
     cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
-    cmd.add_argument("--alpha-edge", type=float, default=0.05, help="per-cell level of the pair threshold")
+    cmd.add_argument("--alpha-edge", type=float, default=None,
+                     help="per-cell level of the pair threshold (default: one expected clique of absent pairs)")
     cmd.add_argument("--pattern", help="semantic filter: a regular expression the unpadded string must match")
     cmd.add_argument("--compare", action="store_true", help="also decode with the perfect dictionary")
     cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -207,3 +207,21 @@ def test_clique_limit_and_missing_parts():
         k_partite_cliques([3, 3, 3], full, limit=10)
     assert k_partite_cliques([3, 0, 3], {(0, 2): np.ones((3, 3), bool)}).shape == (0, 3)
     assert math.prod([3, 3, 3]) == 27
+
+
+def test_edge_level_makes_one_expected_clique_of_absent_pairs():
+    from ldpstream.estimators.discovery.decode import edge_level
+
+    sizes = [24, 14, 13, 11, 6, 1]
+    alpha = edge_level(sizes)
+    assert math.prod(sizes) * alpha ** 15 == pytest.approx(1.0)  # Π m_j · α^(k(k−1)/2) = 1
+    assert edge_level(sizes, null_cliques=3) ** 15 * math.prod(sizes) == pytest.approx(3.0)
+    assert edge_level([2, 2]) == pytest.approx(0.25) and edge_level([1, 1]) == 0.5  # capped at 1/2
+    # Monte Carlo check of the premise: cliques of a graph whose edges pass independently with probability α
+    rng = np.random.default_rng(0)
+    small = [5, 4, 3]
+    a = edge_level(small)
+    counts = [len(k_partite_cliques(small, {(i, j): rng.random((small[i], small[j])) < a
+                                           for i in range(3) for j in range(i + 1, 3)})) for _ in range(2000)]
+    # the mean of 2000 independent counts with mean 1, within 4 of its standard errors (from the sample)
+    assert abs(np.mean(counts) - 1.0) < 4 * np.std(counts) / np.sqrt(len(counts))

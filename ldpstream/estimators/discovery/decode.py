@@ -9,10 +9,11 @@ dictionary (Fanti, Pihur, Erlingsson 2016 §5; docs/math/dictionary.md).
 2. **pairs** (``"pairs"``): for every pair of slots (a, b), the joint table of the detected n-grams of a and
    of b (each with an "Other" category) is estimated by the joint EM
    (:func:`~ldpstream.estimators.joint.estimate_joint`) on the clients that sent exactly slots a and b.
-3. **threshold** (in ``"pairs"``): a cell (u, v) becomes an edge when ``p̂_uv / se_uv ≥ z_edge``, with
-   ``z_edge = Φ⁻¹(1 − alpha_edge)`` (default α = 0.05, z = 1.645): a one-sided test of the cell against 0 at
-   its own noise level. An absent pair passes with probability about α; a false string needs all
-   ``k(k − 1)/2`` of its pairs to pass, and still faces stage 6.
+3. **threshold** (in ``"pairs"``): a cell (u, v) becomes an edge when ``p̂_uv / se_uv ≥ z_edge`` (and
+   ``p̂_uv > 0``): a one-sided test of the cell against 0 at its own noise level, at the level ``α_edge``
+   (:func:`edge_level`) at which the expected number of k-cliques made of absent pairs alone,
+   ``Π_j m_j · α_edge^(k(k − 1)/2)`` (``m_j`` n-grams kept at slot j), equals ``null_cliques`` (default 1);
+   if the graph still holds more than ``max_candidates`` cliques, α_edge is halved until it does not.
 4. **cliques** (``"cliques"``): the k-cliques of the k-partite graph
    (:func:`~ldpstream.estimators.discovery.cliques.k_partite_cliques`) are the candidate strings.
 5. **filters** (in ``"cliques"``): optional semantic filters drop candidates (a regular expression that the
@@ -36,11 +37,11 @@ from scipy import stats
 
 from ..detection import Correction, DetectionEstimate, detect
 from ..joint import JointVariable, estimate_joint
-from .cliques import k_partite_cliques
+from .cliques import CliqueLimitError, k_partite_cliques
 from .reports import DiscoveryCollection
 from .scheme import DiscoveryScheme
 
-__all__ = ["DiscoveredString", "DiscoveryResult", "decode_full", "discover"]
+__all__ = ["DiscoveredString", "DiscoveryResult", "decode_full", "discover", "edge_level"]
 
 STAGES = ("ngrams", "pairs", "cliques", "final")
 
@@ -82,6 +83,18 @@ class DiscoveryResult:
         }
 
 
+def edge_level(part_sizes: Sequence[int], null_cliques: float = 1.0, cap: float = 0.5) -> float:
+    """The per-cell level α of the pair threshold (stage 3): ``(null_cliques / Π m_j)^(1/E)`` with
+    ``E = k(k − 1)/2`` pairs, so that if absent pairs passed independently with probability α the graph would
+    hold ``null_cliques`` cliques made of them alone in expectation; at most ``cap``."""
+    k = len(part_sizes)
+    pairs = k * (k - 1) // 2
+    log_tuples = float(np.sum(np.log(np.maximum(np.asarray(part_sizes, dtype=np.float64), 1.0))))
+    if pairs == 0 or log_tuples <= 0:
+        return cap
+    return float(min(cap, np.exp((np.log(null_cliques) - log_tuples) / pairs)))
+
+
 def decode_full(collection: DiscoveryCollection, scheme: DiscoveryScheme, candidates: Sequence[str],
                 correction: Correction = "bh", alpha: float = 0.10) -> tuple[list[DiscoveredString], DetectionEstimate]:
     """Stage 6 (also the perfect-dictionary baseline): :func:`detect` of the full-string sketch against the
@@ -102,17 +115,22 @@ def discover(
     scheme: DiscoveryScheme,
     *,
     alpha_ngram: float = 0.10,
-    alpha_edge: float = 0.05,
+    alpha_edge: float | None = None,
+    null_cliques: float = 1.0,
     alpha: float = 0.10,
     correction: Correction = "bh",
     pattern: str | None = None,
     predicate: Callable[[str], bool] | None = None,
-    max_cliques: int = 100_000,
+    max_candidates: int = 2_000,
+    tolerance: float = 1e-5,
 ) -> DiscoveryResult:
     """Stages 1–6 (module docstring). ``alpha_ngram``: the level of the n-gram detection (stage 1, with
-    ``correction``); ``alpha_edge``: the per-cell level of the pair threshold (stage 3); ``alpha``: the level
-    of the final detection (stage 6); ``pattern``/``predicate``: the semantic filters (stage 5), applied to
-    the unpadded string; ``max_cliques``: the cap of stage 4."""
+    ``correction``); ``alpha_edge``: the per-cell level of the pair threshold (stage 3; ``None``:
+    :func:`edge_level` with ``null_cliques``); ``alpha``: the level of the final detection (stage 6);
+    ``pattern``/``predicate``: the semantic filters (stage 5), applied to the unpadded string;
+    ``max_candidates``: the most cliques the final decode takes (its Gram matrix is dense), reached by raising
+    the threshold; ``tolerance``: the pair EM's stopping rule (max |Δp|; 1e-5 moves a cell's z by < 0.05 when
+    its standard error is ≥ 0.01, measured)."""
     shape, mech = scheme.shape, scheme.ngram
     k = shape.slots
     seconds: dict[str, float] = {}
@@ -130,28 +148,37 @@ def discover(
     seconds["ngrams"] = time.perf_counter() - began
 
     began = time.perf_counter()
-    z_edge = float(stats.norm.isf(alpha_edge))
-    edges: dict[tuple[int, int], np.ndarray] = {}
+    level = edge_level([part.size for part in kept], null_cliques) if alpha_edge is None else float(alpha_edge)
+    zscores: dict[tuple[int, int], np.ndarray] = {}
     if all(part.size for part in kept):
         for (a, b), patterns in sorted(collection.pairs.items()):
             if patterns.total == 0:
-                edges[(a, b)] = np.zeros((kept[a].size, kept[b].size), dtype=bool)
+                zscores[(a, b)] = np.zeros((kept[a].size, kept[b].size))
                 continue
             x = JointVariable(mech, [grams[i] for i in kept[a]], frequencies=kept_freq[a].tolist())
             y = JointVariable(mech, [grams[i] for i in kept[b]], frequencies=kept_freq[b].tolist())
-            joint = estimate_joint(patterns, x, y, other=True)
+            joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance)
             cells = joint.table[: kept[a].size, : kept[b].size]
             se = joint.std_error[: kept[a].size, : kept[b].size]
             with np.errstate(divide="ignore", invalid="ignore"):
-                z = np.where(se > 0, cells / se, 0.0)
-            edges[(a, b)] = z >= z_edge
+                zscores[(a, b)] = np.where((se > 0) & (cells > 0), cells / se, 0.0)
     seconds["pairs"] = time.perf_counter() - began
 
     began = time.perf_counter()
     candidates: list[str] = []
     unfiltered = 0
-    if len(edges) == k * (k - 1) // 2:
-        cliques = k_partite_cliques([part.size for part in kept], edges, limit=max_cliques)
+    raised = 0
+    edges: dict[tuple[int, int], np.ndarray] = {}
+    if len(zscores) == k * (k - 1) // 2:
+        while True:
+            z_edge = max(float(stats.norm.isf(level)), 0.0)
+            edges = {key: (z > 0) & (z >= z_edge) for key, z in zscores.items()}
+            try:
+                cliques = k_partite_cliques([part.size for part in kept], edges, limit=max_candidates)
+                break
+            except CliqueLimitError:
+                level /= 2
+                raised += 1
         unfiltered = len(cliques)
         regex = re.compile(pattern) if pattern is not None else None
         for row in cliques:
@@ -176,6 +203,6 @@ def discover(
         edges={key: int(m.sum()) for key, m in edges.items()},
         candidates=candidates,
         seconds=seconds,
-        info={"z_edge": z_edge, "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha_edge": alpha_edge,
-              "alpha": alpha, "correction": correction},
+        info={"alpha_edge": level, "z_edge": max(float(stats.norm.isf(level)), 0.0), "threshold_raised": raised,
+              "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha": alpha, "correction": correction},
     )
