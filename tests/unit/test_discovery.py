@@ -225,3 +225,22 @@ def test_edge_level_makes_one_expected_clique_of_absent_pairs():
                                            for i in range(3) for j in range(i + 1, 3)})) for _ in range(2000)]
     # the mean of 2000 independent counts with mean 1, within 4 of its standard errors (from the sample)
     assert abs(np.mean(counts) - 1.0) < 4 * np.std(counts) / np.sqrt(len(counts))
+
+
+def test_discover_end_to_end_on_a_tiny_alphabet_with_semantic_filters():
+    from ldpstream.estimators.discovery import discover
+
+    shape = StringShape(length=4, ngram=2, alphabet="ab")  # 9 bigrams: every stage runs in well under a second
+    scheme = rappor_scheme(12.0, shape, full_bits=32, ngram_bits=32, cohorts=8)
+    rng = np.random.default_rng(4)
+    strings = ["ab", "ba", "abab", "bb"]
+    values = rng.choice(4, size=40_000, p=[0.4, 0.3, 0.2, 0.1])
+    col = DiscoveryCollection.fold(scheme, encode_population(scheme, strings, values, rng))
+    result = discover(col, scheme)
+    # at ε = 12 every frequency (≥ 0.1) stands tens of standard errors above zero: all four are found
+    assert {d.string for d in result.discovered} == set(strings)
+    assert set(result.seconds) == {"ngrams", "pairs", "cliques", "final", "decode"}
+    only_a = discover(col, scheme, pattern="a.*")
+    assert {d.string for d in only_a.discovered} == {"ab", "abab"}
+    short = discover(col, scheme, predicate=lambda s: len(s) <= 2)
+    assert {d.string for d in short.discovered} == {"ab", "ba", "bb"}
