@@ -18,7 +18,12 @@
     ``false_positives``, ``seconds`` {simulate, ngrams, pairs, cliques, final, decode}; ``--compare`` adds
     ``perfect_dictionary`` (the decode with the true strings as candidates, its recall and precision).
 
-Decoding a report file (without ``--simulate``) is not implemented yet.
+``--reports FILE`` (without ``--simulate``)
+    Decodes a report file: a numpy ``.npz`` archive holding the scheme's parameters (JSON) and every client's
+    slots, cohorts and packed report bits (format: :mod:`ldpstream.simulation.discovery`, "the report file").
+    ``--simulate --save-reports FILE`` writes the simulated clients' reports in that format. With
+    ``--strings`` the discovered strings are scored against that list; the JSON is as above with
+    ``seconds.simulate`` = 0 (reading and folding the file are in ``seconds.read``).
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--pattern", help="semantic filter: a regular expression the unpadded string must match")
     cmd.add_argument("--compare", action="store_true", help="also decode with the perfect dictionary")
     cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cmd.add_argument("--reports", type=Path, help="decode this report file (.npz) instead of simulating")
+    cmd.add_argument("--save-reports", type=Path, help="with --simulate: also write the reports to this file")
     cmd.set_defaults(func=run_discover)
 
 
@@ -79,7 +86,9 @@ def run_discover(args: argparse.Namespace) -> int:
     from ldpstream.simulation.discovery import run_discovery
 
     if not args.simulate:
-        raise ParameterError("decoding a report file is not implemented yet: use --simulate")
+        if args.reports is None:
+            raise ParameterError("give --simulate or --reports FILE")
+        return _decode_file(args)
     if args.strings is None:
         raise ParameterError("--simulate needs --strings FILE")
     strings = _read_strings(args.strings)
@@ -89,6 +98,15 @@ def run_discover(args: argparse.Namespace) -> int:
     probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
     scheme = rappor_scheme(args.epsilon, shape, full_bits=args.full_bits, ngram_bits=args.ngram_bits,
                            hashes=args.hashes, cohorts=args.cohorts)
+    if args.save_reports is not None:
+        from ldpstream.distributions import sample_values
+        from ldpstream.estimators.discovery import encode_population
+        from ldpstream.simulation.discovery import save_reports
+
+        rng = np.random.default_rng(args.seed)
+        values = sample_values(probabilities, args.n, rng)
+        save_reports(args.save_reports, scheme, encode_population(scheme, strings, values, rng))
+        print(f"wrote the reports of {args.n} clients to {args.save_reports}", file=sys.stderr)
     run = run_discovery(scheme, strings, probabilities, args.n, args.seed, compare=args.compare,
                         log=lambda line: print(line, file=sys.stderr), alpha=args.alpha,
                         alpha_edge=args.alpha_edge, pattern=args.pattern)
@@ -106,4 +124,35 @@ def run_discover(args: argparse.Namespace) -> int:
         pd = out["perfect_dictionary"]
         print(f"perfect dictionary: {len(pd['discovered'])} strings; "
               f"recall {pd['recall']}, precision {pd['precision']}")
+    return 0
+
+
+def _decode_file(args: argparse.Namespace) -> int:
+    import time
+
+    from ldpstream.estimators.discovery import DiscoveryCollection, discover
+    from ldpstream.simulation.discovery import load_reports
+
+    began = time.perf_counter()
+    scheme, reports = load_reports(args.reports)
+    collection = DiscoveryCollection.fold(scheme, reports)
+    read = time.perf_counter() - began
+    print(f"read: {read:.2f} s ({collection.clients} clients)", file=sys.stderr)
+    result = discover(collection, scheme, alpha=args.alpha, alpha_edge=args.alpha_edge, pattern=args.pattern)
+    for stage in ("ngrams", "pairs", "cliques", "final", "decode"):
+        print(f"{stage}: {result.seconds[stage]:.2f} s", file=sys.stderr)
+    out = result.to_dict()
+    out["seconds"] = {"read": read, "simulate": 0.0, **result.seconds}
+    out["parameters"] = {**scheme.parameters(), "n": collection.clients}
+    if args.strings is not None:
+        shape = scheme.shape
+        truth = {shape.unpadded(shape.padded(s)) for s in _read_strings(args.strings)}
+        found = {d.string for d in result.discovered}
+        out["true_positives"], out["false_positives"] = len(found & truth), len(found - truth)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"discovered {len(result.discovered)} strings from {len(result.candidates)} candidates")
+    for d in result.discovered:
+        print(f"  {d.string:<{scheme.shape.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
     return 0

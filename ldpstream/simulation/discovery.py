@@ -5,9 +5,11 @@ with the perfect dictionary (docs/math/dictionary.md)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,16 +17,20 @@ import numpy as np
 from ldpstream.distributions import sample_values
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.discovery import (
+    ClientReports,
     DiscoveredString,
     DiscoveryCollection,
     DiscoveryResult,
     DiscoveryScheme,
+    StringShape,
     decode_full,
     discover,
     encode_population,
 )
+from ldpstream.mechanisms.factory import make_mechanism
+from ldpstream.mechanisms.rappor import Rappor
 
-__all__ = ["DiscoveryRun", "run_discovery", "simulate_collection"]
+__all__ = ["DiscoveryRun", "load_reports", "run_discovery", "save_reports", "simulate_collection"]
 
 #: Clients encoded per batch (bounds the memory of the raw reports: about 400 bytes per client).
 CHUNK = 250_000
@@ -104,3 +110,57 @@ def run_discovery(scheme: DiscoveryScheme, strings: Sequence[str], probabilities
     seconds = {"simulate": simulated, **result.seconds}
     return DiscoveryRun(result, len(found & truth), len(found - truth), seconds, perfect,
                         collection.memory_bytes())
+
+
+# -- the report file ---------------------------------------------------------------------------------------
+#
+# A numpy ``.npz`` archive (``numpy.savez_compressed``) with the arrays of
+# :class:`~ldpstream.estimators.discovery.reports.ClientReports`, bits packed 8 to a byte (``numpy.packbits``,
+# big-endian within a byte, along the last axis):
+#
+# ``scheme``         0-d unicode: JSON of ``DiscoveryScheme.parameters()`` (length, ngram, alphabet, pad, the
+#                    full and n-gram mechanisms' parameters)
+# ``slots``          (n, 2) int64: each client's two n-gram slots
+# ``ngram_cohorts``  (n, 2) int64; ``ngram_bits`` (n, 2, ceil(k_n/8)) uint8
+# ``full_cohorts``   (n,) int64;   ``full_bits`` (n, ceil(k_f/8)) uint8
+
+
+def save_reports(path: str | Path, scheme: DiscoveryScheme, reports: ClientReports) -> None:
+    """Write ``reports`` and the scheme that made them to the report file format (comment above)."""
+    np.savez_compressed(
+        path, scheme=np.array(json.dumps(scheme.parameters())), slots=reports.slots,
+        ngram_cohorts=reports.ngram_cohorts, ngram_bits=np.packbits(reports.ngram_bits.astype(bool), axis=-1),
+        full_cohorts=reports.full_cohorts, full_bits=np.packbits(reports.full_bits.astype(bool), axis=-1))
+
+
+def load_reports(path: str | Path) -> tuple[DiscoveryScheme, ClientReports]:
+    """Read a report file (comment above); a missing array or a shape that does not fit is a ParameterError."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            params = json.loads(str(archive["scheme"]))
+            shape = StringShape(int(params["length"]), int(params["ngram"]), str(params["alphabet"]),
+                                str(params["pad"]))
+            full = make_mechanism(params["full"])
+            ngram = make_mechanism(params["ngram_report"])
+            if not isinstance(full, Rappor) or not isinstance(ngram, Rappor):
+                raise ParameterError("the report file's mechanisms must be RAPPOR")
+            scheme = DiscoveryScheme(shape, full, ngram)
+            slots = np.asarray(archive["slots"], dtype=np.int64)
+            n = len(slots)
+            reports = ClientReports(
+                slots, np.asarray(archive["ngram_cohorts"], dtype=np.int64),
+                np.unpackbits(archive["ngram_bits"], axis=-1, count=ngram.k).astype(bool),
+                np.asarray(archive["full_cohorts"], dtype=np.int64),
+                np.unpackbits(archive["full_bits"], axis=-1, count=full.k).astype(bool))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ParameterError(f"{path}: not a discovery report file ({exc})") from None
+    if not (slots.shape == (n, 2) and reports.ngram_cohorts.shape == (n, 2)
+            and reports.ngram_bits.shape == (n, 2, ngram.k) and reports.full_cohorts.shape == (n,)
+            and reports.full_bits.shape == (n, full.k)):
+        raise ParameterError(f"{path}: arrays of inconsistent shapes")
+    if n and (slots.min() < 0 or slots.max() >= shape.slots or np.any(slots[:, 0] == slots[:, 1])):
+        raise ParameterError(f"{path}: slots must be two distinct values in 0..{shape.slots - 1}")
+    for name, cohorts, mech in (("ngram", reports.ngram_cohorts, ngram), ("full", reports.full_cohorts, full)):
+        if cohorts.size and (cohorts.min() < 0 or cohorts.max() >= mech.cohorts):
+            raise ParameterError(f"{path}: {name} cohorts outside 0..{mech.cohorts - 1}")
+    return scheme, reports
