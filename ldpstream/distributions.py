@@ -10,6 +10,8 @@ spec               probability vector ``p`` (length S, non-negative, sums to 1)
 ``geometric``      ``p_i ∝ θ(1 − θ)^i`` with ``θ = 1/(1 + S/5)`` (Kairouz et al. 2016, Figure 3;
                    docs/math/tuning.md#the-figure-3-setting). ``geometric:T`` uses ``θ = T`` instead (``0 < T < 1``).
 ``zipf:A``         ``p_i ∝ (i + 1)^(−A)``, ``A >= 0`` (``zipf`` alone: ``A = 1``)
+``step:K``         a staircase of K flat steps: the support cut into K consecutive blocks of (nearly) equal
+                   size, every value of block b = 0..K−1 with weight ``K − b`` (``1 <= K <= S``; K = 1 is uniform)
 ``binomial:P``     ``p_i = C(S−1, i) P^i (1 − P)^(S−1−i)``, the Binomial(S − 1, P) pmf, ``0 <= P <= 1``
 ``dirichlet:A``    one draw from the symmetric Dirichlet(A, …, A), ``A > 0``; needs a random generator
 ``file:PATH``      one non-negative weight per line (blank lines and ``#`` comments ignored), normalized;
@@ -37,7 +39,8 @@ from scipy import stats
 from ldpstream.errors import ParameterError
 
 #: Spec names accepted by :func:`parse_distribution` (for ``--help`` texts).
-DISTRIBUTION_NAMES: tuple[str, ...] = ("uniform", "geometric", "zipf:A", "binomial:P", "dirichlet:A", "file:PATH")
+DISTRIBUTION_NAMES: tuple[str, ...] = (
+    "uniform", "geometric", "zipf:A", "step:K", "binomial:P", "dirichlet:A", "file:PATH")
 
 
 def _check_support(support: int) -> int:
@@ -98,6 +101,15 @@ def zipf(support: int, a: float = 1.0) -> np.ndarray:
     if not a >= 0:
         raise ParameterError(f"zipf: exponent must be >= 0, got {a}")
     return normalize(np.arange(1, S + 1, dtype=np.float64) ** (-float(a)), "zipf weights")
+
+
+def step(support: int, steps: int) -> np.ndarray:
+    """K flat steps: block ``b = floor(i·K/S)`` of the support has weight ``K − b`` per value (module table)."""
+    S = _check_support(support)
+    if not 1 <= steps <= S:
+        raise ParameterError(f"step: the number of steps must lie in 1..{S}, got {steps}")
+    block = (np.arange(S) * steps) // S
+    return normalize((steps - block).astype(np.float64), "step weights")
 
 
 def binomial(support: int, prob: float) -> np.ndarray:
@@ -183,6 +195,11 @@ def parse_distribution(spec: str, support: int, rng: np.random.Generator | None 
         return geometric(S, _parse_float(spec, arg, "theta") if sep else None)
     if name == "zipf":
         return zipf(S, _parse_float(spec, arg, "exponent A") if sep else 1.0)
+    if name == "step":
+        count = _parse_float(spec, arg, "K") if sep else float("nan")
+        if not (math.isfinite(count) and count == int(count)):
+            raise ParameterError(f"distribution {spec!r}: write step:K with a whole number K")
+        return step(S, int(count))
     if name in ("binomial", "dirichlet") and not sep:
         raise ParameterError(f"distribution {spec!r}: write {name}:{'P' if name == 'binomial' else 'A'}")
     if name == "binomial":

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ldpstream.cli.status",
     "ldpstream.cli.stack",
     "ldpstream.cli.simulate",
+    "ldpstream.cli.discover",
     "ldpstream.cli.rappor",
 )
 

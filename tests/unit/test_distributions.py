@@ -155,3 +155,14 @@ def test_values_from_counts_and_candidates():
     np.testing.assert_array_equal(np.bincount(v, minlength=3), [2, 0, 3])
     assert candidate_strings(3) == ["s0", "s1", "s2"]
     np.testing.assert_array_equal(empirical_distribution(np.zeros(3)), np.zeros(3))
+
+
+def test_step_distribution_is_a_staircase_of_flat_steps():
+    p = parse_distribution("step:4", 10)
+    # independent: blocks floor(i·4/10) = 0,0,0,1,1,2,2,2,3,3 with weights 4,3,2,1, normalized by their sum
+    weights = np.array([4, 4, 4, 3, 3, 2, 2, 2, 1, 1], dtype=float)
+    assert np.allclose(p, weights / weights.sum())
+    assert np.allclose(parse_distribution("step:1", 5), 0.2)
+    for bad in ("step", "step:0", "step:11", "step:2.5"):
+        with pytest.raises(ParameterError):
+            parse_distribution(bad, 10)

@@ -1,0 +1,158 @@
+"""``ldpstream discover``: find the frequent strings of a population without a dictionary, from n-gram reports
+(Fanti, Pihur, Erlingsson 2016 §5; docs/math/dictionary.md).
+
+``--simulate``
+    Draws ``--n`` clients whose strings come from ``--strings FILE`` (one string per line, in rank order) with
+    the popularity ``--dist`` by rank (as in ``simulate``: ``zipf:A``, ``geometric``, ``step:K``, ``file:PATH``,
+    ...), encodes every client with the real client code path (full string padded or truncated to
+    ``--length`` M over ``--alphabet``, plus the ``--ngram``-grams of two distinct random slots; RAPPOR reports,
+    the total ``--epsilon`` split ε/3 each), then runs the whole decoding: n-grams per slot against all
+    |Σ|^n n-grams, the joint of n-gram pairs, the threshold, the k-partite cliques, the semantic filter
+    (``--pattern REGEX``) and the final decode of the full-string reports. Per-stage times go to stderr.
+
+    Defaults: ``--length 8``, ``--ngram 2``, ``--alphabet`` = lower-case letters, digits and ``.-/`` (the pad
+    ``$`` is added and removed from published strings), ``--epsilon 4.39``, ``--dist zipf:1``, ``--n 1000000``,
+    128-bit full and n-gram reports, 2 hashes, 32 cohorts.
+
+    ``--json`` prints one object: ``discovered`` [{string, estimate, std_error}], ``true_positives``,
+    ``false_positives``, ``seconds`` {simulate, ngrams, pairs, cliques, final, decode}; ``--compare`` adds
+    ``perfect_dictionary`` (the decode with the true strings as candidates, its recall and precision).
+
+``--reports FILE`` (without ``--simulate``)
+    Decodes a report file: a numpy ``.npz`` archive holding the scheme's parameters (JSON) and every client's
+    slots, cohorts and packed report bits (format: :mod:`ldpstream.simulation.discovery`, "the report file").
+    ``--simulate --save-reports FILE`` writes the simulated clients' reports in that format. With
+    ``--strings`` the discovered strings are scored against that list; the JSON is as above with
+    ``seconds.simulate`` = 0 (reading and folding the file are in ``seconds.read``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ldpstream.distributions import parse_distribution
+from ldpstream.errors import ParameterError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``discover`` subcommand."""
+    from ldpstream.estimators.discovery import DEFAULT_ALPHABET
+
+    cmd = subparsers.add_parser(
+        "discover",
+        help="discover frequent strings without a dictionary, from n-gram reports",
+        description=(__doc__ or "").split("\n\n", 1)[1].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("--simulate", action="store_true", help="draw and encode the clients here (required for now)")
+    cmd.add_argument("--strings", type=Path, help="one string per line, in rank order")
+    cmd.add_argument("--dist", default="zipf:1", help="popularity by rank: zipf:A, geometric, step:K, file:PATH, ...")
+    cmd.add_argument("--n", type=int, default=1_000_000, help="clients")
+    cmd.add_argument("--epsilon", type=float, default=4.39, help="total ε of one client's three reports")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--length", type=int, default=8, help="string length M (padded or truncated)")
+    cmd.add_argument("--ngram", type=int, default=2, help="n-gram size n (M must be a multiple)")
+    cmd.add_argument("--alphabet", default=DEFAULT_ALPHABET, help="characters Σ (the pad '$' is added)")
+    cmd.add_argument("--full-bits", type=int, default=128, help="Bloom bits of the full-string report")
+    cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
+    cmd.add_argument("--hashes", type=int, default=2)
+    cmd.add_argument("--cohorts", type=int, default=32)
+    cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
+    cmd.add_argument("--alpha-edge", type=float, default=None,
+                     help="per-cell level of the pair threshold (default: one expected clique of absent pairs)")
+    cmd.add_argument("--pattern", help="semantic filter: a regular expression the unpadded string must match")
+    cmd.add_argument("--compare", action="store_true", help="also decode with the perfect dictionary")
+    cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cmd.add_argument("--reports", type=Path, help="decode this report file (.npz) instead of simulating")
+    cmd.add_argument("--save-reports", type=Path, help="with --simulate: also write the reports to this file")
+    cmd.set_defaults(func=run_discover)
+
+
+def _read_strings(path: Path) -> list[str]:
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    strings = [s for s in lines if s and not s.startswith("#")]
+    if not strings:
+        raise ParameterError(f"{path}: no strings")
+    return strings
+
+
+def run_discover(args: argparse.Namespace) -> int:
+    from ldpstream.estimators.discovery import StringShape, rappor_scheme
+    from ldpstream.simulation.discovery import run_discovery
+
+    if not args.simulate:
+        if args.reports is None:
+            raise ParameterError("give --simulate or --reports FILE")
+        return _decode_file(args)
+    if args.strings is None:
+        raise ParameterError("--simulate needs --strings FILE")
+    strings = _read_strings(args.strings)
+    shape = StringShape(length=args.length, ngram=args.ngram, alphabet=args.alphabet)
+    for s in strings:
+        shape.padded(s)  # every string must be over the alphabet
+    probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
+    scheme = rappor_scheme(args.epsilon, shape, full_bits=args.full_bits, ngram_bits=args.ngram_bits,
+                           hashes=args.hashes, cohorts=args.cohorts)
+    if args.save_reports is not None:
+        from ldpstream.distributions import sample_values
+        from ldpstream.estimators.discovery import encode_population
+        from ldpstream.simulation.discovery import save_reports
+
+        rng = np.random.default_rng(args.seed)
+        values = sample_values(probabilities, args.n, rng)
+        save_reports(args.save_reports, scheme, encode_population(scheme, strings, values, rng))
+        print(f"wrote the reports of {args.n} clients to {args.save_reports}", file=sys.stderr)
+    run = run_discovery(scheme, strings, probabilities, args.n, args.seed, compare=args.compare,
+                        log=lambda line: print(line, file=sys.stderr), alpha=args.alpha,
+                        alpha_edge=args.alpha_edge, pattern=args.pattern)
+    out = run.to_dict()
+    out["parameters"] = {**scheme.parameters(), "n": args.n, "seed": args.seed, "dist": args.dist,
+                         "strings": len(strings)}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"discovered {len(run.result.discovered)} strings "
+          f"({run.true_positives} true, {run.false_positives} false) from {len(run.result.candidates)} candidates")
+    for d in run.result.discovered:
+        print(f"  {d.string:<{shape.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
+    if "perfect_dictionary" in out:
+        pd = out["perfect_dictionary"]
+        print(f"perfect dictionary: {len(pd['discovered'])} strings; "
+              f"recall {pd['recall']}, precision {pd['precision']}")
+    return 0
+
+
+def _decode_file(args: argparse.Namespace) -> int:
+    import time
+
+    from ldpstream.estimators.discovery import DiscoveryCollection, discover
+    from ldpstream.simulation.discovery import load_reports
+
+    began = time.perf_counter()
+    scheme, reports = load_reports(args.reports)
+    collection = DiscoveryCollection.fold(scheme, reports)
+    read = time.perf_counter() - began
+    print(f"read: {read:.2f} s ({collection.clients} clients)", file=sys.stderr)
+    result = discover(collection, scheme, alpha=args.alpha, alpha_edge=args.alpha_edge, pattern=args.pattern)
+    for stage in ("ngrams", "pairs", "cliques", "final", "decode"):
+        print(f"{stage}: {result.seconds[stage]:.2f} s", file=sys.stderr)
+    out = result.to_dict()
+    out["seconds"] = {"read": read, "simulate": 0.0, **result.seconds}
+    out["parameters"] = {**scheme.parameters(), "n": collection.clients}
+    if args.strings is not None:
+        shape = scheme.shape
+        truth = {shape.unpadded(shape.padded(s)) for s in _read_strings(args.strings)}
+        found = {d.string for d in result.discovered}
+        out["true_positives"], out["false_positives"] = len(found & truth), len(found - truth)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"discovered {len(result.discovered)} strings from {len(result.candidates)} candidates")
+    for d in result.discovered:
+        print(f"  {d.string:<{scheme.shape.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
+    return 0
