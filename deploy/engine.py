@@ -195,7 +195,20 @@ def down(cfg: EngineConfig | None = None) -> bool:
     if not stopped and _read_pid(cfg.pid_file) is not None:  # started by an earlier process of ours
         stopped = _stop_pid(cfg.pid_file, timeout=60.0)
     cfg.socket.unlink(missing_ok=True)
+    _unmount_below(cfg.exec_root)
     return stopped
+
+
+def _unmount_below(root: Path) -> None:
+    """Lazily unmount what dockerd left mounted below ``root`` (the network namespace file of its default
+    bridge, ``netns/default``): else the stack folder cannot be removed (``rm``: device busy)."""
+    if not root.exists():
+        return
+    resolved = str(root.resolve())
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        points = [line.split()[1] for line in mounts if len(line.split()) > 1]
+    for point in sorted((p for p in points if p == resolved or p.startswith(resolved + "/")), reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def log_tail(cfg: EngineConfig | None = None) -> str:
