@@ -357,7 +357,8 @@ def decode_bits(
         meat_fn=lambda wls: bits_meat(X, wls.o, wls.w, wls.beta, Nc, q_star, p_star, hbar),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
-        cache_key=cache_key, start=start,
+        # h̄ shapes the "other" column, so a given bits_per_string is part of the design's name
+        cache_key=cache_key if bits_per_string is None or cache_key is None else (cache_key, hbar), start=start,
     )
 
 
