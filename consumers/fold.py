@@ -155,7 +155,7 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
     for association, tuples in associated:
         tuples = _without_refused(tuples, refused)
         if len(tuples):
-            _fold_pairs(association, tuples, result)
+            _fold_pairs(association, tuples, result, now)
     result.rejections = sorted(refused.values(), key=lambda r: r.message_index)
     return result
 
@@ -327,13 +327,19 @@ def _fold_metric(metric: MetricConfig, records: RecordBatch, result: FoldResult)
     result.applied[metric.name] = result.applied.get(metric.name, 0) + len(records)
 
 
-def _fold_pairs(association: AssociationConfig, tuples: AssociationBatch, result: FoldResult) -> None:
-    """The pair statistic's increments of the tuples, one per time bucket (vectorized per bucket)."""
+def _fold_pairs(association: AssociationConfig, tuples: AssociationBatch, result: FoldResult, now: float) -> None:
+    """The pair statistic's increments of the tuples, one per time bucket (vectorized per bucket).
+
+    A bucket already past the association's retention (its members may keep data longer) gets no pair
+    increment: its tuples update the members' sketches only, as in every store (Redis would drop a key written
+    with a past expiry at once, the in-memory store would keep it)."""
     layout = layout_of(association)
     buckets = tuples.event_time // association.bucket_seconds
     for bucket in _distinct(buckets).tolist():
-        part = tuples if buckets.min() == buckets.max() else tuples.take(buckets == bucket)
         expire_at = (bucket + 1) * association.bucket_seconds + association.retention_seconds
+        if expire_at <= now:
+            continue
+        part = tuples if buckets.min() == buckets.max() else tuples.take(buckets == bucket)
         increment = pair_increment(layout, part.cohorts, part.payloads, expire_at)
         key = PairKey(association.name, association.fingerprint, int(bucket))
         current = result.pairs.get(key)

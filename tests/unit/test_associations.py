@@ -126,8 +126,8 @@ def test_the_deployed_registry_declares_an_association():
 # ------------------------------------------------------------------------------------------------- wire
 
 
-def _records(association_name: str, n: int, seed: int = 0, event_time: int = NOW):
-    association = REGISTRY.association(association_name)
+def _records(association_name: str, n: int, seed: int = 0, event_time: int = NOW, reg: Registry = REGISTRY):
+    association = reg.association(association_name)
     rng = np.random.default_rng(seed)
     cohorts = np.column_stack([rng.integers(0, m.mechanism.cohorts, n) for m in association.metrics])
     reports = [rng.integers(0, m.mechanism.k, n) if m.mechanism.report_kind == "symbol"
@@ -234,6 +234,15 @@ def test_pairs_fall_in_the_bucket_of_their_event_time():
     folded = _fold([early.tobytes(), late.tobytes()])
     assert {k.bucket: len(v.cells) and int(v.counts.sum()) for k, v in folded.pairs.items()} == {
         NOW // 3600 - 1: 5, NOW // 3600: 3}
+
+
+def test_tuples_past_the_association_retention_update_the_marginals_only():
+    reg = registry({"lang_font": {"id": 1, "metrics": ["lang", "font"], "windows": ["1d"], "retention": "1d"}})
+    _, _, _, old = _records("lang_font", 4, seed=4, event_time=NOW - 5 * 86400, reg=reg)
+    _, _, _, fresh = _records("lang_font", 2, seed=5, event_time=NOW, reg=reg)
+    folded = _fold([old.tobytes(), fresh.tobytes()], reg)
+    assert folded.rejections == [] and folded.applied == {"lang": 6, "font": 6}  # members keep 30 days
+    assert {k.bucket: int(v.counts.sum()) for k, v in folded.pairs.items()} == {NOW // 3600: 2}
 
 
 def _refusal(messages, reg=REGISTRY):
