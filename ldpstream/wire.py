@@ -189,13 +189,7 @@ def encode_records(
     cohorts = np.asarray(cohorts)
     if cohorts.shape not in ((n,), ()):
         raise ReportFormatError("cohorts must be a scalar or have one entry per payload")
-    if np.any(cohorts < 0) or np.any(cohorts > 0xFFFF):
-        raise ReportFormatError("cohort must be in 0..65535")
-    if not 0 <= metric_id <= 0xFFFF:
-        raise ReportFormatError("metric id must be in 0..65535")
-    event_time = np.asarray(event_time)
-    if event_time.shape not in ((n,), ()) or np.any(event_time < 0) or np.any(event_time > 0xFFFFFFFF):
-        raise ReportFormatError("event time must be seconds since the epoch in 0..2**32-1, scalar or one per payload")
+    event_time = _checked_header_fields(cohorts, "metric id", metric_id, event_time, n, "payload")
     header = np.zeros(n, dtype=HEADER_DTYPE)
     header["version"] = VERSION
     header["metric_id"] = metric_id
@@ -207,6 +201,20 @@ def encode_records(
     out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
     out[:, HEADER_SIZE:] = payloads
     return out
+
+
+def _checked_header_fields(cohorts: np.ndarray, id_name: str, ident: int, event_time: int | np.ndarray, n: int,
+                           unit: str) -> np.ndarray:
+    """Check the header fields both record versions share (u16 cohorts and id, u32 event times, scalar or one
+    per ``unit``); returns the event times as an array."""
+    if np.any(cohorts < 0) or np.any(cohorts > 0xFFFF):
+        raise ReportFormatError("cohort must be in 0..65535")
+    if not 0 <= ident <= 0xFFFF:
+        raise ReportFormatError(f"{id_name} must be in 0..65535")
+    times = np.asarray(event_time)
+    if times.shape not in ((n,), ()) or np.any(times < 0) or np.any(times > 0xFFFFFFFF):
+        raise ReportFormatError(f"event time must be seconds since the epoch in 0..2**32-1, scalar or one per {unit}")
+    return times
 
 
 def encode_association_records(
@@ -232,16 +240,10 @@ def encode_association_records(
     cohorts = np.asarray(cohorts)
     if cohorts.shape != (n, count):
         raise ReportFormatError(f"cohorts must be (n, N) = ({n}, {count}), got {cohorts.shape}")
-    if np.any(cohorts < 0) or np.any(cohorts > 0xFFFF):
-        raise ReportFormatError("cohort must be in 0..65535")
-    if not 0 <= association_id <= 0xFFFF:
-        raise ReportFormatError("association id must be in 0..65535")
+    event_time = _checked_header_fields(cohorts, "association id", association_id, event_time, n, "record")
     body = sum(ENTRY_HEADER_SIZE + b.shape[1] for b in blocks)
     if body > MAX_PAYLOAD_SIZE:
         raise ReportFormatError(f"record body of {body} bytes exceeds the format's {MAX_PAYLOAD_SIZE}")
-    event_time = np.asarray(event_time)
-    if event_time.shape not in ((n,), ()) or np.any(event_time < 0) or np.any(event_time > 0xFFFFFFFF):
-        raise ReportFormatError("event time must be seconds since the epoch in 0..2**32-1, scalar or one per record")
     header = np.zeros(n, dtype=ASSOCIATION_HEADER_DTYPE)
     header["version"] = ASSOCIATION_VERSION
     header["association_id"] = association_id
