@@ -223,6 +223,8 @@ class DecoderService:
             marginals.update(((metric.name, r.window), r) for r in results)
         for gone in [key for key in self._last if key[0] not in self.registry.metrics]:
             del self._last[gone]  # a metric no longer in the registry
+        for gone in [key for key in self._joint_start if key[0] not in self.registry.associations]:
+            del self._joint_start[gone]  # an association no longer in the registry: its warm start goes too
         for association in self.joint_associations():
             if not self._decode_association(association, marginals, failed + withheld, now):
                 failed.append(association.name)
