@@ -40,6 +40,8 @@ class InMemorySketchStore:
         self._estimates: dict[tuple[str, str, str], list[str]] = {}
         self._latest: dict[tuple[str, str, str], str] = {}
         self._last_decode: str | None = None
+        #: Simulations' truth per metric or association (:meth:`add_truth`).
+        self._truth: dict[str, np.ndarray] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._rebuild_until: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
@@ -204,6 +206,15 @@ class InMemorySketchStore:
 
     def last_decode(self) -> dict[str, Any] | None:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        held = self._truth.get(name)
+        self._truth[name] = counts.copy() if held is None or held.shape != counts.shape else held + counts
+
+    def truth(self, name: str) -> np.ndarray | None:
+        held = self._truth.get(name)
+        return None if held is None else held.copy()
 
 
 def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str, str, str], list[str]],
