@@ -5,11 +5,11 @@ What it serves (``docs/web-view.md`` says more; the estimate objects follow ``do
 ``GET /api/estimates``
     ``{"metrics": {"<name>": {"<window>": <the object the decoder publishes>}}, "truth": {...}, "time": ...}``
     for every metric (the marginal estimate), every association (the joint estimate) and every window that has
-    one now. ``truth``, keyed by metric or association, holds what a simulation (``ldpstream produce``,
-    ``ldpstream demo``) drew, marked ``"kind": "truth"``; it is absent for real clients, whose values nobody
-    knows.
+    one now, then every dictionary ``ldpstream discover --publish NAME`` stored (window ``all``). ``truth``,
+    keyed by metric or association, holds what a simulation (``ldpstream produce``, ``ldpstream demo``) drew,
+    marked ``"kind": "truth"``; it is absent for real clients, whose values nobody knows.
 ``GET /api/metrics/<name>``
-    The same shape for one metric or association (404 when the registry has no such name).
+    The same shape for one metric, association or dictionary (404 for any other name).
 ``GET /api/status``
     What ``ldpstream status --json`` prints, plus ``ingest``: the reports counted per second over the last
     seconds (per metric and in all) and the summed lag of the partitions.
@@ -84,11 +84,16 @@ class LiveView:
         """Every metric, then every association, in the registry's order."""
         return [*self.registry.metrics, *self.registry.associations]
 
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` is a metric, an association or a published dictionary."""
+        return name in self.names or name in self.store.dictionaries()
+
     def estimates(self, names: list[str] | None = None) -> dict[str, Any]:
-        """``{"metrics": {name: {window: published}}, "truth": {name: truth}, "time": now}``."""
+        """``{"metrics": {name: {window: published}}, "truth": {name: truth}, "time": now}``; the published
+        dictionaries come last, under their own names, window ``all``."""
         metrics: dict[str, dict[str, Any]] = {}
         truth: dict[str, Any] = {}
-        for name in self.names if names is None else names:
+        for name in self.names if names is None else [n for n in names if n in self.names]:
             windows: dict[str, Any] = {}
             if name in self.registry.metrics:
                 for window in self.registry.metrics[name].windows:
@@ -104,6 +109,9 @@ class LiveView:
             drawn = self.truth(name)
             if drawn is not None:
                 truth[name] = drawn
+        for name, dictionary in self.store.dictionaries().items():
+            if names is None or name in names:
+                metrics[name if name not in metrics else f"{name} (dictionary)"] = {"all": dictionary}
         return {"metrics": metrics, "truth": truth, "time": self._clock()}
 
     def truth(self, name: str) -> dict[str, Any] | None:
@@ -240,7 +248,7 @@ def make_handler(view: LiveView, token: str | None = None) -> type[BaseHTTPReque
                 self._send_json(view.status(), HTTPStatus.OK, head)
             elif path.startswith("/api/metrics/"):
                 name = path.removeprefix("/api/metrics/")
-                if name not in view.names:
+                if not view.knows(name):
                     self._send_json({"error": f"no metric or association named {name!r}"},
                                     HTTPStatus.NOT_FOUND, head)
                 else:

@@ -482,6 +482,19 @@ class RedisSketchStore:
         raw = self._redis.get(keys.last_decode_key(self.prefix))
         return None if raw is None else dict(json.loads(raw))
 
+    def publish_dictionary(self, name: str, body: str) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(keys.dictionary_key(self.prefix, name), body)
+        pipe.sadd(keys.dictionaries_key(self.prefix), name)
+        pipe.execute()
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        names = sorted(_text(n) for n in self._redis.smembers(keys.dictionaries_key(self.prefix)))
+        if not names:
+            return {}
+        bodies = self._redis.mget([keys.dictionary_key(self.prefix, n) for n in names])
+        return {n: dict(json.loads(b)) for n, b in zip(names, bodies, strict=True) if b is not None}
+
     def add_truth(self, name: str, counts: np.ndarray) -> None:
         counts = np.asarray(counts, dtype=np.int64)
         key = keys.truth_key(self.prefix, name)

@@ -349,3 +349,12 @@ def test_a_simulations_truth_adds_up_and_a_new_shape_replaces_it(store):
     assert store.truth("pair").tolist() == (2 * table).tolist()
     store.add_truth("m", np.array([7, 1]))  # the registry changed: the old counts no longer mean anything
     assert store.truth("m").tolist() == [7, 1]
+
+
+def test_a_published_dictionary_replaces_the_last_one_of_its_name(store):
+    assert store.dictionaries() == {}
+    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": []}')
+    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": [{"string": "ab"}]}')
+    store.publish_dictionary("apps", '{"dictionary": "apps", "strings": []}')
+    assert store.dictionaries() == {"apps": {"dictionary": "apps", "strings": []},
+                                    "urls": {"dictionary": "urls", "strings": [{"string": "ab"}]}}

@@ -62,6 +62,7 @@ METRICS = {
 }
 ASSOCIATIONS = {"language_by_font": {"id": 1, "metrics": ["app_language", "font"], "candidates": 4,
                                      "windows": ["all"]}}
+DICTIONARY = ["ab", "ba", "abab", "bb"]
 TOKEN = "serve-test-" + uuid.uuid4().hex
 
 
@@ -114,6 +115,16 @@ class Pipeline:
         for member in members or [name]:
             self.produced[member] = self.produced.get(member, 0) + clients
 
+    def discover(self, name: str) -> None:
+        """``ldpstream discover --simulate ... --publish NAME``: a tiny dictionary found from n-gram reports."""
+        strings = self.registry_file.parent / "strings.txt"
+        strings.write_text("\n".join(DICTIONARY) + "\n")
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["discover", "--simulate", "--strings", str(strings), "--alphabet", "ab", "--length", "4",
+                         "--epsilon", "12", "--n", "40000", "--seed", "3", "--json", "--publish", name,
+                         "--redis", self.redis_url, "--prefix", self.prefix])
+        assert code == 0
+
     def wait_decoded(self, timeout: float = 120.0) -> None:
         """Until every metric's ``all`` estimate counts every report produced (the decoder runs every second)."""
         def done() -> bool:
@@ -164,6 +175,7 @@ def first_load(pipeline: Pipeline) -> Pipeline:
     """30,000 associated clients and 20,000 clients of ``os``, produced by the command and decoded."""
     pipeline.produce("language_by_font", 30_000, seed=1)
     pipeline.produce("os", 20_000, seed=2)
+    pipeline.discover("urls")
     pipeline.wait_decoded()
     return pipeline
 
@@ -211,13 +223,18 @@ def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(fi
 def test_the_api_serves_every_estimate_by_the_schemas_with_the_truth_as_drawn(first_load: Pipeline):
     status, body = first_load.get("/api/estimates")
     assert status == 200
-    assert set(body["metrics"]) == {"app_language", "font", "os", "language_by_font"}
+    assert set(body["metrics"]) == {"app_language", "font", "os", "language_by_font", "urls"}
     assert set(body["metrics"]["app_language"]) == {"all", "1h"}
+    expected = {"language_by_font": "joint-estimate/1", "urls": "dictionary/1"}
     for name, windows in body["metrics"].items():
         for window, published in windows.items():
-            expected = "joint-estimate/1" if name == "language_by_font" else "marginal-estimate/1"
-            validate(published, expected)
+            validate(published, expected.get(name, "marginal-estimate/1"))
             assert published["window"] == window
+    # The dictionary: discovered from n-gram reports, as stored in Redis.
+    urls = body["metrics"]["urls"]["all"]
+    assert {s["string"] for s in urls["strings"]} == set(DICTIONARY) and urls["n_reports"] == 40_000
+    raw = first_load.store.client.get(key_schema.dictionary_key(first_load.prefix, "urls"))
+    assert raw is not None and json.loads(raw) == urls
     # The truth is exactly what the produce commands drew (counts), marked as such.
     for name in ("app_language", "font", "os"):
         truth = body["truth"][name]
@@ -304,6 +321,10 @@ def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(fi
         assert len(values) == len(LANGS)
         assert all(v["whiskers"] == 3 and v["truth"] == 1 for v in values)
         assert all(float(v["low"]) <= float(v["frequency"]) + 1e-9 <= float(v["high"]) + 2e-9 for v in values)
+        found = browser.execute_script(
+            "return [...document.querySelectorAll(\"section[data-name='urls'] tr[data-value]\")]"
+            ".map(r => r.dataset.value)")
+        assert sorted(found) == sorted(DICTIONARY)
         cells = browser.execute_script("return document.querySelectorAll(\"table.heat td[data-share]\").length")
         assert cells == 5 * 5  # 4 candidates + "Other" on each side
         test_text = browser.execute_script("return document.querySelector('.test').textContent")
@@ -325,6 +346,8 @@ def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(fi
                  "the joint table of the next decode")
         wait_for(lambda: browser.execute_script(
             "return document.getElementById('ingest-rate').dataset.rate !== ''"), 30, "an ingest rate")
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1500, int(height) + 140)  # the whole page in one screenshot
         time.sleep(1.5)  # one more poll, so that the screenshot shows a settled page
         shot = tmp_path / "live-view.png"
         assert browser.save_screenshot(str(shot))

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from ldpstream.cli.discover import published_dictionary
 from ldpstream.cli.main import build_parser
 from ldpstream.cli.serve import TOKEN_ENV, read_token
 from ldpstream.decoder.metrics import DecoderMetrics
@@ -207,3 +208,17 @@ def test_the_token_comes_from_a_file_or_the_environment_never_the_command_line(t
     args = build_parser().parse_args(["serve"])
     assert args.addr == "127.0.0.1"
 
+
+
+def test_a_published_dictionary_is_served_by_its_schema(served, store):
+    url, _ = served
+    out = {"discovered": [{"string": "ba", "estimate": 0.2, "std_error": 0.01},
+                          {"string": "ab", "estimate": 0.7, "std_error": 0.3}],
+           "candidates": 5, "parameters": {"n": 1000}}
+    body = published_dictionary("urls", out, 1000, when=NOW)
+    assert [s["string"] for s in body["strings"]] == ["ab", "ba"]  # by decreasing estimate
+    assert body["strings"][0]["high_95"] == 1.0 and body["strings"][1]["low_95"] == pytest.approx(0.2 - 0.0196)
+    store.publish_dictionary("urls", json.dumps(body))
+    served_body = json.loads(get(url + "api/metrics/urls")[2])
+    validate(served_body["metrics"]["urls"]["all"], "dictionary/1")
+    assert "urls" in json.loads(get(url + "api/estimates")[2])["metrics"]
