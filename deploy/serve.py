@@ -56,6 +56,9 @@ STATIC_FILES: dict[str, tuple[str, str]] = {
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 
+#: Addresses that only this machine reaches: a server bound there answers requests for its own names only.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
 #: Seconds over which the ingest rate is measured (the status samples kept).
 RATE_SECONDS = 10.0
 
@@ -222,6 +225,12 @@ def make_handler(view: LiveView, token: str | None = None) -> type[BaseHTTPReque
 
         def _respond(self, head: bool) -> None:
             path = unquote(urlsplit(self.path).path)
+            allowed: frozenset[str] | None = getattr(self.server, "allowed_hosts", None)
+            if allowed is not None and self.headers.get("Host", "").lower() not in allowed:
+                # A loopback server answers its own names only: a page elsewhere whose name was made to point
+                # at 127.0.0.1 (DNS rebinding) would otherwise read the estimates from a local browser.
+                self._send_json({"error": "unknown Host"}, HTTPStatus.MISDIRECTED_REQUEST, head)
+                return
             try:
                 if path.startswith("/api/"):
                     if not self._authorized():
@@ -291,6 +300,10 @@ def make_server(view: LiveView, addr: str = "127.0.0.1", port: int = 8765,
     server_class = _IPv6Server if ":" in addr else ThreadingHTTPServer
     server = server_class((addr, port), make_handler(view, token))
     server.daemon_threads = True
+    if addr in LOOPBACK:
+        bound = server.server_address[1]
+        server.allowed_hosts = frozenset(  # type: ignore[attr-defined]
+            f"{name}:{bound}" for name in ("127.0.0.1", "localhost", "[::1]"))
     return server
 
 

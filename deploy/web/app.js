@@ -202,8 +202,10 @@ function card(name, windows, truth, now) {
       buttons.append(b);
     }
   }
-  const body = kind === "joint" ? jointView(name, published, truth)
-    : kind === "dictionary" ? dictionaryView(name, published) : marginalView(name, published, truth);
+  // The truth adds up everything simulated since it was first published: it matches the window "all" only.
+  const shownTruth = window === "all" ? truth : null;
+  const body = kind === "joint" ? jointView(name, published, shownTruth)
+    : kind === "dictionary" ? dictionaryView(name, published) : marginalView(name, published, shownTruth);
   const reports = published.n_reports;
   return el("section", {class: "card", "data-name": name, "data-kind": kind, "data-window": window,
                         "data-n-reports": reports, "data-snapshot-time": published.snapshot_time},

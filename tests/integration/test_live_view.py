@@ -144,7 +144,8 @@ class Pipeline:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read())
+            with error:
+                return error.code, json.loads(error.read())
 
     def close(self) -> None:
         self.stop.set()

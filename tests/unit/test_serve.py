@@ -89,7 +89,8 @@ def get(url: str, token: str | None = TOKEN) -> tuple[int, str, bytes]:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.headers["Content-Type"], response.read()
     except urllib.error.HTTPError as error:
-        return error.code, error.headers["Content-Type"], error.read()
+        with error:
+            return error.code, error.headers["Content-Type"], error.read()
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema_with_a_versioned_id():
@@ -149,6 +150,18 @@ def test_the_api_wants_the_token_and_the_page_and_its_files_do_not(served):
         assert status == 200 and got.startswith(kind) and body
     assert get(url + "../pyproject.toml", token=None)[0] == 404
     assert get(url + "web/index.html", token=None)[0] == 404  # only the page's files, by name
+
+
+def test_a_loopback_server_answers_its_own_names_only(served):
+    url, _ = served
+    port = url.rstrip("/").rsplit(":", 1)[1]
+    request = urllib.request.Request(url + "api/estimates", headers={"Host": f"attacker.example:{port}",
+                                                                      "Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    with refused.value:
+        assert refused.value.code == 421
+    assert get(url.replace("127.0.0.1", "localhost") + "api/estimates")[0] == 200
 
 
 def test_the_truth_is_served_as_frequencies_beside_the_estimates(served, store, registry):
