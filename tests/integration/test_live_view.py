@@ -22,6 +22,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -273,6 +275,29 @@ def test_the_status_holds_counts_partitions_lag_and_the_ingest_rate(first_load: 
     assert {p["topic"] for p in body["partitions"]} == {first_load.topic}
     assert body["ingest"]["lag"] == 0  # everything produced was applied before the decode counted it
     assert body["last_decode"] is not None
+
+
+def test_the_serve_command_binds_loopback_and_takes_its_token_from_the_environment(first_load: Pipeline):
+    env = {**os.environ, "LDPSTREAM_SERVE_TOKEN": "from-the-environment"}
+    command = [sys.executable, "-m", "ldpstream", "serve", "--port", "0", "--registry", str(first_load.registry_file),
+               "--kafka", first_load.kafka, "--redis", first_load.redis_url, "--prefix", first_load.prefix]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving the live view on http://127.0.0.1:") and "bearer token" in line, line
+        url = line.split(" on ", 1)[1].split()[0]
+        request = urllib.request.Request(url + "api/metrics/os",
+                                         headers={"Authorization": "Bearer from-the-environment"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            validate(json.loads(response.read())["metrics"]["os"]["all"], "marginal-estimate/1")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "api/metrics/os", timeout=30)
+        with refused.value:
+            assert refused.value.code == 401
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
 
 
 # ---------------------------------------------------------------- the browser
