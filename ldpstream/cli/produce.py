@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -93,9 +94,19 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
 
 def _truth(args: argparse.Namespace, config: ServiceConfig, name: str,
            members: tuple[str, ...] = ()) -> Callable[[np.ndarray], None] | None:
-    """The callback that publishes the values drawn as the truth in Redis (None with ``--no-truth``)."""
+    """The callback that publishes the values drawn as the truth in Redis (None with ``--no-truth``, or when
+    Redis does not answer: the reports are what ``produce`` is for, so it says so and goes on without)."""
     if args.no_truth:
         return None
+    import redis
+
     from ldpstream.producers.loadgen import truth_recorder
 
-    return truth_recorder(config.redis.store(), name, members)
+    store = config.redis.store()
+    try:
+        store.client.ping()
+    except redis.RedisError as exc:
+        print(f"ldpstream produce: the truth is not published (Redis: {exc}); "
+              "--redis says where, --no-truth silences this", file=sys.stderr)
+        return None
+    return truth_recorder(store, name, members)
