@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import threading
 from pathlib import Path
 
 from ldpstream.config import ServiceConfig, add_service_arguments
@@ -43,7 +45,7 @@ def read_token(token_file: Path | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpstream.deploy.serve import LiveView, make_server, url_of
+    from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
     from ldpstream.registry import Registry
 
     if not 0 <= args.port <= 65535:
@@ -54,8 +56,13 @@ def run(args: argparse.Namespace) -> int:
     server = make_server(view, args.addr, args.port, token)
     print(f"serving the live view on {url_of(server)}" + (" (API behind a bearer token)" if token else ""),
           flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a service manager's stop: shut down cleanly
+    serve_in_thread(server)
     try:
-        server.serve_forever(poll_interval=0.5)
+        while not stop.wait(0.5):
+            pass
     finally:
+        server.shutdown()
         server.server_close()
     return 0

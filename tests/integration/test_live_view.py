@@ -298,6 +298,7 @@ def test_the_serve_command_binds_loopback_and_takes_its_token_from_the_environme
     finally:
         process.terminate()
         process.communicate(timeout=30)
+    assert process.returncode == 0  # SIGTERM: a clean shutdown
 
 
 # ---------------------------------------------------------------- the browser
