@@ -36,8 +36,8 @@ def test_produce_consume_decode_watch_and_status_through_the_cli(
         assert code == 0, (argv, out)
         return out
 
-    produced = json.loads(run("produce", "app_language", *kafka, "--registry", registry, "--clients", str(CLIENTS),
-                              "--seed", "3", "--per-message", "20", "--json"))
+    produced = json.loads(run("produce", "app_language", *kafka, *redis, "--registry", registry, "--clients",
+                              str(CLIENTS), "--seed", "3", "--per-message", "20", "--json"))
     assert produced["reports_acked"] == CLIENTS and produced["messages"] == CLIENTS // 20
     assert sum(produced["true_counts"]) == CLIENTS
 
