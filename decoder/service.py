@@ -45,6 +45,7 @@ import numpy as np
 
 from ldpstream.decoder.metrics import DecoderMetrics, default_metrics
 from ldpstream.decoder.published import (
+    RETRACTION_SCHEMA,
     PublishedEstimate,
     PublishedJoint,
     decode_window,
@@ -371,8 +372,8 @@ class DecoderService:
             return
         self.metrics.clear_joint(association, window)
         if self.producer is not None:
-            body = json.dumps({"association": association, "window": window, "retracted": True,
-                               "time": time.time()})
+            body = json.dumps({"schema": RETRACTION_SCHEMA, "association": association, "window": window,
+                               "retracted": True, "time": time.time()})
             self._produce(f"joint:{association}:{window}", body)
 
     def retract(self, metric: str, window: str) -> None:
@@ -382,7 +383,8 @@ class DecoderService:
             return  # nothing was published for it: nothing to retract
         self.metrics.clear(metric, window)
         if self.producer is not None:
-            body = json.dumps({"metric": metric, "window": window, "retracted": True, "time": time.time()})
+            body = json.dumps({"schema": RETRACTION_SCHEMA, "metric": metric, "window": window, "retracted": True,
+                               "time": time.time()})
             self._produce(f"{metric}:{window}", body)
 
     def publish(self, result: PublishedEstimate) -> None:

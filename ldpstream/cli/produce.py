@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ldpstream.registry import Registry
 
 
@@ -18,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Draws --clients values from --dist over METRIC's values, privatizes them in batches with a "
         "seeded generator (simulation only: the client SDK uses secure randomness), and publishes the reports "
         "with an idempotent producer (acks=all). Prints the reports Kafka acknowledged.")
-    add_service_arguments(produce, redis=False)
+    add_service_arguments(produce)
     produce.add_argument("metric", help="metric name in the registry, or an association's: then every client reports "
                          "all its members together (values drawn with --dist and --dependence)")
     produce.add_argument("--clients", type=int, default=100_000, help="number of simulated clients (one report each)")
@@ -33,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                          help="reports per Kafka message: 1 = a device, more = a gateway batching clients")
     produce.add_argument("--no-progress", action="store_true")
     produce.add_argument("--json", action="store_true", help="print the result as JSON (with the true counts)")
+    produce.add_argument("--no-truth", action="store_true",
+                         help="do not publish the values drawn to Redis as the truth beside the estimates "
+                         "(shown, marked as truth, by `ldpstream serve`)")
     produce.set_defaults(func=_produce)
 
 
@@ -50,7 +57,8 @@ def _produce(args: argparse.Namespace) -> int:
     ensure_topics(config.kafka, [metric.topic])
     result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
                                   distribution=args.dist, seed=args.seed, per_message=args.per_message,
-                                  rate=args.rate, progress=not args.no_progress and not args.json)
+                                  rate=args.rate, progress=not args.no_progress and not args.json,
+                                  on_drawn=_truth(args, config, metric.name))
     if args.json:
         print(json.dumps({"metric": metric.name, "reports_acked": result.records_acked,
                           "messages": result.messages, "seconds": result.seconds, "rate": result.rate,
@@ -71,7 +79,8 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
     result = simulate_association_and_publish(
         association, ReportPublisher(config.kafka), clients=args.clients, distribution=args.dist,
         dependence=args.dependence, seed=args.seed, per_message=args.per_message, rate=args.rate,
-        progress=not args.no_progress and not args.json)
+        progress=not args.no_progress and not args.json,
+        on_drawn=_truth(args, config, association.name, association.members))
     if args.json:
         print(json.dumps({"association": association.name, "members": list(association.members),
                           "records_acked": result.records_acked, "messages": result.messages,
@@ -81,3 +90,23 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
         print(f"{result.records_acked:,} associated records ({' + '.join(association.members)}) acknowledged by "
               f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
     return 0
+
+
+def _truth(args: argparse.Namespace, config: ServiceConfig, name: str,
+           members: tuple[str, ...] = ()) -> Callable[[np.ndarray], None] | None:
+    """The callback that publishes the values drawn as the truth in Redis (None with ``--no-truth``, or when
+    Redis does not answer: the reports are what ``produce`` is for, so it says so and goes on without)."""
+    if args.no_truth:
+        return None
+    import redis
+
+    from ldpstream.producers.loadgen import truth_recorder
+
+    store = config.redis.store()
+    try:
+        store.client.ping()
+    except redis.RedisError as exc:
+        print(f"ldpstream produce: the truth is not published (Redis: {exc}); "
+              "--redis says where, --no-truth silences this", file=sys.stderr)
+        return None
+    return truth_recorder(store, name, members)

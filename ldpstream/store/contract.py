@@ -237,6 +237,25 @@ class EstimateStore(Protocol):
         """``{"time": ..., "failed": [...]}`` of the last recorded pass (None when none)."""
         ...
 
+    def publish_dictionary(self, name: str, body: str) -> None:
+        """Store ``body`` (JSON: the strings a discovery found without a dictionary, ``docs/schema/``) as the
+        dictionary ``name``, replacing the last one."""
+        ...
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        """Every published dictionary by name, decoded from JSON."""
+        ...
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        """Simulations only: add ``counts`` (the values a simulation drew for metric or association ``name``:
+        one count per value, or a table with one axis per member) to the truth kept beside the estimates. A
+        truth of another shape (the registry changed) is replaced."""
+        ...
+
+    def truth(self, name: str) -> np.ndarray | None:
+        """The counts :meth:`add_truth` added up for ``name`` (None when no simulation published any)."""
+        ...
+
 
 class StatusStore(SketchStore, EstimateStore, Protocol):
     """A store that keeps both sketches and published estimates (both implementations do): what the

@@ -38,6 +38,12 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     "Other", intervals, conditionals, independence test)
     P:joint-history:<association>:<window>  list    the last published joint estimates, newest first (bounded)
     P:decoder:last_run                      string  JSON {"time": unix seconds, "failed": [metric, ...]}
+    P:dictionary:<name>                     string  the last dictionary ``discover --publish <name>`` found (JSON,
+                                                    docs/schema/dictionary.v1.schema.json)
+    P:dictionaries                          set     the names of the published dictionaries
+    P:truth:<name>                          hash    simulations only (``produce``, ``demo``): the values they drew
+                                                    for a metric or an association, field = flat cell number
+                                                    (decimal) → count, plus ``shape`` ("k" or "k1,k2")
 
 ``<bucket>`` is ``all`` for :data:`~ldpstream.store.contract.ALL_TIME`. Keys of one partition share the hash
 tag ``{T:N}``; the index, estimate, joint and decoder keys are read by one client at a time and carry none.
@@ -110,3 +116,15 @@ def joint_history_key(prefix: str, association: str, window: str) -> str:
 
 def last_decode_key(prefix: str) -> str:
     return f"{prefix}:decoder:last_run"
+
+
+def truth_key(prefix: str, name: str) -> str:
+    return f"{prefix}:truth:{name}"
+
+
+def dictionary_key(prefix: str, name: str) -> str:
+    return f"{prefix}:dictionary:{name}"
+
+
+def dictionaries_key(prefix: str) -> str:
+    return f"{prefix}:dictionaries"

@@ -40,6 +40,10 @@ class InMemorySketchStore:
         self._estimates: dict[tuple[str, str, str], list[str]] = {}
         self._latest: dict[tuple[str, str, str], str] = {}
         self._last_decode: str | None = None
+        #: Simulations' truth per metric or association (:meth:`add_truth`).
+        self._truth: dict[str, np.ndarray] = {}
+        #: Published dictionaries by name (JSON).
+        self._dictionaries: dict[str, str] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._rebuild_until: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
@@ -204,6 +208,22 @@ class InMemorySketchStore:
 
     def last_decode(self) -> dict[str, Any] | None:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
+
+    def publish_dictionary(self, name: str, body: str) -> None:
+        json.loads(body)  # Redis would take anything; reading it back would fail
+        self._dictionaries[name] = body
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(json.loads(body)) for name, body in sorted(self._dictionaries.items())}
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        held = self._truth.get(name)
+        self._truth[name] = counts.copy() if held is None or held.shape != counts.shape else held + counts
+
+    def truth(self, name: str) -> np.ndarray | None:
+        held = self._truth.get(name)
+        return None if held is None else held.copy()
 
 
 def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str, str, str], list[str]],

@@ -481,3 +481,51 @@ class RedisSketchStore:
     def last_decode(self) -> dict[str, Any] | None:
         raw = self._redis.get(keys.last_decode_key(self.prefix))
         return None if raw is None else dict(json.loads(raw))
+
+    def publish_dictionary(self, name: str, body: str) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(keys.dictionary_key(self.prefix, name), body)
+        pipe.sadd(keys.dictionaries_key(self.prefix), name)
+        pipe.execute()
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        names = sorted(_text(n) for n in self._redis.smembers(keys.dictionaries_key(self.prefix)))
+        if not names:
+            return {}
+        bodies = self._redis.mget([keys.dictionary_key(self.prefix, n) for n in names])
+        return {n: dict(json.loads(b)) for n, b in zip(names, bodies, strict=True) if b is not None}
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        key = keys.truth_key(self.prefix, name)
+        shape = ",".join(str(size) for size in counts.shape)
+        held = self._redis.hget(key, "shape")
+        cells = np.flatnonzero(counts)
+        pipe = self._redis.pipeline(transaction=True)
+        if held is not None and _text(held) != shape:
+            pipe.delete(key)
+        pipe.hset(key, "shape", shape)
+        for cell, count in zip(cells.tolist(), counts.ravel()[cells].tolist(), strict=True):
+            pipe.hincrby(key, str(cell), count)
+        pipe.execute()
+
+    def truth(self, name: str) -> np.ndarray | None:
+        held = self._redis.hgetall(keys.truth_key(self.prefix, name))
+        return _truth_of({_text(k): _text(v) for k, v in held.items()}) if held else None
+
+
+def _truth_of(fields: dict[str, str]) -> np.ndarray | None:
+    """The count table of a truth hash (``shape`` and cell number → count); None without a valid shape."""
+    try:
+        shape = tuple(int(size) for size in fields["shape"].split(","))
+    except (KeyError, ValueError):
+        return None
+    counts = np.zeros(int(np.prod(shape)), dtype=np.int64)
+    for cell, count in fields.items():
+        if cell != "shape" and cell.isdigit() and int(cell) < counts.size:
+            counts[int(cell)] = int(count)
+    return counts.reshape(shape)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
