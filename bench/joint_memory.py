@@ -128,8 +128,11 @@ def main() -> None:
                 without_pairs += time.perf_counter() - started
                 offset = start + len(chunk)
             buckets = store.pair_buckets(association)
-            (pair_key,) = client.smembers(key_schema.pair_index_key(prefix, name, association.fingerprint))
-            pair_bytes = memory(client, pair_key)
+            # The statistic's keys that exist (a rows statistic also lists the next segment, before it is needed).
+            pair_keys = sorted(k for k in client.smembers(key_schema.pair_index_key(prefix, name,
+                                                                                     association.fingerprint))
+                               if client.exists(k))
+            pair_bytes = sum(memory(client, k) for k in pair_keys)
             sketch_bytes = sum(memory(client, k) for m in association.metrics
                                for k in client.smembers(key_schema.index_key(prefix, m.name, m.fingerprint))
                                if b"bench-without-pairs" not in k)
@@ -138,6 +141,7 @@ def main() -> None:
             read_seconds = time.perf_counter() - started
             assert patterns.total == args.pairs
             if layout.kind == "cells":
+                (pair_key,) = pair_keys
                 raw = client.hgetall(pair_key)
                 started = time.perf_counter()
                 patterns_from_cells(layout, np.array(list(raw)).astype(np.int64),
@@ -147,7 +151,7 @@ def main() -> None:
                 alternative = (f"dense table of all {int(np.prod(layout.dims)):,} cells (i64): "
                                f"{8 * np.prod(layout.dims) / 2**20:,.1f} MiB whatever n")
             else:
-                raw_rows = client.get(pair_key)
+                raw_rows = b"".join(client.get(k) or b"" for k in pair_keys)
                 started = time.perf_counter()
                 patterns_from_rows(layout, raw_rows)
                 convert_seconds = time.perf_counter() - started
