@@ -10,7 +10,7 @@ Two forms, chosen from the members' mechanisms (:func:`layout_of`):
   number of reports: ≈ 50 bytes a cell seen in Redis, at most ≈ 3 MiB at 2^16 cells (a 16 × 16 k-RR pair: 256
   cells, about 12 KiB).
 - **rows** otherwise: each report tuple is a packed row ``cohort_1 (u16 BE), payload_1, …, cohort_N,
-  payload_N`` (the wire payloads: u32 symbols, bits packed 8 a byte), appended to one string per bucket; the
+  payload_N`` (the wire payloads: u32 symbols, bits packed 8 a byte), appended per bucket (to segments); the
   distinct rows and their counts are found when the statistic is read (``numpy.unique`` over the rows as
   opaque bytes). For RAPPOR-family members almost every report pair is distinct (the instantaneous noise), so
   no smaller sufficient statistic exists: a 128-bit × 128-bit pair is 2 + 16 + 2 + 16 = 36 bytes. For symbol
@@ -28,8 +28,10 @@ whole number of rows): a batch fills the last segment and spills the rest into t
 atomic apply, so no bucket ever fills up.
 
 Associations of more than two members store whole tuples; the statistic of any two members ``(i, j)`` is
-read from them (:func:`read_patterns` projects each cell or row onto those members), so every member pair's
-joint distribution can be decoded from one statistic.
+read from them (:func:`read_patterns` projects each cell or row onto those members: exact, the pair is a
+function of the tuple), so every member pair's joint distribution can be decoded from one statistic. That is
+also the smaller store: a tuple of three 128-bit RAPPOR reports is one 54-byte row, its three pairs would be
+three 36-byte rows.
 """
 
 from __future__ import annotations
