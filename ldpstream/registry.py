@@ -43,7 +43,9 @@ share ``topic`` and ``bucket_seconds``. The pair statistic lives per time bucket
 association's retention: there is no all-time pair store, so the longest joint window is the retention and
 ``all`` means "every bucket still retained". An association of members that keep their buckets forever must
 state a ``retention`` (it is refused otherwise). Privacy: a client reporting an association spends the sum of
-its members' ε (sequential composition), and the sum of their ε∞ over repeated reports.
+its members' ε (sequential composition), and the sum of their ε∞ over repeated reports. An association of
+three or more members keeps whole tuples; the store reads the pair statistic of any two members from them
+(``pair_patterns(..., members=(i, j))``); the live joint decoder publishes two-member associations only.
 
 Each metric's *fingerprint* is the first 4 bytes (u32, big-endian) of SHA-256 over the canonical JSON of its
 id and mechanism parameters. Every report carries it, and a consumer refuses reports whose fingerprint does

@@ -19,16 +19,21 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
                                                     updated in the same call; never expires)
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
-    P:{T:N}:pr:<assoc>:<fp>:<bucket>        hash    the pair statistic of association <assoc> (fingerprint fp)
+    P:{T:N}:pr:<assoc>:<fp>:cells:<bucket>  hash    the pair statistic of association <assoc> (fingerprint fp)
                                                     from partition N in time bucket <bucket>, when every member
                                                     reports a symbol and their product table has at most 2^16
                                                     cells: field = cell number (decimal) of
                                                     (cohort_1, y_1, ..., cohort_N, y_N) in the product table,
                                                     value = count (only the cells seen);
+    P:{T:N}:pr:<assoc>:<fp>:rows.<s>:<bucket>
                                             string  otherwise: the report tuples packed, one fixed-size row
-                                                    each (cohort u16 BE + payload per member), APPENDed.
-                                                    Either expires with the association's retention after the
-                                                    bucket's end; there is no all-time pair statistic.
+                                                    each (cohort u16 BE + payload per member), APPENDed to
+                                                    segment s = 0, 1, ...: each holds at most the whole rows
+                                                    that fit MAX_PAIR_BYTES (or the store's cap); a batch
+                                                    fills the last one and spills into the next.
+                                                    Every one expires with the association's retention after
+                                                    the bucket's end; there is no all-time pair statistic.
+                                                    The form in the name keeps the two forms in separate keys.
                                                     (ldpstream.store.pair_layout)
     P:pairindex:<assoc>:<fp>                set     every pair-statistic key of the association
     P:estimate:<metric>:<window>            string  the last published estimate (JSON)
@@ -86,8 +91,18 @@ def bucket_of(sketch_key_name: str) -> int:
     return ALL_TIME if suffix == "all" else int(suffix)
 
 
-def pair_key(prefix: str, topic: str, partition: int, key: PairKey) -> str:
-    return f"{partition_tag(prefix, topic, partition)}:pr:{key.association}:{key.fingerprint:08x}:{key.bucket}"
+def pair_key(prefix: str, topic: str, partition: int, key: PairKey, form: str) -> str:
+    """The key of one form of a pair statistic: ``form`` is ``cells`` or ``rows.<segment>``
+    (:mod:`ldpstream.store.pair_layout`)."""
+    return (f"{partition_tag(prefix, topic, partition)}:pr:{key.association}:{key.fingerprint:08x}:{form}:"
+            f"{key.bucket}")
+
+
+def pair_form_of(pair_key_name: str) -> str | None:
+    """The form part of a pair-statistic key's name (``cells``, ``rows.<segment>``), or None for a key named
+    before the form was part of the name (``...:pr:<assoc>:<fp>:<bucket>``, whose form is the layout's)."""
+    form = pair_key_name.rsplit(":", 2)[-2]
+    return form if form == "cells" or form.startswith("rows.") else None
 
 
 def pair_index_key(prefix: str, association: str, fingerprint: int) -> str:
