@@ -38,7 +38,7 @@ from confluent_kafka import (
 )
 
 from ldpstream.config import KafkaConfig
-from ldpstream.consumers.fold import Rejection, fold_messages
+from ldpstream.consumers.fold import REJECTION_REASONS, Rejection, fold_messages
 from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
 from ldpstream.errors import ServiceError, StoreUnavailableError
 from ldpstream.kafka import produce
@@ -75,6 +75,7 @@ class SketchConsumer:
         self.store = store
         self.settings = settings
         self.metrics = metrics or default_metrics()
+        self.metrics.declare(registry.metrics, registry.associations, REJECTION_REASONS)
         self.topics = settings.topics or registry.topics
         self._consumer = Consumer(settings.kafka.consumer(
             settings.group_id, **{
