@@ -294,8 +294,9 @@ class SketchConsumer:
             source = messages[rejection.message_index]
             headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
                        ("source", f"{topic}/{partition}/{source.offset()}".encode())]
+            # The original timestamp: records without an event time count at it when the message is replayed.
             produce(self._dead_letters, self.settings.dead_letter_topic, source.value() or b"", key=source.key(),
-                    headers=headers, on_delivery=self._on_dlq, wait=0.1)
+                    headers=headers, on_delivery=self._on_dlq, wait=0.1, timestamp=source.timestamp()[1])
         remaining = self._dead_letters.flush(30)
         if remaining or self._dead_letter_errors:
             errors, self._dead_letter_errors = self._dead_letter_errors, []

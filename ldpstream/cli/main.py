@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ldpstream.cli.consume",
     "ldpstream.cli.decode",
     "ldpstream.cli.status",
+    "ldpstream.cli.dlq",
     "ldpstream.cli.stack",
     "ldpstream.cli.simulate",
     "ldpstream.cli.discover",
