@@ -1,9 +1,10 @@
 """``ldpstream dlq replay``: dead letters back into the reports topic, each ``source`` at most once.
 
-A consumer refuses a message whole and sends it, byte for byte with its key and Kafka timestamp, to the
-dead-letter topic with the headers ``reason``, ``detail`` and ``source`` (``<topic>/<partition>/<offset>`` of the
-refused message, ``docs/report-format.md``). No report of a refused message was counted, so once its cause is
-fixed (the registry now knows the metric, consumers understand the format version, ...) it can be sent again.
+A consumer refuses a message whole and sends it, byte for byte with its key, to the dead-letter topic with the
+headers ``reason``, ``detail``, ``source`` (``<topic>/<partition>/<offset>`` of the refused message) and
+``timestamp`` (its Kafka timestamp in milliseconds; ``docs/report-format.md``). No report of a refused message
+was counted, so once its cause is fixed (the registry now knows the metric, consumers understand the format
+version, ...) it can be sent again.
 The dead-letter topic is at least once: a crash or a refused batch can dead-letter the same message twice, so
 the replay dedupes on ``source``.
 
@@ -19,7 +20,8 @@ message:
 4. claimed in Redis (``HSETNX`` on :func:`ldpstream.store.keys.dlq_replayed_key`, field = the source,
    value ``pending <time>``); a source already claimed is not sent again (``already_replayed``, or
    ``pending`` when an earlier replay's send was never acknowledged);
-5. produced to its source topic (same key, value and timestamp; headers ``source`` and ``replayed-from``) by an
+5. produced to its source topic (same key and value, the original ``timestamp`` header as its Kafka timestamp,
+   so records without an event time count in their original bucket; headers ``source`` and ``replayed-from``) by an
    idempotent producer (acks=all); on acknowledgement the claim becomes ``replayed <topic>/<partition>/<offset>``,
    on a delivery error it is released (a later replay tries again).
 
@@ -161,7 +163,7 @@ def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledg
     if not candidates:
         return
     # Validated as a consumer of this registry would: one fold over the batch, refusals by message.
-    stamps = np.array([m.timestamp()[1] for m, _, _ in candidates], dtype=np.int64) // 1000
+    stamps = np.array([_original_timestamp(m) for m, _, _ in candidates], dtype=np.int64) // 1000
     stamps = np.where(stamps > 0, stamps, int(time.time()))
     folded = fold_messages([m.value() or b"" for m, _, _ in candidates], lambda i: stamps[i], registry)
     refused = {r.message_index: r.reason for r in folded.rejections}
@@ -209,7 +211,7 @@ def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledg
         where = f"{message.topic()}/{message.partition()}/{message.offset()}"
         produce(producer, target, message.value() or b"", key=message.key(),
                 headers=[("source", source.encode()), (REPLAYED_FROM, where.encode())],
-                on_delivery=delivered(source), timestamp=message.timestamp()[1])
+                on_delivery=delivered(source), timestamp=_original_timestamp(message))
     producer.flush(30)
     pipe = client.pipeline(transaction=False)
     for _, source, target in to_send:
@@ -223,6 +225,12 @@ def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledg
             result.replayed_to[target] += 1
             pipe.hset(ledger, source, f"replayed {outcomes[source]}")
     pipe.execute()
+
+
+def _original_timestamp(message: Message) -> int:
+    """The refused message's Kafka timestamp (ms): its ``timestamp`` header, else the dead letter's own."""
+    header = _headers(message).get("timestamp", "")
+    return int(header) if header.lstrip("-").isdigit() else int(message.timestamp()[1])
 
 
 def _count_held(result: ReplayResult, state: bytes | None, retry_pending: bool) -> None:

@@ -292,11 +292,14 @@ class SketchConsumer:
                      rejections: list[Rejection]) -> None:
         for rejection in rejections:
             source = messages[rejection.message_index]
+            # ``timestamp``: the original Kafka timestamp (ms), at which records without an event time count when
+            # the message is replayed; a header, since the dead-letter topic may refuse it as a message timestamp
+            # (Kafka 4 refuses one more than an hour ahead by default, and producers choose them).
             headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
-                       ("source", f"{topic}/{partition}/{source.offset()}".encode())]
-            # The original timestamp: records without an event time count at it when the message is replayed.
+                       ("source", f"{topic}/{partition}/{source.offset()}".encode()),
+                       ("timestamp", str(source.timestamp()[1]).encode())]
             produce(self._dead_letters, self.settings.dead_letter_topic, source.value() or b"", key=source.key(),
-                    headers=headers, on_delivery=self._on_dlq, wait=0.1, timestamp=source.timestamp()[1])
+                    headers=headers, on_delivery=self._on_dlq, wait=0.1)
         remaining = self._dead_letters.flush(30)
         if remaining or self._dead_letter_errors:
             errors, self._dead_letter_errors = self._dead_letter_errors, []
