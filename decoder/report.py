@@ -174,10 +174,12 @@ def plot_metric(out: str | Path, latest: Mapping[str, Any], history: Sequence[Ma
         ax.set_xlabel("reports n")
     else:
         ax.set_xlabel("snapshot time (UTC)")
-        fig.autofmt_xdate()
+        for label in ax.get_xticklabels():
+            label.set_rotation(30)
+            label.set_horizontalalignment("right")
     ax.set_ylabel("frequency")
     ax.set_title("top 5 over " + ("n" if over == "n" else "time") + (" (dashed: truth)" if truth else ""))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.savefig(path)
     plt.close(fig)
     return path
