@@ -2,15 +2,16 @@
 
 A consumer running a registry without the metric ``flags`` dead-letters its 20 messages (``unknown_metric``)
 and one malformed message; the dead-letter topic also holds a duplicate of one of them (the topic is at least
-once). With ``flags`` added to the registry, a replay sends each of the 20 sources back to the reports topic
-once, leaves the malformed message dead, and keeps the original Kafka timestamps (the ``flags`` records carry
-no event time, so they count in the hour their messages were first sent, three hours ago). A second replay
-sends nothing: the consumers count every replayed report exactly once.
+once). With ``flags`` added to the registry, replays send each of the 20 sources back to the reports topic once
+(two replays running at once included), leave the malformed message dead, and keep the original Kafka
+timestamps (the ``flags`` records carry no event time, so they count in the hour their messages were first
+sent, three hours ago). A later replay sends nothing: the consumers count every replayed report exactly once.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
@@ -20,6 +21,8 @@ import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ldpstream.cli import main
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.dead_letter_replay import replay_dead_letters
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore, keys
@@ -111,10 +114,21 @@ def test_replay_sends_each_dead_letter_once_and_leaves_the_malformed_one_dead(
 
     dry = replay("--dry-run")
     assert (dry["read"], dry["would_replay"], dry["replayed"]) == (22, 20, 0)
-    first = replay()
-    assert first["read"] == 22 and first["replayed"] == 20 and first["already_replayed"] == 1
-    assert first["still_refused"] == {"malformed": 1} and first["replayed_to"] == {topic: 20}
-    assert first["pending"] == 0 and first["failed"] == 0
+    # Two replays at once: each source is claimed by one of them (HSETNX), so 20 messages are sent in all.
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(replay_dead_letters(
+        Registry.load(after), KafkaConfig(kafka_bootstrap), redis.Redis.from_url(redis_url), key_prefix,
+        dead_letter_topic))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    first, other = (r.to_json() for r in results)
+    assert first["read"] == other["read"] == 22
+    assert first["replayed"] + other["replayed"] == 20
+    assert first["replayed"] + first["already_replayed"] + first["pending"] == 21  # 20 sources, one twice
+    assert first["still_refused"] == other["still_refused"] == {"malformed": 1}
+    assert first["failed"] == other["failed"] == 0
     store = RedisSketchStore(redis.Redis.from_url(redis_url), key_prefix)
     ledger = redis.Redis.from_url(redis_url).hgetall(keys.dlq_replayed_key(key_prefix, dead_letter_topic))
     assert len(ledger) == 20 and all(v.startswith(b"replayed " + topic.encode()) for v in ledger.values())
@@ -134,3 +148,6 @@ def test_replay_sends_each_dead_letter_once_and_leaves_the_malformed_one_dead(
     dead_after = _read(kafka_bootstrap, dead_letter_topic)
     assert sum(dict(m.headers())["reason"] == b"malformed" for m in dead_after) == 1
     assert len(dead_after) == 22
+    text = run("dlq", "replay", *services, "--registry", str(after), "--dead-letter-topic", dead_letter_topic)
+    assert f"{dead_letter_topic}: read 22 dead letters; replayed 0" in text
+    assert "already replayed: 21; still refused (stay dead): malformed 1" in text
