@@ -3,7 +3,9 @@ generated configuration that scrapes given targets, a data folder of its own, a 
 a small client of its HTTP API (``/api/v1/query``, ``/api/v1/label/__name__/values``, ``/api/v1/rules``).
 
 The integration test of the monitoring path runs one against a live consumer and decoder
-(``tests/integration/test_prometheus_in_the_loop.py``); an operator can run one by hand the same way::
+(``tests/integration/test_prometheus_in_the_loop.py``). From a shell, ``python -m
+ldpstream.deploy.prometheus_server --target JOB=HOST:PORT ...`` runs one in the foreground until Ctrl-C
+(:func:`main`); from Python::
 
     with PrometheusServer(workdir, {"ldpstream-consume": ["127.0.0.1:9464"],
                                     "ldpstream-decode": ["127.0.0.1:9465"]}) as prometheus:
@@ -16,11 +18,15 @@ strings or durations).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -47,6 +53,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on ``host:port`` (a bind succeeds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def scrape_config(jobs: Mapping[str, Sequence[str]], scrape_interval: float = 1.0,
@@ -78,6 +94,8 @@ class PrometheusServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> PrometheusServer:
+        if not port_free(self.port):  # another server there would answer our readiness probe
+            raise ServiceError(f"port {self.port} of 127.0.0.1 is in use: choose another")
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
         config.write_text(json.dumps(scrape_config(self.jobs, self.scrape_interval, self.rule_files), indent=2))
@@ -106,6 +124,9 @@ class PrometheusServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout)
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def __enter__(self) -> PrometheusServer:
         return self.start()
@@ -217,3 +238,54 @@ def promql_metric_names(expr: str) -> set[str]:
 def names_in(exprs: Iterable[str]) -> set[str]:
     """The metric names of several expressions."""
     return {name for expr in exprs for name in promql_metric_names(expr)}
+
+
+# ------------------------------------------------------------------------------------------ from a shell
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ldpstream.deploy.prometheus_server``: a Prometheus scraping the given targets (default: a
+    consumer on 9464 and a decoder on 9465 of this machine), in the foreground until Ctrl-C."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ldpstream.deploy.prometheus_server",
+        description="Run Debian's prometheus as a local process scraping ldpstream services, until Ctrl-C.")
+    parser.add_argument("--target", action="append", default=[], metavar="JOB=HOST:PORT",
+                        help="a scrape target (repeatable; default: ldpstream-consume=127.0.0.1:9464 and "
+                        "ldpstream-decode=127.0.0.1:9465)")
+    parser.add_argument("--port", type=int, default=9090, help="the HTTP API's port on 127.0.0.1 (default 9090)")
+    parser.add_argument("--dir", default=None, help="configuration and data folder (default: a new temporary one)")
+    parser.add_argument("--rules", action="append", default=[], metavar="FILE",
+                        help="alert rule file to load, e.g. deploy/prometheus/alerts.yml (repeatable)")
+    parser.add_argument("--scrape-interval", type=float, default=5.0, help="seconds (default 5)")
+    args = parser.parse_args(argv)
+    jobs: dict[str, list[str]] = {}
+    for target in args.target or ["ldpstream-consume=127.0.0.1:9464", "ldpstream-decode=127.0.0.1:9465"]:
+        job, sep, address = target.partition("=")
+        if not sep or not job or ":" not in address:
+            parser.error(f"--target must be JOB=HOST:PORT, got {target!r}")
+        jobs.setdefault(job, []).append(address)
+    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="ldpstream-prometheus-"))
+    # SIGTERM as Ctrl-C: the server (its own session, so a terminal's signals miss it) is stopped on the way out.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with PrometheusServer(workdir, jobs, scrape_interval=args.scrape_interval,
+                              rule_files=[Path(r).resolve() for r in args.rules], port=args.port) as server:
+            print(f"prometheus on {server.url} (data in {workdir}) scraping "
+                  + ", ".join(f"{job}={','.join(targets)}" for job, targets in jobs.items()), flush=True)
+            print(f"try: curl -s {server.url}/api/v1/query --data-urlencode "
+                  "'query=sum(rate(ldpstream_reports_applied_total[1m]))'", flush=True)
+            while server.running():
+                time.sleep(1)
+            print(f"prometheus exited: {server._tail()}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        return 0
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
