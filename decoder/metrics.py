@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterable
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -69,6 +70,16 @@ class DecoderMetrics:
                                       "Joint decodes or publications of an association that raised",
                                       ["association"], registry=registry)
         self._shown_cells: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+    def declare(self, metrics: Iterable[str], associations: Iterable[str]) -> None:
+        """Export the failure counters at 0 (and no withheld estimates) for every metric and association before
+        the first pass: a counter series that appears only at its first increment hides that increment from
+        ``increase()``, so an alert on failures would miss the first ones."""
+        for metric in metrics:
+            self.decode_failures.labels(metric)
+            self.withheld.labels(metric).set(0)
+        for association in associations:
+            self.joint_failures.labels(association)
 
     def observe(self, result: PublishedEstimate, top_n: int) -> None:
         est = result.estimate

@@ -132,6 +132,7 @@ class DecoderService:
         self.reuse = reuse
         #: (metric, window) → the window's last decode (see :class:`LastDecode`).
         self._last: dict[tuple[str, str], LastDecode] = {}
+        self.metrics.declare(registry.metrics, [a.name for a in self.joint_associations()])
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""

@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "ldpstream.cli.decode",
     "ldpstream.cli.status",
     "ldpstream.cli.serve",
+    "ldpstream.cli.dlq",
+    "ldpstream.cli.report",
     "ldpstream.cli.stack",
     "ldpstream.cli.simulate",
     "ldpstream.cli.discover",

@@ -7,6 +7,10 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:rebuild                         string  while partition N is re-applied from Kafka after Redis lost
                                                     its state: the next offset the rebuild must reach
     P:partitions:<T>                        set     partition numbers of topic T that consumers were assigned
+    P:dlq-replayed:<D>                      hash    ``ldpstream dlq replay`` of dead-letter topic D: field = a dead
+                                                    letter's ``source`` header (``T/N/offset``), value =
+                                                    ``pending <unix time>`` while its replay is unacknowledged,
+                                                    then ``replayed <T>/<N>/<offset>`` (where it went)
     P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>,
                                                     associated:<assoc> (report tuples of an association)
     P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
@@ -74,6 +78,11 @@ def rebuild_key(prefix: str, topic: str, partition: int) -> str:
 
 def partitions_key(prefix: str, topic: str) -> str:
     return f"{prefix}:partitions:{topic}"
+
+
+def dlq_replayed_key(prefix: str, dead_letter_topic: str) -> str:
+    """The dedupe state of ``ldpstream dlq replay`` (:mod:`ldpstream.consumers.dead_letter_replay`)."""
+    return f"{prefix}:dlq-replayed:{dead_letter_topic}"
 
 
 def stats_key(prefix: str, topic: str, partition: int) -> str:
