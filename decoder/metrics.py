@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -69,6 +71,16 @@ class DecoderMetrics:
                                       "Joint decodes or publications of an association that raised",
                                       ["association"], registry=registry)
         self._shown_cells: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # Discovery metrics (strings without a dictionary): the dictionary's size, what each stage took.
+        self.dictionary_size = Gauge("ldpstream_discovery_dictionary_strings",
+                                     "Strings in a discovery metric's published dictionary", ["metric", "window"],
+                                     registry=registry)
+        self.dictionary_retired = Counter("ldpstream_discovery_retired_total",
+                                          "Strings retired from a discovery metric's dictionary",
+                                          ["metric", "window"], registry=registry)
+        self.discovery_stage_seconds = Gauge("ldpstream_discovery_stage_seconds",
+                                             "Time of a stage of the latest discovery decode (ngrams, pairs, "
+                                             "cliques, final)", ["metric", "window", "stage"], registry=registry)
 
     def observe(self, result: PublishedEstimate, top_n: int) -> None:
         est = result.estimate
@@ -89,10 +101,22 @@ class DecoderMetrics:
             self.residual.labels(result.metric, result.window).set(est.residual)
         self.decode_seconds.labels(result.metric).observe(result.decode_seconds)
 
+    def observe_dictionary(self, metric: str, window: str, discovery: Mapping[str, Any], reused: bool) -> None:
+        """A discovery metric's dictionary (its values go through :meth:`observe`): size, retired strings, and
+        the stages' times of a decode that ran (not of a republished one)."""
+        self.dictionary_size.labels(metric, window).set(len(discovery.get("dictionary", [])))
+        if reused:
+            return
+        retired = len(discovery.get("retired", []))
+        if retired:
+            self.dictionary_retired.labels(metric, window).inc(retired)
+        for stage, seconds in discovery.get("seconds", {}).items():
+            self.discovery_stage_seconds.labels(metric, window, stage).set(float(seconds))
+
     def clear(self, metric: str, window: str) -> None:
         """Remove every series of a window that no longer has an estimate."""
         self._remove_values(metric, window, self._shown.pop((metric, window), set()))
-        for gauge in (self.reports, self.residual):
+        for gauge in (self.reports, self.residual, self.dictionary_size):
             with contextlib.suppress(KeyError):
                 gauge.remove(metric, window)
 

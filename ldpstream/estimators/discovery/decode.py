@@ -71,6 +71,8 @@ class DiscoveryResult:
     candidates: list[str]
     seconds: dict[str, float]
     info: dict[str, Any] = field(default_factory=dict)
+    #: The final decode's estimate over every candidate (labels: the padded candidates), when it ran.
+    final: DetectionEstimate | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +125,7 @@ def discover(
     predicate: Callable[[str], bool] | None = None,
     max_candidates: int = 2_000,
     tolerance: float = 1e-5,
+    extra_candidates: Sequence[str] = (),
 ) -> DiscoveryResult:
     """Stages 1–6 (module docstring). ``alpha_ngram``: the level of the n-gram detection (stage 1, with
     ``correction``); ``alpha_edge``: the per-cell level of the pair threshold (stage 3; ``None``:
@@ -130,7 +133,8 @@ def discover(
     ``pattern``/``predicate``: the semantic filters (stage 5), applied to the unpadded string;
     ``max_candidates``: the most cliques the final decode takes (its Gram matrix is dense), reached by raising
     the threshold; ``tolerance``: the pair EM's stopping rule (max |Δp|; 1e-5 moves a cell's z by < 0.05 when
-    its standard error is ≥ 0.01, measured)."""
+    its standard error is ≥ 0.01, measured); ``extra_candidates``: strings decoded in the final stage whether or not
+    the graph holds them (the live decoder's dictionary of earlier decodes), after the same filters."""
     shape, mech = scheme.shape, scheme.ngram
     k = shape.slots
     seconds: dict[str, float] = {}
@@ -189,12 +193,23 @@ def discover(
             if predicate is not None and not predicate(plain):
                 continue
             candidates.append(text)
+    from_graph = len(candidates)
+    known = set(candidates)
+    for extra in extra_candidates:
+        text = shape.padded(extra)
+        plain = shape.unpadded(text)
+        if text in known or (pattern is not None and re.fullmatch(pattern, plain) is None) or (
+                predicate is not None and not predicate(plain)):
+            continue
+        known.add(text)
+        candidates.append(text)
     seconds["cliques"] = time.perf_counter() - began
 
     began = time.perf_counter()
     found: list[DiscoveredString] = []
+    final = None
     if candidates:
-        found, _est = decode_full(collection, scheme, candidates, correction, alpha)
+        found, final = decode_full(collection, scheme, candidates, correction, alpha)
     seconds["final"] = time.perf_counter() - began
     seconds["decode"] = sum(seconds[s] for s in STAGES)
     return DiscoveryResult(
@@ -204,5 +219,7 @@ def discover(
         candidates=candidates,
         seconds=seconds,
         info={"alpha_edge": level, "z_edge": max(float(stats.norm.isf(level)), 0.0), "threshold_raised": raised,
-              "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha": alpha, "correction": correction},
+              "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha": alpha, "correction": correction,
+              "from_graph": from_graph, "carried_over": len(candidates) - from_graph},
+        final=final,
     )
