@@ -668,6 +668,9 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
                           "statistics live per bucket and must expire")
     settings["retention_seconds"] = _duration(name, str(table["retention"]))
     base = _integer(name, "id", table["id"])
+    if base + max(config.slots, len(config.slot_pairs) - 1) > 0xFFFF:
+        raise ConfigError(f"metric {name!r}: its n-gram metrics take ids {base + 1}..{base + config.slots} and its "
+                          f"slot pairs association ids {base}..{base + len(config.slot_pairs) - 1}: past 65535")
     full = MetricConfig(name=name, id=base, mechanism=rappor(config.full_epsilon, counts.get("full_bits", 128)),
                         estimator="ls", discovery=config, **settings)
     ngram_mechanism = rappor(config.ngram_epsilon, counts.get("ngram_bits", 128))
@@ -675,14 +678,9 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
                           estimator="ls", discovery=config, part_of=name, slot=j, **settings)
              for j in range(config.slots)]
     metrics = {full.name: full, **{m.name: m for m in slots}}
-    if max(m.id for m in slots) > 0xFFFF:
-        raise ConfigError(f"metric {name!r}: its n-gram metrics take ids {base + 1}..{base + config.slots}, past 65535")
     associations = {}
     for rank, (a, b) in enumerate(config.slot_pairs):
         pair = discovery_pair_name(name, a, b)
-        if base + rank > 0xFFFF:
-            raise ConfigError(f"metric {name!r}: its slot pairs take association ids {base}..."
-                              f"{base + len(config.slot_pairs) - 1}, past 65535")
         associations[pair] = AssociationConfig(
             name=pair, id=base + rank, metrics=(slots[a], slots[b]), riders=(full,),
             retention_seconds=settings["retention_seconds"], windows=settings["windows"], part_of=name,
