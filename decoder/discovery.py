@@ -9,7 +9,8 @@ For each window of a discovery metric, every pass:
    all-time rollup);
 2. run the offline stages (:func:`~ldpstream.estimators.discovery.discover`: n-grams, pairs, cliques, filters,
    final decode), with the window's current dictionary added to the final decode's candidates, so a string
-   found once is tested again at every later pass whether or not the graph still holds it;
+   found once is tested again at every later pass whether or not the graph still holds it, and each slot pair's
+   EM started from the window's last table while the pair's kept n-grams stay the same;
 3. update the dictionary by the retirement rule (:func:`update_dictionary`) and publish it like a marginal: each
    string of the dictionary with its estimated share of the clients, standard error and 95% interval
    (:class:`PublishedDictionary`, a :class:`~ldpstream.decoder.published.PublishedEstimate` with a
@@ -34,6 +35,7 @@ import numpy as np
 from ldpstream.decoder.published import PublishedEstimate, window_buckets
 from ldpstream.estimators import Estimate
 from ldpstream.estimators.discovery import DiscoveryCollection, DiscoveryResult, discover, scheme_of
+from ldpstream.estimators.discovery.decode import PairTable
 from ldpstream.estimators.estimate import ConfidenceInterval
 from ldpstream.registry import MetricConfig, Registry, discovery_pair_name, discovery_slot_name
 from ldpstream.store.contract import StatusStore, sum_buckets
@@ -92,6 +94,8 @@ class _Window:
     dictionary: dict[str, int]
     digest: bytes = b""
     published: PublishedDictionary | None = None
+    #: Each slot pair's last fitted table (the next pass's EM starts from it while its n-grams stay the same).
+    pairs: dict[tuple[int, int], PairTable] = field(default_factory=dict)
 
 
 class DictionaryDecoder:
@@ -154,7 +158,9 @@ class DictionaryDecoder:
                 for a, b in config.slot_pairs}
             collection = DiscoveryCollection(full_sketch, ngram_sketches, pairs)
             result = discover(collection, scheme, alpha=config.alpha, pattern=config.pattern,
-                              max_candidates=config.max_candidates, extra_candidates=sorted(state.dictionary))
+                              max_candidates=config.max_candidates, extra_candidates=sorted(state.dictionary),
+                              pair_starts=state.pairs if self.reuse else None)
+            state.pairs = dict(result.pair_tables)
             significant = {d.string for d in result.discovered}
             dictionary, retired = update_dictionary(state.dictionary, significant, config.retire_after)
             # a string the final decode did not take (a semantic filter changed) has no estimate: it leaves too
@@ -205,6 +211,8 @@ class DictionaryDecoder:
             "candidates": len(result.candidates),
             "seconds": {stage: float(t) for stage, t in result.seconds.items()},
             "alpha_edge": float(result.info.get("alpha_edge", float("nan"))),
+            "pair_em_iterations": int(result.info.get("pair_em_iterations", 0)),
+            "pair_em_warm_starts": int(result.info.get("pair_em_warm_starts", 0)),
             "correction": result.info.get("correction"),
             "alpha": config.alpha,
         }

@@ -316,3 +316,40 @@ def test_the_decoder_publishes_a_dictionary_like_a_marginal():
         assert abs(v["frequency"] - share) < 5 * v["std_error"]  # within its noise (Bonferroni-safe z for 4)
     assert [v["value"] for v in body["values"]] == sorted(values, key=lambda s: -values[s]["frequency"])
     assert store.latest_estimate("word.ngram0", "all") is None and service.last_failed == []
+
+
+def test_a_permanent_response_bounds_repeated_records_and_the_strings_are_still_found():
+    """``f`` in the discovery table: each report gets RAPPOR's memoized permanent response, so repeated records of
+    one string spend at most the three reports' ε∞ = 2h·ln((1 − f/2)/(f/2)) each (RAPPOR, Erlingsson et al. 2014
+    §3), and one record's ε stays within the total (the permanent layer only adds noise)."""
+    registry = make_registry(discovery_table(f=0.25))
+    pair = registry.association("word.pair0-1")
+    per_report = 2 * 2 * np.log((1 - 0.125) / 0.125)  # h = 2
+    assert pair.epsilon_inf == pytest.approx(3 * per_report)
+    assert pair.epsilon < 12.0
+    assert make_registry().association("word.pair0-1").epsilon_inf == float("inf")  # f = 0: no bound
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    simulate_discovery_and_publish(registry, registry["word"], publisher, clients=40_000, strings=["ab", "ba"],
+                                   distribution="geometric", seed=8, event_time=NOW, per_message=100)
+    _fold_into(store, publisher.sent, registry, 0, NOW)
+    _service(store, registry).run_once(now=NOW + 60)
+    assert {v["value"] for v in store.latest_estimate("word", "all")["values"]} == {"ab", "ba"}
+
+
+def test_a_refresh_starts_each_slot_pair_from_its_last_table():
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], publisher, clients=20_000, strings=["ab", "ba"],
+                                   seed=9, event_time=NOW, per_message=100)
+    offset = _fold_into(store, publisher.sent, REGISTRY, 0, NOW)
+    service = _service(store)
+    service.run_once(now=NOW + 60)
+    assert store.latest_estimate("word", "all")["discovery"]["pair_em_warm_starts"] == 0
+    more = _Captured()
+    simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], more, clients=2_000, strings=["ab", "ba"], seed=10,
+                                   event_time=NOW, per_message=100)
+    _fold_into(store, more.sent, REGISTRY, offset, NOW)
+    service.run_once(now=NOW + 61)
+    block = store.latest_estimate("word", "all")["discovery"]
+    assert block["pair_em_warm_starts"] == 1  # the one slot pair, its n-grams unchanged
