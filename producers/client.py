@@ -150,7 +150,12 @@ class LdpClient:
 
     def report(self, metric_name: str, value: Any, event_time: float | None = None) -> bool:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`). Returns False, and sends
-        nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``)."""
+        nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``).
+
+        A discovery metric (a string metric without a dictionary) takes a string over its alphabet: one record
+        carries the n-grams of the string (padded or truncated to the metric's length) at the two slots the
+        device secret picks, and the full string (:meth:`ldpstream.device.ClientPrivatizer.discovery_record`;
+        docs/math/dictionary.md, "Live"); it costs the metric's total ε."""
         metric = self.registry[metric_name]
         if metric.part_of is not None:
             raise ParameterError(f"metric {metric.name!r} is an n-gram slot of discovery metric {metric.part_of!r}: "
