@@ -214,7 +214,8 @@ class DecoderService:
                     results, empty = self._decode_windows(metric, now)
                 rebuilding = rebuilding or self.store.rebuilding(metric.topic)
             except Exception:
-                self.metrics.decode_failures.labels(metric.name).inc()
+                failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
+                failures.labels(metric.name).inc()
                 log.exception("decoding metric %s failed", metric.name)
                 failed.append(metric.name)
                 continue
@@ -231,7 +232,8 @@ class DecoderService:
                 for window in empty:
                     self.retract(metric.name, window)
             except Exception:  # Redis or Kafka failed mid-publish: try again next pass, keep serving
-                self.metrics.decode_failures.labels(metric.name).inc()
+                failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
+                failures.labels(metric.name).inc()
                 log.exception("publishing metric %s failed", metric.name)
                 failed.append(metric.name)
                 continue
@@ -396,6 +398,7 @@ class DecoderService:
         if not self.store.retract_estimate(metric, window):
             return  # nothing was published for it: nothing to retract
         self.metrics.clear(metric, window)
+        self.metrics.clear_dictionary(metric, window)
         if self.producer is not None:
             body = json.dumps({"metric": metric, "window": window, "retracted": True, "time": time.time()})
             self._produce(f"{metric}:{window}", body)
@@ -405,9 +408,10 @@ class DecoderService:
         self.store.publish_estimate(result.metric, result.window, body, self.history)
         if self.producer is not None:
             self._produce(f"{result.metric}:{result.window}", body)
-        self.metrics.observe(result, self.top_n)
-        if isinstance(result, PublishedDictionary):
-            self.metrics.observe_dictionary(result.metric, result.window, result.discovery, result.reused)
+        if isinstance(result, PublishedDictionary):  # the dictionary names of docs/monitoring.md
+            self.metrics.observe_dictionary(result, result.discovery, self.top_n)
+        else:
+            self.metrics.observe(result, self.top_n)
 
     def _produce(self, key: str, body: str) -> None:
         produce(self.producer, self.estimates_topic, body.encode(), key=key.encode(), wait=0.1)

@@ -158,9 +158,15 @@ def test_a_metric_without_a_dictionary_is_discovered_live_and_counted_exactly_on
     messages = _read_estimates(kafka_bootstrap, estimates_topic, "site:all")
     assert messages and [v["value"] for v in messages[-1]["values"]] == found
     labels = {"metric": "site", "window": "all"}
-    assert prometheus.get_sample_value("ldpstream_estimate_ratio", {**labels, "value": "news.io"}) > 0.2
-    assert prometheus.get_sample_value("ldpstream_discovery_dictionary_strings", labels) == len(found)
-    assert prometheus.get_sample_value("ldpstream_discovery_stage_seconds", {**labels, "stage": "pairs"}) >= 0
+    # (the names docs/monitoring.md agreed for dictionaries)
+    assert prometheus.get_sample_value("ldpstream_dictionary_string_ratio", {**labels, "string": "news.io"}) > 0.2
+    assert prometheus.get_sample_value("ldpstream_dictionary_string_low_95_ratio", {**labels, "string": "news.io"}) > 0
+    assert prometheus.get_sample_value("ldpstream_dictionary_strings", labels) == len(found)
+    assert prometheus.get_sample_value("ldpstream_dictionary_reports", labels) == clients
+    assert prometheus.get_sample_value("ldpstream_dictionary_stage_seconds", {**labels, "stage": "pairs"}) >= 0
+    assert prometheus.get_sample_value("ldpstream_dictionary_decode_seconds_count", {"metric": "site"}) >= 1
+    assert prometheus.get_sample_value("ldpstream_dictionary_decode_failures_total", {"metric": "site"}) in (None, 0)
+    assert prometheus.get_sample_value("ldpstream_estimate_ratio", {**labels, "value": "news.io"}) is None
     text = render(published)
     assert "discovered dictionary" in text and "news.io" in text
     rows = [f"{s}: {c / produced.true_counts.sum():.3f}" for s, c in zip(STRINGS, produced.true_counts, strict=True)]
