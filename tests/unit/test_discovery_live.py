@@ -353,3 +353,19 @@ def test_a_refresh_starts_each_slot_pair_from_its_last_table():
     service.run_once(now=NOW + 61)
     block = store.latest_estimate("word", "all")["discovery"]
     assert block["pair_em_warm_starts"] == 1  # the one slot pair, its n-grams unchanged
+
+
+def test_a_window_where_nothing_is_found_publishes_an_empty_dictionary():
+    """At ε = 0.3 and 30 clients no n-gram stands out: the dictionary is published empty, with its reports,
+    rather than failing the pass."""
+    registry = make_registry(discovery_table(epsilon=0.3))
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    simulate_discovery_and_publish(registry, registry["word"], publisher, clients=30, strings=["ab", "ba"], seed=1,
+                                   event_time=NOW)
+    _fold_into(store, publisher.sent, registry, 0, NOW)
+    service = _service(store, registry)
+    service.run_once(now=NOW + 60)
+    body = store.latest_estimate("word", "all")
+    assert service.last_failed == [] and body["values"] == [] and body["n_reports"] == 30
+    assert body["discovery"]["dictionary"] == [] and "0 strings" in render(body)
