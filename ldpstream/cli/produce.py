@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--dependence", type=float, default=0.5,
                          help="associations: probability that the other members take the first's value rank "
                          "(0 = independent, 1 = functions of the first; default 0.5)")
+    produce.add_argument("--strings", default=None, metavar="FILE",
+                         help="discovery metrics (no dictionary): the strings clients draw from, one a line in rank "
+                         "order (--dist gives their popularity)")
     produce.add_argument("--seed", type=int, default=None, help="seed of the simulation's generator")
     produce.add_argument("--rate", type=float, default=None, help="reports per second (default: as fast as possible)")
     produce.add_argument("--per-message", type=int, default=1,
@@ -54,6 +57,8 @@ def _produce(args: argparse.Namespace) -> int:
     if args.metric in registry.associations and args.metric not in registry.metrics:
         return _produce_association(args, config, registry)
     metric = registry[args.metric]
+    if metric.discovers:
+        return _produce_discovery(args, config, registry)
     ensure_topics(config.kafka, [metric.topic])
     result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
                                   distribution=args.dist, seed=args.seed, per_message=args.per_message,
@@ -110,3 +115,34 @@ def _truth(args: argparse.Namespace, config: ServiceConfig, name: str,
               "--redis says where, --no-truth silences this", file=sys.stderr)
         return None
     return truth_recorder(store, name, members)
+
+
+def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry: Registry) -> int:
+    from pathlib import Path
+
+    from ldpstream.errors import ParameterError
+    from ldpstream.kafka import ensure_topics
+    from ldpstream.producers.loadgen import simulate_discovery_and_publish
+    from ldpstream.producers.publisher import ReportPublisher
+
+    metric = registry[args.metric]
+    if args.strings is None:
+        raise ParameterError(f"metric {metric.name!r} has no dictionary: give the strings its simulated clients "
+                             "draw from with --strings FILE (one a line, in rank order)")
+    try:
+        strings = [line for line in Path(args.strings).read_text(encoding="utf-8").splitlines() if line]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParameterError(f"--strings {args.strings}: cannot be read ({exc})") from None
+    ensure_topics(config.kafka, [metric.topic])
+    result = simulate_discovery_and_publish(
+        registry, metric, ReportPublisher(config.kafka), clients=args.clients, strings=strings,
+        distribution=args.dist, seed=args.seed, per_message=args.per_message, rate=args.rate,
+        progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps({"metric": metric.name, "records_acked": result.records_acked, "messages": result.messages,
+                          "seconds": result.seconds, "rate": result.rate, "strings": strings,
+                          "true_counts": result.true_counts.tolist()}))
+    else:
+        print(f"{result.records_acked:,} discovery records (two n-grams and the full string each) acknowledged by "
+              f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
+    return 0
