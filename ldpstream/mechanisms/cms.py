@@ -4,7 +4,7 @@
 A client picks one of ``cohorts`` hash functions j, sets the bucket h_j(x) of an m-bucket vector (m = ``k``),
 and flips every entry independently with probability 1/(e^{ε/2} + 1). That is O-RAPPOR with one hash: two
 inputs differ in two entries, each costing at most e^{ε/2} (ε-LDP, tight). Apple decodes with the count-mean
-debiasing of the cohort rows (:func:`ldpstream.estimators.direct.count_mean`); ldpstream decodes the same
+debiasing of the cohort rows (:func:`ldpstream.estimators.count_mean.count_mean`); ldpstream decodes the same
 sketch by least squares against the candidates' hashes (O-RAPPOR's candidate decoders), which removes the
 collisions' bias that the count mean keeps.
 """
