@@ -11,7 +11,7 @@ Example (``deploy/metrics.toml`` is a complete one)::
 
     [metrics.fruit]
     id = 1                       # u16, unique, carried by every report
-    mechanism = "krr"            # krr | krappor | orr | orappor | rappor
+    mechanism = "krr"            # krr | krappor | orr | orappor | rappor | oue | ooue | ss | hr | cms | hcms
     k = 8
     epsilon = 2.0
     labels = ["apple", "banana", "cherry", "date", "elder", "fig", "grape", "honeydew"]

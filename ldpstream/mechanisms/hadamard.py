@@ -135,13 +135,16 @@ class HadamardResponse(PermanentOnly, DirectEncoding, SymbolMechanism):
         return np.bincount(reports, minlength=self.order).reshape(1, self.order).astype(np.int64, copy=False)
 
     def margin_sketch(self, sketch: Any) -> np.ndarray:
-        """The ``(k + 1,)`` unary sketch ``[n, N_0, …, N_{k−1}]`` of a ``(K,)`` or ``(C, K)`` HR sketch (cohorts
-        summed): N_x = (n + (H c)_{x+1})/2 reports fell in C_{x+1} (module docstring), by :func:`fwht`."""
-        counts = np.asarray(sketch, dtype=np.int64).reshape(-1, self.order).sum(axis=0)
-        n = int(counts.sum())
-        out = np.empty(self.k + 1, dtype=np.int64)
-        out[0] = n
-        out[1:] = (n + fwht(counts)[1:self.k + 1]) // 2
+        """The unary sketch ``[n, N_0, …, N_{k−1}]`` of an HR sketch: ``(K,)`` → ``(k + 1,)``, ``(..., C, K)`` →
+        ``(..., C, k + 1)`` (a stack of sketches). N_x = (n + (H c)_{x+1})/2 reports fell in C_{x+1} (module
+        docstring), by :func:`fwht`."""
+        counts = np.asarray(sketch, dtype=np.int64)
+        if counts.shape[-1] != self.order:
+            raise ParameterError(f"an HR sketch has {self.order} columns, got {counts.shape[-1]}")
+        n = counts.sum(axis=-1)
+        out = np.empty((*counts.shape[:-1], self.k + 1), dtype=np.int64)
+        out[..., 0] = n
+        out[..., 1:] = (n[..., None] + fwht(counts)[..., 1:self.k + 1]) // 2
         return out
 
     def channel_input(self, value: Any, cohort: int) -> int:
@@ -256,13 +259,17 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
         return flat.reshape(self.cohorts, w).astype(np.int64, copy=False)
 
     def margin_sketch(self, sketch: Any) -> np.ndarray:
-        """The ``(C, k + 1)`` bit sketch of agreement counts: column 0 the cohort's reports, column 1 + u the
-        reports that agree with bucket u, ``(n_c + H(c⁺ − c⁻))/2`` by :func:`fwht` (module docstring)."""
-        arr = np.asarray(sketch, dtype=np.int64).reshape(-1, self.k, 2)
-        n = arr.sum(axis=(1, 2))
-        out = np.empty((arr.shape[0], self.k + 1), dtype=np.int64)
-        out[:, 0] = n
-        out[:, 1:] = (n[:, None] + fwht(arr[:, :, 1] - arr[:, :, 0])) // 2
+        """The ``(..., C, k + 1)`` bit sketch of agreement counts of a ``(..., C, 2k)`` HCMS sketch: column 0 the
+        cohort's reports, column 1 + u the reports that agree with bucket u, ``(n_c + H(c⁺ − c⁻))/2`` by
+        :func:`fwht` (module docstring)."""
+        arr = np.asarray(sketch, dtype=np.int64)
+        if arr.shape[-1] != 2 * self.k:
+            raise ParameterError(f"an HCMS sketch has {2 * self.k} columns, got {arr.shape[-1]}")
+        pairs = arr.reshape(*arr.shape[:-1], self.k, 2)
+        n = arr.sum(axis=-1)
+        out = np.empty((*arr.shape[:-1], self.k + 1), dtype=np.int64)
+        out[..., 0] = n
+        out[..., 1:] = (n[..., None] + fwht(pairs[..., 1] - pairs[..., 0])) // 2
         return out
 
     def channel_input(self, value: Any, cohort: int) -> int:

@@ -139,6 +139,11 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
         return {**out, **self.longitudinal_parameters()}
 
     @property
+    def bits_per_report(self) -> int:
+        """Every report sets exactly d bits (the consumers refuse others as out of range)."""
+        return self.d
+
+    @property
     def d(self) -> int:
         """The subset size in use."""
         return self.subset_size if self.subset_size is not None else optimal_subset_size(self.k, self.epsilon)
