@@ -316,10 +316,10 @@ def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.nda
     out[:, 0] = np.bincount(cohorts, minlength=num_cohorts)
     if not n:
         return out
-    if num_cohorts == 1:
-        out[0, 1:] = bits.sum(axis=0, dtype=np.int64)
-        return out
     dtype: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
+    if num_cohorts == 1:  # column sums; bool rows summed as bytes (several times faster than bool.sum)
+        out[0, 1:] = np.add.reduce(bits.view(np.uint8) if bits.dtype == bool else bits, axis=0, dtype=dtype)
+        return out
     indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
     out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
     return out

@@ -20,6 +20,7 @@ import numpy as np
 
 from ldpstream.mechanisms._common import (
     as_index_array,
+    bernoulli,
     bit_sketch_from_true_counts,
     check_epsilon,
     check_int,
@@ -32,6 +33,9 @@ from ldpstream.mechanisms.longitudinal import PermanentOnly
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import oue_rates
+
+#: Bits drawn at a time by :meth:`OUE.encode_batch` (bounds memory for large batches).
+_CHUNK_BITS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,16 @@ class OUE(PermanentOnly, DirectEncoding, BitMechanism):
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
         """Privatize a batch of symbols with ``rng``; returns ``(n, k)`` bool."""
         symbols = as_index_array("x", x, self.k)
-        true_bits = np.zeros((symbols.shape[0], self.k), dtype=bool)
-        true_bits[np.arange(symbols.shape[0]), symbols] = True
-        return self.privatize(true_bits, rng)
+        n = symbols.shape[0]
+        # Same law as privatize(one-hot): every bit Bernoulli(p*), then the true bit redrawn as Bernoulli(q*);
+        # without a one-hot matrix to scan (the true bits' positions are the symbols themselves).
+        out = np.empty((n, self.k), dtype=bool)
+        rows = max(1, _CHUNK_BITS // self.k)
+        for start in range(0, n, rows):
+            block = out[start:start + rows]
+            block[...] = bernoulli(self.p_star, block.size, rng).reshape(block.shape)
+            block[np.arange(block.shape[0]), symbols[start:start + rows]] = bernoulli(self.q_star, block.shape[0], rng)
+        return out
 
     def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
         """``(1, k+1)`` sketch, exact in distribution: bit j is set in Binomial(counts[j], q*) +

@@ -202,7 +202,7 @@ def tune(
         else:
             ranked: list[dict[str, Any]] = []
             for r in ranked_predictions(
-                fam, eps, S, n, p, closed, decoder=decoder, reference=reference, rel_tol=rel_tol
+                fam, eps, S, n, p, closed, decoder=decoder, reference=reference, rel_tol=rel_tol, loss=loss
             ):
                 # distinct k: the simulation checks the model where it matters (k, as in the ε = 0.5 case
                 # where k = 2 was taken over k = 4); neighbouring C differ by less than the trial noise

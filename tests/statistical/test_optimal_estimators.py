@@ -190,3 +190,21 @@ def test_published_interval_covers_95_percent(m, method):
     for j in (0, 3, 8):  # a large, a middle and a small frequency, each over T independent trials
         assert 0.93 <= cover[j] <= 0.97, (j, cover)
     assert cover[15] >= 0.93  # p = 0 sits at the interval's clipped edge: covered at least as often
+
+
+@pytest.mark.parametrize("m", [HadamardCountMeanSketch(k=16, epsilon=2.0, cohorts=4, support=12),
+                               CountMeanSketch(k=16, epsilon=2.0, cohorts=4, support=12)], ids=lambda m: m.name)
+def test_hashed_sandwich_interval_covers_95_percent(m):
+    """HCMS through its agreement counts (pairwise independent given the bucket, so the bit decoders' sandwich
+    holds) and CMS: the ``ls`` interval of a large and a small frequency over T = 1100 trials, band 0.93–0.97."""
+    T, n = 1100, 3_000
+    p = skewed(12)
+    rng = np.random.default_rng([8, len(m.name)])
+    table = m.value_table(None)
+    hits = np.zeros(12)
+    for _ in range(T):
+        low, high = estimate(m.simulate_sketch(rng.multinomial(n, p), rng, table), m, "ls").ci()
+        hits += (low <= p) & (p <= high)
+    cover = hits / T
+    for j in (0, 5):
+        assert 0.93 <= cover[j] <= 0.97, (j, cover)
