@@ -19,7 +19,7 @@ multi-freq-ldpy's GRR, OUE and SS clients, decoded with their own (q, p) by the 
 Speed. At k = 4096, ε = 1: ldpstream's batch encode (seeded generator, chunks) + sketch + unbiased estimate per
 item, against pure-LDP's OUE and HR and multi-freq-ldpy's SS (numba; compiled before timing) per item.
 
-Usage: python bench/optimal_grid.py [--ks 2 8 64 256 4096] [--epsilons 0.5 1 2 4 8] [--no-external]
+Usage: python bench/optimal_grid.py [--ks 2 8 64 256 4096] [--epsilons 0.5 1 2 4 8] [--no-external] [--speed-only]
 """
 
 from __future__ import annotations
@@ -212,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-external", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--speed-only", action="store_true")
     args = ap.parse_args(argv)
+    if args.speed_only:
+        args.ks, args.no_external = [], True
     print(f"n·ℓ2² of the unbiased estimate (mean ± se over trials), n = {args.n}; geometric p, mean ≈ k/5")
     print(f"{'k':>5} {'ε':>4} " + " ".join(f"{m:>16}" for m in DIRECT)
           + f" {'SS formula':>10}  {'tune (l2sq)':<26} {'measured':>16} {'/best':>6} {'/SS f.':>6}")
@@ -249,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                 except ImportError:
                     pass
                 ext_rows.append((k, eps, row))
-    print(f"worst tune choice / best measured: {worst_best:.3f}; worst tune choice / SS formula: {worst_formula:.3f}")
+    if args.ks:
+        print(f"worst tune choice / best measured: {worst_best:.3f}; worst tune choice / SS formula: "
+              f"{worst_formula:.3f}")
     if ext_rows:
         print(f"\nsame settings, other implementations: n·ℓ2² (mean ± se over {args.trials_ext} trials of "
               f"{args.n_ext} items; mfl = multi-freq-ldpy, unclipped inversion)")

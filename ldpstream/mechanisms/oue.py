@@ -97,7 +97,7 @@ class OUE(PermanentOnly, DirectEncoding, BitMechanism):
         rows = max(1, _CHUNK_BITS // self.k)
         for start in range(0, n, rows):
             block = out[start:start + rows]
-            block[...] = bernoulli(self.p_star, block.size, rng).reshape(block.shape)
+            bernoulli(self.p_star, block.size, rng, out=block.reshape(-1))
             block[np.arange(block.shape[0]), symbols[start:start + rows]] = bernoulli(self.q_star, block.shape[0], rng)
         return out
 

@@ -31,36 +31,73 @@ from ldpstream.mechanisms.longitudinal import PermanentOnly
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import optimal_subset_size, subset_rates
 
-#: Random sort keys drawn at a time by :func:`subset_bits` (8 bytes each): bounds memory for large batches.
-_KEYS_CHUNK = 1 << 22
+#: Cells drawn at a time by :func:`subset_bits` (bounds memory for large batches).
+_CHUNK_CELLS = 1 << 22
+
+
+def flip_uniform(block: np.ndarray, rows: np.ndarray, counts: np.ndarray, state: bool, rng: Randomness) -> None:
+    """In each row ``rows[i]`` of ``block``, turn ``counts[i]`` cells that hold ``state`` into ``not state``, chosen
+    uniformly among the cells holding ``state`` (in place).
+
+    Rounds: every row still short draws uniform columns (about 1.5 times as many as it needs hits, given the
+    share of its cells holding ``state``); in the order drawn, the first distinct draws landing on ``state`` cells
+    are kept, up to what the row still needs, and the row draws again if it got too few. Each kept cell is uniform
+    among the row's remaining ``state`` cells and the rule treats those cells symmetrically, so the cells flipped
+    are a uniform subset of that size."""
+    k = block.shape[1]
+    missing = np.asarray(counts, dtype=np.int64).copy()
+    while True:
+        live = np.flatnonzero(missing > 0)
+        if live.size == 0:
+            return
+        held = np.add.reduce(block[rows[live]].view(np.uint8), axis=1, dtype=np.int64)
+        held = held if state else k - held
+        draws = np.ceil(1.5 * missing[live] * k / np.maximum(held, 1)).astype(np.int64) + 4
+        owner = np.repeat(live, draws)  # index into rows; draws of a row are consecutive, in draw order
+        cols = np.asarray(rng.integers(0, k, size=owner.size), dtype=np.int64).reshape(owner.size)
+        hit = np.flatnonzero(block[rows[owner], cols] == state)
+        _, first = np.unique(owner[hit] * k + cols[hit], return_index=True)
+        kept = hit[np.sort(first)]  # first occurrence of each distinct hit, in draw order (grouped by row)
+        who = owner[kept]
+        rank = np.arange(kept.size) - np.searchsorted(who, who)
+        kept, who = kept[rank < missing[who]], who[rank < missing[who]]
+        block[rows[who], cols[kept]] = not state
+        missing -= np.bincount(who, minlength=rows.size)
 
 
 def subset_bits(symbols: np.ndarray, k: int, d: int, q_star: float, rng: Randomness) -> np.ndarray:
     """``(n, k)`` bool reports of subset selection for true ``symbols`` (module docstring).
 
-    The true symbol is in the subset with probability exactly q* (:func:`~ldpstream.mechanisms._common.bernoulli`);
-    the other ``d − [x ∈ S]`` members are the smallest of k − 1 independent uniform 64-bit keys drawn for the
-    other symbols, i.e. a uniform subset of them (ties, of probability below k²/2⁶⁵, keep index order).
+    The true symbol is in the subset with probability exactly q* (:func:`~ldpstream.mechanisms._common.bernoulli`).
+    The other ``d − [x ∈ S]`` members must be a uniform subset of the k − 1 other symbols: each other symbol is
+    first taken independently with probability p* = (d − q*)/(k − 1) (one random byte each), then a row that took
+    too many releases a uniform subset of the surplus among the ones it took, and a row that took too few takes a
+    uniform subset of the shortfall among the ones it did not (:func:`flip_uniform`; about sqrt(k) of them a row).
+    Every step treats the other symbols symmetrically, so the resulting set of the right size is uniform among such
+    sets: exact, at about one random byte per symbol.
     """
     n = symbols.shape[0]
-    out = np.zeros((n, k), dtype=bool)
+    out = np.empty((n, k), dtype=bool)
     if n == 0:
         return out
     include = bernoulli(q_star, n, rng)
-    rows = max(1, _KEYS_CHUNK // max(k - 1, 1))
+    p_star = (d - q_star) / (k - 1)
+    rows = max(1, _CHUNK_CELLS // k)
     for start in range(0, n, rows):
         x = symbols[start:start + rows]
         m = x.shape[0]
-        keys = np.frombuffer(rng.bytes(8 * m * (k - 1)), dtype=np.uint64).reshape(m, k - 1)
-        order = np.argpartition(keys, d - 1, axis=1)[:, :d] if d < k - 1 else np.argsort(keys, axis=1)[:, :d]
-        others = order + (order >= x[:, None])  # index among the k − 1 others → symbol (skipping x)
-        take = np.ones((m, d), dtype=bool)
-        # with x in S, only d − 1 others: drop the d-th smallest key (argpartition puts it in column d − 1)
-        take[:, d - 1] = ~include[start:start + m]
-        r = np.broadcast_to(np.arange(m)[:, None], (m, d))
+        r = np.arange(m)
         block = out[start:start + m]
-        block[r[take], others[take]] = True
-        block[np.arange(m), x] = include[start:start + m]
+        bernoulli(p_star, m * k, rng, out=block.reshape(-1))
+        block[r, x] = False  # the true symbol is never another member: not taken while others are released...
+        taken = np.add.reduce(block.view(np.uint8), axis=1, dtype=np.int64)
+        surplus = taken - (d - include[start:start + m].astype(np.int64))
+        over = np.flatnonzero(surplus > 0)
+        flip_uniform(block, over, surplus[over], True, rng)
+        block[r, x] = True  # ... and marked taken while others are added
+        under = np.flatnonzero(surplus < 0)
+        flip_uniform(block, under, -surplus[under], False, rng)
+        block[r, x] = include[start:start + m]
     return out
 
 
