@@ -90,6 +90,9 @@ _SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidat
 _ASSOCIATION_KEYS = {"id", "metrics", "windows", "candidates", "retention", "description"}
 #: Most members of one association (the report format carries the member count in a byte).
 MAX_ASSOCIATION_MEMBERS = 8
+#: Mechanisms the joint decoder's channels model (docs/math/joint.md); the optimal mechanisms of issue 15 (OUE, SS,
+#: HR, O-OUE, CMS, HCMS) are refused as association members until it models theirs.
+JOINT_MECHANISMS = ("krr", "krappor", "orr", "orappor", "rappor")
 DEFAULT_JOINT_CANDIDATES = 5
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -196,6 +199,10 @@ class AssociationConfig:
         names = [m.name for m in self.metrics]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: a metric may appear once among its members ({', '.join(names)})")
+        for member in self.metrics:
+            if member.mechanism.name not in JOINT_MECHANISMS:
+                raise ConfigError(f"{where}: member {member.name!r} uses {member.mechanism.name}, which the joint "
+                                  f"decoder does not model yet; members may use {', '.join(JOINT_MECHANISMS)}")
         first = self.metrics[0]
         for other in self.metrics[1:]:
             if other.topic != first.topic:

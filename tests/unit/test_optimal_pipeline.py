@@ -103,3 +103,11 @@ def test_a_window_of_repeated_memoized_reports_is_widened_not_broken(name):
     est, design, deff = decode_window(metric, 2 * bucket, [bucket, bucket])
     assert deff.shape == est.frequencies.shape
     assert design.overlap == pytest.approx(1.0, abs=0.2) and np.all(deff > 1.5)
+
+
+def test_an_association_of_a_new_mechanism_is_refused_until_the_joint_decoder_models_it():
+    metrics = {"a": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0},
+               "b": {"id": 2, "mechanism": "ss", "k": 4, "epsilon": 1.0}}
+    with pytest.raises(ConfigError, match="joint decoder"):
+        Registry.from_dict({"metrics": metrics,
+                            "associations": {"ab": {"id": 1, "metrics": ["a", "b"], "retention": "30d"}}})
