@@ -21,7 +21,8 @@ Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejec
   record: another association fingerprint, which covers the members' ones and their order);
 - ``payload_size``: the payload length does not fit the metric's mechanism (or a version-2 record carries
   another number of payloads than its association has members);
-- ``out_of_range``: cohort ≥ C, symbol ≥ k, or padding bits set beyond bit k−1;
+- ``out_of_range``: cohort ≥ C, symbol ≥ the sketch width (k; HR's K, HCMS's 2m), padding bits set beyond
+  bit k−1, or a subset-selection report without exactly d bits set;
 - ``event_time_out_of_range``: an effective event time (the record's own, else its message's Kafka
   timestamp) older than the metric's acceptance window or further ahead than :data:`MAX_CLOCK_SKEW` of the
   consumer's clock (each distinct bucket costs a Redis key: a client may not scatter reports over
@@ -245,10 +246,13 @@ def _validate(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rej
                        f"got {records.payloads.shape[1]}"))
     else:
         out_of_range = records.cohort >= mechanism.cohorts
-        if mechanism.report_kind == "symbol":
-            out_of_range |= reports_from_payloads(metric.mechanism, records.payloads) >= mechanism.k
+        if mechanism.report_kind == "symbol":  # symbols 0..width-1 (k for k-RR/O-RR; HR's K, HCMS's 2m)
+            out_of_range |= reports_from_payloads(metric.mechanism, records.payloads) >= mechanism.sketch_width
         elif mechanism.k % 8:
             out_of_range |= (records.payloads[:, -1] >> (mechanism.k % 8)) != 0
+        bits_set = getattr(mechanism, "bits_per_report", None)  # subset selection: exactly d bits a report
+        if bits_set is not None:
+            out_of_range |= np.bitwise_count(records.payloads).sum(axis=1, dtype=np.int64) != bits_set
         checks.append((out_of_range, "out_of_range",
                        f"cohort, symbol or bit beyond metric {metric.name!r}'s mechanism"))
     for bad, reason, detail in checks:

@@ -11,7 +11,7 @@ Example (``deploy/metrics.toml`` is a complete one)::
 
     [metrics.fruit]
     id = 1                       # u16, unique, carried by every report
-    mechanism = "krr"            # krr | krappor | orr | orappor | rappor
+    mechanism = "krr"            # krr | krappor | orr | orappor | rappor | oue | ooue | ss | hr | cms | hcms
     k = 8
     epsilon = 2.0
     labels = ["apple", "banana", "cherry", "date", "elder", "fig", "grape", "honeydew"]
@@ -131,6 +131,9 @@ DEFAULT_DISCOVERY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
 MAX_DISCOVERY_NGRAMS = 2**16
 #: Most members of one association (the report format carries the member count in a byte).
 MAX_ASSOCIATION_MEMBERS = 8
+#: Mechanisms the joint decoder's channels model (docs/math/joint.md); the optimal mechanisms of issue 15 (OUE, SS,
+#: HR, O-OUE, CMS, HCMS) are refused as association members until it models theirs.
+JOINT_MECHANISMS = ("krr", "krappor", "orr", "orappor", "rappor")
 DEFAULT_JOINT_CANDIDATES = 5
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -348,6 +351,10 @@ class AssociationConfig:
             raise ConfigError(f"{where}: a record carries at most {MAX_ASSOCIATION_MEMBERS} reports")
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: a metric may appear once among its members ({', '.join(names)})")
+        for member in self.metrics:
+            if member.mechanism.name not in JOINT_MECHANISMS:
+                raise ConfigError(f"{where}: member {member.name!r} uses {member.mechanism.name}, which the joint "
+                                  f"decoder does not model yet; members may use {', '.join(JOINT_MECHANISMS)}")
         first = self.metrics[0]
         for other in self.carried[1:]:
             if other.topic != first.topic:

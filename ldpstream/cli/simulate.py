@@ -42,7 +42,7 @@ from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
 from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
-from ldpstream.simulation.recommend import tune
+from ldpstream.simulation.recommend import TUNE_LOSSES, tune
 from ldpstream.simulation.scenarios import build_setup
 from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, Setup
 from ldpstream.simulation.trials import run_trials
@@ -58,8 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sim.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES)
     sim.add_argument("--epsilon", type=float, help="privacy level ε of one report")
-    sim.add_argument("--k", type=int, help="output symbols / Bloom bits (k-RR, k-RAPPOR: must equal --support)")
-    sim.add_argument("--cohorts", type=int, help="hash cohorts C (O-RR, O-RAPPOR, RAPPOR)")
+    sim.add_argument("--k", type=int, help="output symbols / Bloom bits / buckets (k-RR, k-RAPPOR, OUE, SS, HR: "
+                     "must equal --support)")
+    sim.add_argument("--cohorts", type=int, help="hash cohorts C (O-RR, O-RAPPOR, RAPPOR, O-OUE, CMS, HCMS)")
     sim.add_argument("--hashes", type=int, help="Bloom hashes h (O-RAPPOR, RAPPOR)")
     sim.add_argument("--closed", action="store_true", help="closed alphabet: per-cohort permutations, no hashing")
     sim.add_argument("--p", type=float, help="RAPPOR: P(report 1 | PRR bit 0)")
@@ -90,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tn.add_argument("--dist", default="geometric")
     tn.add_argument("--closed", action="store_true", help="closed alphabet (also considers k-RR and k-RAPPOR)")
     tn.add_argument("--decoder", default="project", choices=DECODERS)
+    tn.add_argument("--loss", default="l1", choices=TUNE_LOSSES,
+                    help="the error to minimize: l1 (default) or l2sq (squared ℓ2)")
     tn.add_argument("--trials", type=int, default=4, help="simulated trials per alternative (0: model only)")
     tn.add_argument("--keep", type=int, default=2, help="best predicted points (distinct k) simulated per family")
     tn.add_argument("--z", type=float, default=2.5, help="standard errors by which simulation must beat the model")
@@ -200,7 +203,7 @@ def run_tune(args: argparse.Namespace) -> int:
     result = tune(
         args.epsilon, args.support, args.n, p, closed=args.closed, decoder=args.decoder,
         trials=args.trials, keep=args.keep, seed=args.seed, reference=args.reference, z=args.z,
-        rel_tol=args.rel_tol,
+        rel_tol=args.rel_tol, loss=args.loss,
     )
     figure = None
     if args.plot:
@@ -219,19 +222,24 @@ def run_tune(args: argparse.Namespace) -> int:
         f"tune: epsilon={args.epsilon} support={args.support} n={args.n} dist={args.dist} alphabet={alphabet} "
         f"decoder={args.decoder} trials={args.trials} reference={args.reference}"
     )
-    what = "projected" if criterion(args.decoder) == "l1_projected" else "unprojected"
-    print(f"model: predicted ℓ1 of the {what} estimate (analytic variance model; 'unproj.' = before projection);")
-    print(f"simulated: ℓ1 vs the {args.reference} distribution over {args.trials} trials with decoder "
-          f"{args.decoder}, median and mean ± pooled standard error")
-    print(f"  {'mechanism':<9} {'parameters':<28} {'model ℓ1':>9} {'unproj.':>8} {'sim. median':>11} "
-          f"{'sim. mean ± se':>16}")
+    if args.loss == "l1":
+        what = "projected" if criterion(args.decoder) == "l1_projected" else "unprojected"
+        print(f"model: predicted ℓ1 of the {what} estimate (analytic variance model; 'unproj.' = before "
+              "projection);")
+    else:
+        print("model: predicted ℓ2² of the unprojected estimate (analytic variance model; 'unproj.' = its ℓ1);")
+    label = "ℓ1" if args.loss == "l1" else "ℓ2²"
+    print(f"simulated: {label} vs the {args.reference} distribution over {args.trials} trials with decoder "
+          f"{args.decoder}, median (ℓ1) and mean ({label}) ± pooled standard error")
+    print(f"  {'mechanism':<9} {'parameters':<28} {'model ' + label:>9} {'unproj.':>8} {'sim. median':>11} "
+          f"{'sim. mean ± se':>22}")
     for a in result.alternatives:
         mark = "*" if a.recommended else " "
         med = f"{a.simulated_l1:.4f}" if a.simulated_l1 is not None else "-"
-        mean = (f"{a.simulated_mean:.4f} ± {a.simulated_se:.4f}"
+        mean = (f"{a.simulated_mean:.4g} ± {a.simulated_se:.2g}"
                 if a.simulated_mean is not None and a.simulated_se is not None else "-")
-        print(f"{mark} {a.mechanism:<9} {_fmt_params(a.params):<28} {a.predicted:>9.4f} {a.predicted_l1:>8.4f} "
-              f"{med:>11} {mean:>16}")
+        print(f"{mark} {a.mechanism:<9} {_fmt_params(a.params):<28} {a.predicted:>9.4g} {a.predicted_l1:>8.4f} "
+              f"{med:>11} {mean:>22}")
     rec = result.recommended
     print(f"recommended (*): {rec.mechanism} {_fmt_params(rec.params)}  ({result.seconds:.1f} s)")
     if figure:

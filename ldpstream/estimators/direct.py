@@ -50,6 +50,7 @@ __all__ = [
     "DirectMethod",
     "estimate_krappor",
     "estimate_krr",
+    "estimate_unary",
     "krappor_channel",
     "krappor_expected_l1",
     "krappor_expected_l2sq",
@@ -60,6 +61,10 @@ __all__ = [
     "krr_expected_l2sq",
     "krr_mle",
     "krr_unbiased",
+    "unary_expected_l1",
+    "unary_expected_l2sq",
+    "unary_mle",
+    "unary_unbiased",
 ]
 
 DirectMethod = Literal["unbiased", "truncate", "project", "mle"]
@@ -128,6 +133,34 @@ def krappor_unbiased(bit_counts: ArrayLike, n: ArrayLike, epsilon: float) -> np.
     return p_hat
 
 
+def unary_unbiased(bit_counts: ArrayLike, n: ArrayLike, q_star: float, p_star: float) -> np.ndarray:
+    """``p̂_j = (T_j/n − p*)/(q* − p*)``, unbiased when ``E T_j = n(p* + (q* − p*) p_j)``
+    (docs/math/estimators.md#the-unary-family; Wang et al. 2017 eq. 2)."""
+    T = np.asarray(bit_counts, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    if np.any(n_arr <= 0):
+        raise ParameterError("no reports to decode")
+    p_hat: np.ndarray = (T / n_arr - p_star) / (q_star - p_star)
+    return p_hat
+
+
+def unary_expected_l2sq(p: ArrayLike, n: float, q_star: float, p_star: float) -> float:
+    """``E‖p̂ − p‖² = Σ_j π_j(1 − π_j)/(n δ²)``, π_j = p* + δ p_j, δ = q* − p*, of :func:`unary_unbiased`
+    (docs/math/estimators.md#the-risk-of-the-unary-family); equals ``(unary_risk(k, q*, p*) − Σ p_j²)/n``."""
+    p = np.asarray(p, dtype=np.float64)
+    delta = q_star - p_star
+    pi = p_star + delta * p
+    return float(np.sum(pi * (1 - pi)) / (n * delta * delta))
+
+
+def unary_expected_l1(p: ArrayLike, n: float, q_star: float, p_star: float) -> float:
+    """``E‖p̂ − p‖₁ ≈ Σ_j sqrt(2 π_j(1 − π_j)/(π n δ²))`` (normal approximation) of :func:`unary_unbiased`."""
+    p = np.asarray(p, dtype=np.float64)
+    delta = q_star - p_star
+    pi = p_star + delta * p
+    return float(np.sum(np.sqrt(2 * pi * (1 - pi) / (np.pi * n * delta * delta))))
+
+
 def krappor_expected_l2sq(p: ArrayLike, n: float, epsilon: float) -> float:
     """``E‖p̂ − p‖² = (1 − Σ p_i²)/n + k e^{ε/2} / (n (e^{ε/2} − 1)²)`` (unbiased k-RAPPOR)."""
     p = np.asarray(p, dtype=np.float64)
@@ -194,8 +227,15 @@ def krappor_mle(bit_counts: ArrayLike, n: float, epsilon: float, iters: int = 20
     ``π_j(t) = 2x_j / (1 + t + sqrt((1 + t)² − 4 t x_j))``, ``x_j = T_j/n``, clipped to ``[p*, q*]``;
     ``Σ_j p_j(t)`` decreases in ``t`` and is bisected to 1. Rows independent. Returns ``(p, t)``.
     """
+    return unary_mle(bit_counts, n, *bit_rates(epsilon / 2), iters=iters)
+
+
+def unary_mle(
+    bit_counts: ArrayLike, n: float, q_star: float, p_star: float, iters: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`krappor_mle` for any margin rates ``(q*, p*)``, q* > p* (OUE, subset selection, Hadamard response:
+    docs/math/estimators.md#the-unary-family)."""
     x = np.asarray(bit_counts, dtype=np.float64) / n
-    q_star, p_star = bit_rates(epsilon / 2)
     delta = q_star - p_star
 
     def p_of(t: np.ndarray) -> np.ndarray:
@@ -376,6 +416,31 @@ def estimate_krappor(
     independence assumed) and tests ``p_j = 0`` with the matching score statistic.
     ``tol`` and ``max_iter`` are accepted for compatibility.
     """
+    epsilon = check_epsilon(epsilon)
+    return estimate_unary(sketch, *bit_rates(epsilon / 2), method, labels, kind="krappor",
+                          info={"epsilon": epsilon}, tol=tol, max_iter=max_iter)
+
+
+def estimate_unary(
+    sketch: ArrayLike,
+    q_star: float,
+    p_star: float,
+    method: DirectMethod = "project",
+    labels: Sequence[Any] | None = None,
+    *,
+    kind: str = "unary",
+    info: dict[str, Any] | None = None,
+    tol: float = 1e-9,
+    max_iter: int = 20_000,
+) -> Estimate:
+    """Decode a unary sketch ``[n, T_0, …, T_{k−1}]`` (``(k + 1,)`` or ``(C, k + 1)``, cohorts summed) whose count
+    ``T_j`` is ``Binomial(n, p* + (q* − p*) p_j)``: k-RAPPOR, OUE, subset selection, and Hadamard response after
+    its transform (docs/math/estimators.md#the-unary-family). As :func:`estimate_krappor`, with these rates;
+    the method is named ``kind/method``. The standard errors of the post-processed points use the covariance
+    of one-hot reports with independent flips (exact for k-RAPPOR and OUE; for subset selection and HR the
+    diagonal is exact and the cross terms are those of that model, docs/math/estimators.md#the-unary-family);
+    the Wilson intervals and score tests use the exact margins for all.
+    """
     del tol, max_iter
     arr = np.asarray(sketch, dtype=np.float64)
     arr = arr.reshape(-1, arr.shape[-1]).sum(axis=0)
@@ -386,20 +451,25 @@ def estimate_krappor(
         raise ParameterError("no reports to decode")
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
-    epsilon = check_epsilon(epsilon)
-    q_star, p_star = bit_rates(epsilon / 2)
+    q_star, p_star = float(q_star), float(p_star)
+    if not 0.0 <= p_star < q_star <= 1.0:
+        raise ParameterError(f"need rates 0 <= p* < q* <= 1, got q*={q_star}, p*={p_star}")
     delta = q_star - p_star
     sd0 = float(np.sqrt(bit_variance(0.0, n, q_star, p_star)))
     floor = detection_floor(sd0, k)
-    info: dict[str, Any] = {"epsilon": epsilon, "k": k}
-    unbiased = krappor_unbiased(T, n, epsilon)
+    info = {**(info or {}), "k": k}
+
+    def unbiased_of(x: np.ndarray) -> np.ndarray:
+        return unary_unbiased(x, n, q_star, p_star)
+
+    unbiased = unbiased_of(T)
     if method == "unbiased":
         # Var p̂_j at the fitted bit rate π = p* + (q* − p*) p of the projected estimate (in [p*, q*]).
         se = np.sqrt(bit_variance(project_simplex(unbiased), n, q_star, p_star))
-        return _score_estimate(unbiased, se, n, "krappor/unbiased", labels, floor, info, T, p_star, delta)
+        return _score_estimate(unbiased, se, n, f"{kind}/unbiased", labels, floor, info, T, p_star, delta)
     t = 0.0
     if method == "mle":
-        p, t_arr = krappor_mle(T, n, epsilon)
+        p, t_arr = unary_mle(T, n, q_star, p_star)
         t = float(t_arr)
         pi = p_star + delta * p
         ll = float(np.dot(T, np.log(pi)) + np.dot(n - T, np.log1p(-pi)))
@@ -417,13 +487,13 @@ def estimate_krappor(
         lam, omega = float(np.mean(p[act] - unbiased[act])), 1.0 / rho
 
         def latent(x: np.ndarray) -> np.ndarray:
-            return krappor_unbiased(x, n, epsilon) + lam
+            return unbiased_of(x) + lam
     elif method == "truncate":
         s = float(np.maximum(unbiased, 0.0).sum())
         w, scale, omega = p, 1.0 / s if s > 0 else 1.0, 0.0
 
         def latent(x: np.ndarray) -> np.ndarray:
-            return krappor_unbiased(x, n, epsilon) * scale
+            return unbiased_of(x) * scale
     else:
         # Linearizing x_j − π_j − t π_j(1 − π_j) = 0 with Σ_A dπ = 0: dπ = dy − w Σ_A dy, dy_j = dx_j / h_j,
         # h_j = 1 + t(1 − 2π_j), w ∝ π(1 − π)/h; a cell at 0 has latent root π0 = π(t; x = p*).
@@ -438,4 +508,4 @@ def estimate_krappor(
             out: np.ndarray = (_bit_root(x / n, np.array(t)) - p_star) / delta
             return out
     se = _post_processed_se(p, d, g, w, scale, omega, latent, n, p_star)
-    return _score_estimate(p, se, n, f"krappor/{method}", labels, floor, info, T, p_star, delta)
+    return _score_estimate(p, se, n, f"{kind}/{method}", labels, floor, info, T, p_star, delta)

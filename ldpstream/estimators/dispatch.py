@@ -14,7 +14,7 @@ from ldpstream.errors import ParameterError
 
 from .candidates import decode_bits, decode_orr
 from .detection import detect
-from .direct import estimate_krappor, estimate_krr
+from .direct import estimate_krappor, estimate_krr, estimate_unary
 from .estimate import Estimate
 from .factor_cache import FactorCache
 
@@ -76,7 +76,19 @@ def _decode_direct_symbol(arr: np.ndarray, mechanism: Any, method: str, **option
 
 
 def _decode_direct_bits(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
-    return estimate_krappor(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+    if mechanism.name == "krappor":
+        return estimate_krappor(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
+    # OUE, subset selection: the same unary decoder at the mechanism's own margin rates
+    return estimate_unary(arr, mechanism.q_star, mechanism.p_star, method, kind=mechanism.name,  # type: ignore[arg-type]
+                          info={"epsilon": mechanism.epsilon}, **options)
+
+
+def _decode_direct_hadamard(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+    """HR: the transform to agreement counts (:meth:`~ldpstream.mechanisms.HadamardResponse.margin_sketch`,
+    O(K log K)), then the unary decoder at ``(e^ε/(e^ε + 1), 1/2)``."""
+    q_star, p_star = mechanism.response_rates
+    return estimate_unary(mechanism.margin_sketch(arr), q_star, p_star, method, kind=mechanism.name,  # type: ignore[arg-type]
+                          info={"epsilon": mechanism.epsilon}, **options)
 
 
 def _decode_candidates_symbol(
@@ -99,15 +111,24 @@ def _decode_candidates_bits(
     return decode_bits(arr, design, mechanism.q_star, mechanism.p_star, method, **options)  # type: ignore[arg-type]
 
 
+def _decode_candidates_hadamard(
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+) -> Estimate:
+    """HCMS: the per-cohort transform to agreement counts, then the bit decoders (as O-RAPPOR with one hash)."""
+    return _decode_candidates_bits(mechanism.margin_sketch(arr), design, mechanism, method, **options)
+
+
 #: Decoders by :data:`~ldpstream.mechanisms.base.DecoderFamily`: over the closed alphabet ``0..k-1`` ...
 _DIRECT: dict[str, Callable[..., Estimate]] = {
     "direct_symbol": _decode_direct_symbol,
     "direct_bits": _decode_direct_bits,
+    "direct_hadamard": _decode_direct_hadamard,
 }
 #: ... or against a design matrix (candidates, or a closed alphabet's own).
 _CANDIDATES: dict[str, Callable[..., Estimate]] = {
     "candidates_symbol": _decode_candidates_symbol,
     "candidates_bits": _decode_candidates_bits,
+    "candidates_hadamard": _decode_candidates_hadamard,
 }
 
 

@@ -115,8 +115,11 @@ def _cells(mechanism: Any, sketch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(counts (..., C, k), reports per cohort (..., C))`` of one sketch or a stack of them: the cells are the
     symbol columns (a symbol sketch's rows sum to its reports), or the bit columns (column 0 of a bit sketch
     counts reports)."""
-    arr = np.asarray(sketch, dtype=np.float64)
-    if mechanism.report_kind == "symbol":
+    margins = getattr(mechanism, "margin_sketch", None)  # HR, HCMS: cells are the transform's agreement counts
+    if margins is not None and not np.asarray(sketch).size:
+        margins = None  # an empty stack: no cells either way
+    arr = np.asarray(sketch if margins is None else margins(sketch), dtype=np.float64)
+    if mechanism.report_kind == "symbol" and margins is None:
         return arr, arr.sum(axis=-1)
     return arr[..., 1:], arr[..., 0]
 

@@ -4,6 +4,9 @@
 - :class:`ORR` (O-RR), :class:`ORappor` (O-RAPPOR): hashing and cohorts, open (str/bytes) or closed
   (``support=S``) alphabets (Kairouz, Bonawitz, Ramage 2016).
 - :class:`Rappor` / :class:`RapporClient`: Google-compatible RAPPOR (Erlingsson et al. 2014).
+- :class:`OUE`, :class:`HashedOUE` (O-OUE), :class:`SubsetSelection`, :class:`HadamardResponse`,
+  :class:`CountMeanSketch`, :class:`HadamardCountMeanSketch`: the optimal mechanisms of Wang et al. 2017, Ye &
+  Barg 2018, Acharya, Sun, Zhang 2019 and Apple 2017 (docs/math/mechanisms.md).
 - :class:`MemoizedEncoder`: a real client of the first four, with a memoized permanent response (drawn from
   :class:`KeyedRandomness`) and optionally an instantaneous layer (:mod:`ldpstream.mechanisms.longitudinal`).
 
@@ -21,7 +24,9 @@ from ldpstream.mechanisms.base import (
     sum_bits,
     unpack_bits,
 )
+from ldpstream.mechanisms.cms import CountMeanSketch
 from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
+from ldpstream.mechanisms.hadamard import HadamardCountMeanSketch, HadamardResponse, fwht
 from ldpstream.mechanisms.hashing import (
     bloom_bits,
     bloom_table,
@@ -35,6 +40,7 @@ from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.longitudinal import MemoizedEncoder
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.oue import OUE, HashedOUE
 from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness, SecureRandomness
 from ldpstream.mechanisms.rappor import (
     Rappor,
@@ -46,13 +52,19 @@ from ldpstream.mechanisms.rappor import (
     int_to_bits,
 )
 from ldpstream.mechanisms.rates import bit_rates, krr_channel, krr_keep_probability, rappor_rates
+from ldpstream.mechanisms.subset import SubsetSelection
 
 __all__ = [
     "KRR",
     "MECHANISMS",
     "ORR",
+    "OUE",
     "SECURE",
     "BitMechanism",
+    "CountMeanSketch",
+    "HadamardCountMeanSketch",
+    "HadamardResponse",
+    "HashedOUE",
     "KRappor",
     "KeyedRandomness",
     "Mechanism",
@@ -63,6 +75,7 @@ __all__ = [
     "RapporClient",
     "RapporParams",
     "SecureRandomness",
+    "SubsetSelection",
     "SymbolMechanism",
     "bit_rates",
     "bit_string",
@@ -71,6 +84,7 @@ __all__ = [
     "bloom_table",
     "check_epsilon",
     "closed_permutation",
+    "fwht",
     "get_prr_masks",
     "int_to_bits",
     "krr_channel",

@@ -122,20 +122,23 @@ def base256_digits(probability: float) -> list[int]:
     return digits
 
 
-def bernoulli(probability: float, count: int, rng: Randomness) -> np.ndarray:
+def bernoulli(probability: float, count: int, rng: Randomness, out: np.ndarray | None = None) -> np.ndarray:
     """``count`` independent draws that are True with probability exactly ``probability``.
 
     Compares u = 0.b₁b₂b₃… (base 256, one uniform random byte per digit) with p's exact base-256 digits
     d₁d₂…: the draw is True iff u < p. A byte settles the comparison unless it ties its digit, so one byte
     per draw suffices but for a 1/256 fraction that draws a second, and so on; when p's expansion ends
     while u still ties, u ≥ p. P(u < p) = p exactly, and it costs about one random byte per draw (8 times
-    less randomness than a float64 uniform).
+    less randomness than a float64 uniform). ``out``: a contiguous ``(count,)`` bool array to write into.
     """
     digits = base256_digits(probability)
+    if out is None:
+        out = np.empty(count, dtype=bool)
     if not digits:
-        return np.zeros(count, dtype=bool)
+        out[...] = False
+        return out
     first = np.frombuffer(rng.bytes(count), dtype=np.uint8)
-    out = first < digits[0]
+    np.less(first, digits[0], out=out)
     pending = np.flatnonzero(first == digits[0])
     for digit in digits[1:]:
         if pending.size == 0:

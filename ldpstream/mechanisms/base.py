@@ -45,7 +45,11 @@ ReportKind = Literal["symbol", "bits"]
 #: How a sketch is decoded: "direct" = the channel is inverted over the closed alphabet ``0..k-1`` (k-RR,
 #: k-RAPPOR); "candidates" = regression against the design matrix of a candidate list or of a closed alphabet
 #: (O-RR, O-RAPPOR, RAPPOR); "_symbol" / "_bits" = the report kind.
-DecoderFamily = Literal["direct_symbol", "direct_bits", "candidates_symbol", "candidates_bits"]
+#: "direct_hadamard" / "candidates_hadamard" (HR, HCMS): symbol sketches that one Walsh–Hadamard transform turns into
+#: the unary bit sketch of the direct / candidate bit decoders (``mechanism.margin_sketch``).
+DecoderFamily = Literal[
+    "direct_symbol", "direct_bits", "candidates_symbol", "candidates_bits", "direct_hadamard", "candidates_hadamard"
+]
 
 #: The estimation methods of the direct decoders and of the candidate decoders (a metric's ``estimator``).
 DIRECT_METHODS = ("unbiased", "truncate", "project", "mle")
@@ -60,6 +64,8 @@ DECODER_METHODS: dict[str, tuple[str, ...]] = {
     "direct_bits": DIRECT_METHODS,
     "candidates_symbol": CANDIDATE_METHODS,
     "candidates_bits": BIT_CANDIDATE_METHODS,
+    "direct_hadamard": DIRECT_METHODS,
+    "candidates_hadamard": BIT_CANDIDATE_METHODS,
 }
 
 
@@ -310,10 +316,10 @@ def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.nda
     out[:, 0] = np.bincount(cohorts, minlength=num_cohorts)
     if not n:
         return out
-    if num_cohorts == 1:
-        out[0, 1:] = bits.sum(axis=0, dtype=np.int64)
-        return out
     dtype: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
+    if num_cohorts == 1:  # column sums; bool rows summed as bytes (several times faster than bool.sum)
+        out[0, 1:] = np.add.reduce(bits.view(np.uint8) if bits.dtype == bool else bits, axis=0, dtype=dtype)
+        return out
     indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
     out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
     return out

@@ -12,11 +12,15 @@ from typing import Any
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
+from ldpstream.mechanisms.cms import CountMeanSketch
+from ldpstream.mechanisms.hadamard import HadamardCountMeanSketch, HadamardResponse
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.oue import OUE, HashedOUE
 from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.mechanisms.subset import SubsetSelection
 
 #: Mechanism name (the ``"mechanism"`` key) → class.
 MECHANISMS: dict[str, type[Mechanism]] = {
@@ -25,6 +29,13 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     ORR.name: ORR,
     ORappor.name: ORappor,
     Rappor.name: Rappor,
+    # optimal mechanisms (issue 15; docs/math/mechanisms.md)
+    OUE.name: OUE,
+    HashedOUE.name: HashedOUE,
+    SubsetSelection.name: SubsetSelection,
+    HadamardResponse.name: HadamardResponse,
+    CountMeanSketch.name: CountMeanSketch,
+    HadamardCountMeanSketch.name: HadamardCountMeanSketch,
 }
 
 

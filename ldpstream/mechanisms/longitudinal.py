@@ -206,3 +206,33 @@ class MemoizedEncoder:
     def encode_report(self, value: Any) -> tuple[int, Any]:
         """``(cohort, encode(value))``."""
         return self.cohort, self.encode(value)
+
+
+class PermanentOnly(Memoizing):
+    """:class:`Memoizing` for the mechanisms whose channel is not one unit channel per bit or symbol (OUE's
+    asymmetric flips, subset selection, Hadamard response, HCMS): ``memoize`` works as for the others (the whole
+    report is the permanent response, ε_1 = ε_∞ = ε; or fresh noise on every report), while an instantaneous
+    layer (``epsilon_permanent``) is refused: no composition of two such channels is the one-report channel.
+
+    Subclasses give :meth:`privatize`, their own sampling code on ``(n, …)`` channel inputs; the permanent
+    response runs it on the client's :class:`~ldpstream.mechanisms.randomness.KeyedRandomness`."""
+
+    def check_longitudinal(self) -> None:
+        """``memoize`` must be a bool; ``epsilon_permanent`` must be unset (module docstring)."""
+        if self.epsilon_permanent is not None:
+            raise ParameterError(f"{self.name}: epsilon_permanent (an instantaneous layer) is not offered; use "
+                                 "memoize = true (every report of a value is the same) or false (fresh noise)")
+        super().check_longitudinal()
+
+    def unit_epsilon(self, epsilon: float) -> float:
+        """The whole report is one channel at ε."""
+        return epsilon
+
+    @abstractmethod
+    def privatize(self, inputs: np.ndarray, rng: Randomness) -> np.ndarray:
+        """The channel applied to ``(n,)`` symbols or ``(n, k)`` bits of :meth:`channel_input`."""
+
+    def perturb(self, inputs: np.ndarray, unit_epsilon: float, rng: Randomness) -> np.ndarray:
+        """:meth:`privatize` (one layer, at the mechanism's ε)."""
+        del unit_epsilon
+        return self.privatize(inputs, rng)

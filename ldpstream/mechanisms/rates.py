@@ -22,11 +22,16 @@ import numpy as np
 __all__ = [
     "bit_irr_epsilon",
     "bit_rates",
+    "hadamard_rates",
     "krr_channel",
     "krr_irr_epsilon",
     "krr_keep_probability",
     "krr_rates",
+    "optimal_subset_size",
+    "oue_rates",
     "rappor_rates",
+    "subset_rates",
+    "unary_risk",
 ]
 
 
@@ -90,3 +95,49 @@ def bit_irr_epsilon(epsilon_bit: float, epsilon_bit_inf: float) -> float:
     """
     ratio = math.tanh(epsilon_bit / 2.0) / math.tanh(epsilon_bit_inf / 2.0)
     return 2.0 * math.atanh(ratio)
+
+
+# ----------------------------------------------------- OUE, subset selection, Hadamard (docs/math/mechanisms.md)
+def oue_rates(epsilon: float) -> tuple[float, float]:
+    """Optimized unary encoding's ``(q*, p*) = (1/2, 1/(e^ε + 1))`` (Wang et al. 2017 §4.1.3;
+    docs/math/mechanisms.md#oue): the one-hot bit is kept w.p. 1/2, every other bit set w.p. 1/(e^ε + 1)."""
+    return 0.5, 1.0 / (math.exp(epsilon) + 1.0)
+
+
+def subset_rates(k: int, d: int, epsilon: float) -> tuple[float, float]:
+    """Subset selection's bit margins ``(q*, p*)`` (Ye & Barg 2018 §III; docs/math/mechanisms.md#subset-selection):
+    the true symbol is in the reported d-subset w.p. ``q* = d e^ε/(d e^ε + k − d)``; any other given symbol w.p.
+    ``p* = (d − q*)/(k − 1)`` (the other ``d − [x ∈ S]`` members are uniform among the k − 1 others)."""
+    e = math.exp(epsilon)
+    q = d * e / (d * e + k - d)
+    return q, (d - q) / (k - 1)
+
+
+def unary_risk(k: int, q_star: float, p_star: float) -> float:
+    """``n·E‖p̂ − p‖² + Σ p_j²`` of an unbiased estimate ``p̂_j = (T_j/n − p*)/(q* − p*)`` whose counts ``T_j`` are
+    ``Binomial(n, p* + (q* − p*) p_j)``: ``(k p*(1 − p*) + δ(1 − 2p*))/δ²``, δ = q* − p*, whatever p
+    (docs/math/estimators.md#the-risk-of-the-unary-family)."""
+    delta = q_star - p_star
+    return (k * p_star * (1.0 - p_star) + delta * (1.0 - 2.0 * p_star)) / (delta * delta)
+
+
+def optimal_subset_size(k: int, epsilon: float) -> int:
+    """The subset size d in ``1..k−1`` that minimizes subset selection's risk :func:`unary_risk` (p-free, so one d
+    is best for every distribution); exhaustive over d (docs/math/mechanisms.md#the-subset-size). It lands on
+    ``⌊k/(e^ε + 1)⌋`` or ``⌈k/(e^ε + 1)⌉`` (Ye & Barg 2018, Wang et al. 2016)."""
+    if k == 2:
+        return 1
+    d = np.arange(1, k, dtype=np.float64)
+    e = math.exp(epsilon)
+    q = d * e / (d * e + k - d)
+    p = (d - q) / (k - 1)
+    delta = q - p
+    risk = (k * p * (1 - p) + delta * (1 - 2 * p)) / (delta * delta)
+    return int(np.argmin(risk)) + 1
+
+
+def hadamard_rates(epsilon: float) -> tuple[float, float]:
+    """Hadamard response's (and HCMS's) margin rates ``(q*, p*) = (e^ε/(e^ε + 1), 1/2)``: a report falls in its
+    value's half of the Hadamard outputs w.p. e^ε/(e^ε + 1), in another value's half w.p. 1/2 (Acharya, Sun,
+    Zhang 2019 §3; docs/math/mechanisms.md#hadamard-response)."""
+    return 1.0 / (1.0 + math.exp(-epsilon)), 0.5

@@ -82,7 +82,7 @@ def predicted_variances(
     Nc = n / C
     xp = np.clip(X @ p, 0.0, 1.0)
     v = response_variance(mech, xp, Nc)
-    symbols = mech.report_kind == "symbol"
+    symbols = mech.decoder_family == "candidates_symbol"  # O-RR's multinomial cells (not HCMS's agreements)
     w = 1.0 / v
     dense = symbols and setup.table is not None and mech.k <= dense_max_k
     if dense:
@@ -132,8 +132,9 @@ def response_variance(mech: Mechanism, p: np.ndarray, n: float | np.ndarray) -> 
     frequencies ``p`` (``Xp`` for a hashed mechanism): :func:`~ldpstream.estimators.variance.krr_variance` over
     the ``k`` symbols of a symbol mechanism, :func:`~ldpstream.estimators.variance.bit_variance` at the
     :attr:`~ldpstream.mechanisms.base.Mechanism.response_rates` of a bit mechanism."""
-    if mech.report_kind == "symbol":
+    if mech.decoder_family in ("direct_symbol", "candidates_symbol"):
         return krr_variance(p, n, float(mech.epsilon), k=mech.k)
+    # bits, and the agreement counts of HR / HCMS: binomial margins at the response rates
     return bit_variance(p, n, *mech.response_rates)
 
 

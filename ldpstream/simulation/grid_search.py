@@ -104,6 +104,7 @@ def ranked_predictions(
     refine: int = 3,
     rel_tol: float = 0.01,
     stop_tol: float = 0.01,
+    loss: str = "l1",
 ) -> list[dict[str, Any]]:
     """Grid points of ``name`` (restricted to the given fixed values) with their predicted errors, best
     first by the model of ``decoder`` (:func:`criterion`).
@@ -113,9 +114,9 @@ def ranked_predictions(
     best k, C keeps doubling up to :func:`max_cohorts` while each doubling improves the prediction by at
     least ``stop_tol``. Order: the predicted value (rounded to 6 decimals), then — to prefer cheaper
     decoding when the model cannot tell — the cheapest point (fewest C·k·h) within ``rel_tol`` of the
-    best is moved to the front.
+    best is moved to the front. ``loss="l2sq"`` ranks by the predicted ℓ2² instead (``tune --loss l2sq``).
     """
-    key = criterion(decoder)
+    key = criterion(decoder) if loss == "l1" else "l2sq"
     points = grid(name, support, closed, n)
     fixed = k is not None or cohorts is not None or hashes is not None
     if fixed:

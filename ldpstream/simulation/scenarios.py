@@ -18,6 +18,7 @@ from ldpstream.mechanisms.factory import make_mechanism
 from ldpstream.simulation.grid_search import ranked_predictions
 from ldpstream.simulation.setups import (
     DIRECT_MECHANISMS,
+    GIVEN_HASHED,
     MECHANISM_NAMES,
     Setup,
     hashed_setup,
@@ -79,6 +80,10 @@ def build_setup(
         cands = candidate_strings(S)
         return Setup(name, mech, S, False, mech.value_table(cands), cands)
     eps = require_epsilon(epsilon)
+    if name in GIVEN_HASHED:
+        if k is None or cohorts is None:
+            raise ParameterError(f"{name}: give --k (buckets or bits) and --cohorts (hash functions)")
+        return hashed_setup(name, eps, S, closed, int(k), int(cohorts), hashes)
     if k is None or cohorts is None or (name == "orappor" and hashes is None):
         dist_p = np.full(S, 1.0 / S) if dist is None else dist
         n_pred = 10**6 if n is None else n

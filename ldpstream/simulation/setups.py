@@ -39,7 +39,11 @@ from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
 from ldpstream.simulation.hash_tables import cached_table
 
 #: Mechanism names accepted by :func:`ldpstream.simulation.scenarios.build_setup`.
-MECHANISM_NAMES: tuple[str, ...] = ("krr", "krappor", "orr", "orappor", "rappor")
+MECHANISM_NAMES: tuple[str, ...] = (
+    "krr", "krappor", "orr", "orappor", "rappor", "oue", "ss", "hr", "ooue", "cms", "hcms"
+)
+#: Hashed mechanisms whose k and cohorts are given (no grid search): O-OUE, CMS, HCMS.
+GIVEN_HASHED: tuple[str, ...] = ("ooue", "cms", "hcms")
 
 
 def is_direct(mechanism: Mechanism | type[Mechanism]) -> bool:
@@ -125,7 +129,10 @@ class Setup:
             method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
             return estimate(sketch, mech, method)
         method = {"unbiased": "ls", "truncate": "ls"}.get(decoder, decoder)
-        if mech.report_kind == "bits":
+        margins = getattr(mech, "margin_sketch", None)  # HCMS: its agreement counts are a bit sketch
+        if margins is not None:
+            est = decode_bits(margins(sketch), self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
+        elif mech.report_kind == "bits":
             est = decode_bits(sketch, self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
         else:
             est = decode_orr(sketch, self.design, float(mech.epsilon), method, other=False)  # type: ignore[arg-type]
@@ -141,11 +148,14 @@ def hashed_setup(
     """The :class:`Setup` of an ``orr`` or ``orappor`` with every parameter given (``hashes`` only for
     ``orappor``, default 1); the hash table comes from :func:`ldpstream.simulation.hash_tables.cached_table`."""
     spec: dict[str, Any] = {"mechanism": name, "k": k, "epsilon": epsilon, "cohorts": cohorts}
-    if name == "orappor":
+    if name in ("orappor", "ooue"):
         spec["hashes"] = 1 if hashes is None else int(hashes)
     if closed:
         spec["support"] = support
     mech = make_mechanism(spec)
     cands = None if closed else candidate_strings(support)
+    if name in GIVEN_HASHED:  # tables straight from the mechanism (HCMS's k need not be a valid k for S)
+        table = mech.value_table(cands)
+        return Setup(name, mech, support, closed, table, cands, mech.design_matrix(table))
     table, design = cached_table(mech, hashes=spec.get("hashes"), support=support, candidates=cands)
     return Setup(name, mech, support, closed, table, cands, design)

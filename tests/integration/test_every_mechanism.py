@@ -32,6 +32,16 @@ METRICS = {
                      "estimator": "ls", "candidates": CANDIDATES},
     "rappor": {"id": 15, "mechanism": "rappor", "k": 64, "hashes": 2, "cohorts": 16, "p": 0.25, "q": 0.75,
                "f": 0.25, "estimator": "ls", "candidates": CANDIDATES},
+    # the optimal mechanisms (issue 15; docs/math/mechanisms.md, "Optimal mechanisms")
+    "oue": {"id": 16, "mechanism": "oue", "k": 32, "epsilon": 2.0, "estimator": "project"},
+    "ss": {"id": 17, "mechanism": "ss", "k": 32, "epsilon": 2.0, "estimator": "mle"},
+    "hr": {"id": 18, "mechanism": "hr", "k": 32, "epsilon": 2.0, "estimator": "project"},
+    "ooue_open": {"id": 19, "mechanism": "ooue", "k": 64, "epsilon": 3.0, "cohorts": 8, "estimator": "ls",
+                  "candidates": CANDIDATES},
+    "cms_open": {"id": 20, "mechanism": "cms", "k": 64, "epsilon": 3.0, "cohorts": 8, "estimator": "ls",
+                 "candidates": CANDIDATES},
+    "hcms_closed": {"id": 21, "mechanism": "hcms", "k": 64, "epsilon": 3.0, "cohorts": 8, "support": 48,
+                    "estimator": "project"},
 }
 
 

@@ -1,0 +1,35 @@
+"""Apple's count-mean sketch (CMS), Apple Differential Privacy Team 2017, "Learning with privacy at scale"
+(docs/math/mechanisms.md#cms).
+
+A client picks one of ``cohorts`` hash functions j, sets the bucket h_j(x) of an m-bucket vector (m = ``k``),
+and flips every entry independently with probability 1/(e^{ε/2} + 1). That is O-RAPPOR with one hash: two
+inputs differ in two entries, each costing at most e^{ε/2} (ε-LDP, tight). Apple decodes with the count-mean
+debiasing of the cohort rows (:func:`ldpstream.estimators.count_mean.count_mean`); ldpstream decodes the same
+sketch by least squares against the candidates' hashes (O-RAPPOR's candidate decoders), which removes the
+collisions' bias that the count mean keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.orappor import ORappor
+
+
+@dataclass(frozen=True)
+class CountMeanSketch(ORappor):
+    """CMS: ``cohorts`` hash functions into ``k`` buckets at ``epsilon`` (``hashes`` must stay 1)."""
+
+    name: ClassVar[str] = "cms"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.hashes != 1:
+            raise ParameterError("cms: a count-mean sketch hashes each value once (hashes = 1)")
+
+    def parameters(self) -> dict[str, int | float | str | bool]:
+        out = super().parameters()
+        del out["hashes"]
+        return out
