@@ -303,7 +303,7 @@ class KafkaConfig:
     def admin(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, **self.security.settings(), **self.settings}
 
-    def check_access(self, timeout: float = 15.0) -> None:
+    def check_access(self, timeout: float = 10.0) -> None:
         """Connect once, before a process starts its work: a broker that refuses the credentials or the TLS
         handshake, or none that answers within ``timeout`` s, is a :class:`ServiceError` in one line (librdkafka
         would otherwise retry for ever, printing its own lines, while the process waits)."""
@@ -312,8 +312,10 @@ class KafkaConfig:
         from confluent_kafka import KafkaError, KafkaException, Producer
 
         refused: list[str] = []
+        seen: list[str] = []
 
         def on_error(error: KafkaError) -> None:
+            seen.append(error.str())
             if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
                 refused.append(error.str())
 
@@ -330,8 +332,10 @@ class KafkaConfig:
                 except KafkaException:
                     probe.poll(0.1)
                 if time.monotonic() > deadline:
-                    raise ServiceError(f"Kafka at {self.bootstrap} did not answer within {timeout:.0f} s "
-                                       f"(security {self.security.protocol})")
+                    last = f"; last error: {seen[-1]}" if seen else ""
+                    raise ServiceError(f"Kafka at {self.bootstrap} did not answer within {timeout:.0f} s with "
+                                       f"security {self.security.protocol} (a TLS or SASL listener does not answer "
+                                       f"a client of another protocol){last}")
         finally:
             probe.flush(0)
         raise ServiceError(f"Kafka at {self.bootstrap} refused the client "

@@ -20,9 +20,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "images: builds the container images without a registry.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,engine,images}")
-    for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them"),
+    for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them (and the extras below)"),
                        ("status", "show whether they answer (exit 3 if not)")):
-        actions.add_parser(name, help=text).set_defaults(func=_run_stack)
+        action = actions.add_parser(name, help=text)
+        action.set_defaults(func=_run_stack)
+        if name != "down":
+            _add_extras(action)
     engine = actions.add_parser(
         "engine", help="a private Docker engine (Debian's dockerd) with its own data root and socket",
         description="Starts, stops or inspects a private dockerd (Debian's docker.io, installed if missing) with "
@@ -43,17 +46,47 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     images.set_defaults(func=_run_images)
 
 
+def _add_extras(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--secure", action="store_true",
+        help="also Kafka over TLS with SASL/SCRAM and Redis over TLS with an ACL user (deploy/secure.py; its own "
+        "CA, certificates and passwords under LDPSTREAM_STACK_DIR/secure); prints LDPSTREAM_CONFIG=FILE, the "
+        "service configuration that reaches them. Ports: LDPSTREAM_STACK_SECURE_{KAFKA,CONTROLLER,REDIS}_PORT "
+        "(default 39192, 39193, 36479)")
+    parser.add_argument(
+        "--redis-cluster", action="store_true",
+        help="also a Redis Cluster of three masters (deploy/cluster.py) on LDPSTREAM_STACK_CLUSTER_PORT and the "
+        "next two (default 36501); prints its redis+cluster:// URL")
+
+
 def _run_stack(args: argparse.Namespace) -> int:
+    from ldpstream.deploy import cluster, secure
+
+    if args.action == "down":
+        stack.down()
+        secure.down()
+        cluster.down()
+        print("stack stopped")
+        return 0
     if args.action == "up":
         print(stack.up().describe())
-    elif args.action == "down":
-        stack.down()
-        print("stack stopped")
-    else:
-        current = stack.status()
-        print(current.describe())
-        return 0 if current.kafka and current.redis else 3
-    return 0
+        if args.secure:
+            print(secure.up().describe())
+        if args.redis_cluster:
+            print(cluster.describe(cluster.up()))
+        return 0
+    current = stack.status()
+    print(current.describe())
+    healthy = current.kafka and current.redis
+    if args.secure or secure.started():
+        extra = secure.status()
+        print(extra.describe())
+        healthy = healthy and extra.kafka and extra.redis
+    if args.redis_cluster or cluster.started():
+        cluster_cfg = cluster.ClusterStackConfig.from_env()
+        print(cluster.describe(cluster_cfg))
+        healthy = healthy and cluster.cluster_answers(cluster_cfg)
+    return 0 if healthy else 3
 
 
 def _run_engine(args: argparse.Namespace) -> int:
