@@ -179,6 +179,20 @@ def write_config_file(cfg: SecureStackConfig) -> Path:
     return cfg.config_file
 
 
+def make_secrets(folder: Path, hosts: tuple[str, ...]) -> list[Path]:
+    """What a secured deployment mounts (``deploy/compose.secure.yaml``, ``deploy/k8s-secure``): a CA, a server
+    certificate for ``hosts`` and random passwords, in ``folder`` (mode 700; files 600, ``ca.pem`` 644). Files
+    already there are kept."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    make_certificates(folder, hosts)
+    for name in ("kafka-password", "kafka-admin-password", "redis-password"):
+        _password(folder / name)
+    for path in folder.iterdir():  # the containers run as other users: readable, in a folder only we can list
+        os.chmod(path, 0o600 if path.name == "ca.key" else 0o644)
+    return sorted(folder.iterdir())
+
+
 def prepare(cfg: SecureStackConfig) -> None:
     """Folders, certificates, passwords and the configuration file (idempotent)."""
     cfg.state_dir.mkdir(parents=True, exist_ok=True)

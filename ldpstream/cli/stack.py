@@ -19,13 +19,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "engine up|down|status: a private Docker engine (Debian's dockerd) for container tests. "
         "images: builds the container images without a registry.",
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,engine,images}")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,secrets,engine,images}")
     for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them (and the extras below)"),
                        ("status", "show whether they answer (exit 3 if not)")):
         action = actions.add_parser(name, help=text)
         action.set_defaults(func=_run_stack)
         if name != "down":
             _add_extras(action)
+    certs = actions.add_parser(
+        "secrets", help="make a CA, a server certificate and passwords for a secured deployment",
+        description="Writes into FOLDER (mode 700) ca.pem, ca.key, server.pem, server.key, server-keystore.pem "
+        "(key and certificate, Kafka's PEM keystore) for --hosts, and random kafka-password, "
+        "kafka-admin-password and redis-password: what deploy/compose.secure.yaml and deploy/k8s-secure mount. "
+        "Existing files are kept. For production, use your own PKI and secret store.")
+    certs.add_argument("folder", help="where to write them, e.g. deploy/secrets")
+    certs.add_argument("--hosts", default="kafka,redis,localhost,127.0.0.1",
+                       help="names and addresses the server certificate is valid for (comma-separated)")
+    certs.set_defaults(func=_run_secrets)
     engine = actions.add_parser(
         "engine", help="a private Docker engine (Debian's dockerd) with its own data root and socket",
         description="Starts, stops or inspects a private dockerd (Debian's docker.io, installed if missing) with "
@@ -87,6 +97,17 @@ def _run_stack(args: argparse.Namespace) -> int:
         print(cluster.describe(cluster_cfg))
         healthy = healthy and cluster.cluster_answers(cluster_cfg)
     return 0 if healthy else 3
+
+
+def _run_secrets(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ldpstream.deploy import secure
+
+    hosts = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+    for path in secure.make_secrets(Path(args.folder), hosts):
+        print(path)
+    return 0
 
 
 def _run_engine(args: argparse.Namespace) -> int:
