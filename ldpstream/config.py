@@ -321,7 +321,8 @@ class KafkaConfig:
 
         quiet = logging.getLogger("ldpstream.kafka.check_access")
         quiet.propagate = False
-        quiet.addHandler(logging.NullHandler())
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
         probe = Producer({**self.admin(), "error_cb": on_error, "logger": quiet})
         deadline = time.monotonic() + timeout
         try:
@@ -342,6 +343,8 @@ class KafkaConfig:
                            f"(security {self.security.protocol}): {refused[0]}")
 
 
+#: Redis Cluster URL schemes (this project's convention) and their plain twins; the store layer, which may not
+#: import this module, keeps the same table (``ldpstream.store.redis_store.CLUSTER_SCHEMES``).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
