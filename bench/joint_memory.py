@@ -37,6 +37,7 @@ from ldpstream.producers.loadgen import association_joint
 from ldpstream.registry import AssociationConfig, Registry
 from ldpstream.store import PartitionBatch, RedisSketchStore
 from ldpstream.store import keys as key_schema
+from ldpstream.store.contract import MAX_PAIR_BYTES
 from ldpstream.store.pair_layout import layout_of, patterns_from_cells, patterns_from_rows
 from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
@@ -98,15 +99,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000, help="messages per consumer batch (the default's)")
     parser.add_argument("--redis", default=os.environ.get("LDPSTREAM_REDIS", "redis://127.0.0.1:36379/2"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-pair-bytes", type=int, default=MAX_PAIR_BYTES,
+                        help="the most one rows segment holds (smaller: see the cost of spilling into segments)")
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis)
     now = int(time.time())
     scale = 1_000_000 / args.pairs
-    print(f"{args.pairs:,} pairs per association, consumer batches of {args.batch:,} one-record messages; "
+    print(f"{args.pairs:,} pairs per association, consumer batches of {args.batch:,} one-record messages, rows "
+          f"segments of at most {args.max_pair_bytes:,} bytes; "
           f"Redis {args.redis}; memory scaled to 10^6 pairs")
     for name, association in REGISTRY.associations.items():
         prefix = f"bench-joint-{uuid.uuid4().hex[:8]}"
-        store = RedisSketchStore(client, prefix)
+        store = RedisSketchStore(client, prefix, max_pair_bytes=args.max_pair_bytes)
         layout = layout_of(association)
         paired, single_a, single_b = records(association, args.pairs, args.seed, now)
         try:
@@ -128,8 +132,12 @@ def main() -> None:
                 without_pairs += time.perf_counter() - started
                 offset = start + len(chunk)
             buckets = store.pair_buckets(association)
-            (pair_key,) = client.smembers(key_schema.pair_index_key(prefix, name, association.fingerprint))
-            pair_bytes = memory(client, pair_key)
+            # The statistic's keys that exist (a rows statistic also lists the next segment, before it is needed).
+            pair_keys = sorted(k for k in client.smembers(key_schema.pair_index_key(prefix, name,
+                                                                                     association.fingerprint))
+                               if client.exists(k))
+            pair_bytes = sum(memory(client, k) for k in pair_keys)
+            segments = f", {len(pair_keys)} segment(s)" if layout.kind == "rows" else ""
             sketch_bytes = sum(memory(client, k) for m in association.metrics
                                for k in client.smembers(key_schema.index_key(prefix, m.name, m.fingerprint))
                                if b"bench-without-pairs" not in k)
@@ -138,6 +146,7 @@ def main() -> None:
             read_seconds = time.perf_counter() - started
             assert patterns.total == args.pairs
             if layout.kind == "cells":
+                (pair_key,) = pair_keys
                 raw = client.hgetall(pair_key)
                 started = time.perf_counter()
                 patterns_from_cells(layout, np.array(list(raw)).astype(np.int64),
@@ -147,7 +156,7 @@ def main() -> None:
                 alternative = (f"dense table of all {int(np.prod(layout.dims)):,} cells (i64): "
                                f"{8 * np.prod(layout.dims) / 2**20:,.1f} MiB whatever n")
             else:
-                raw_rows = client.get(pair_key)
+                raw_rows = b"".join(client.get(k) or b"" for k in pair_keys)
                 started = time.perf_counter()
                 patterns_from_rows(layout, raw_rows)
                 convert_seconds = time.perf_counter() - started
@@ -172,7 +181,7 @@ def main() -> None:
                       f"table's {int(np.prod(layout.dims)):,} cells whatever n ({cells:,} cells seen)")
             else:
                 print(f"  pair statistic: {pair_bytes * scale / 2**20:8.2f} MiB per 10^6 pairs "
-                      f"({pair_bytes / args.pairs:.1f} B/pair; {len(patterns):,} distinct patterns)")
+                      f"({pair_bytes / args.pairs:.1f} B/pair; {len(patterns):,} distinct patterns{segments})")
             print(f"  members' marginal sketches (bucket + all-time, both): {sketch_bytes / 2**10:,.1f} KiB")
             print(f"  alternative: {alternative}")
             print(f"  Redis apply (one compare-and-set a batch): {args.pairs / applied:,.0f} pairs/s with the pair "

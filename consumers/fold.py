@@ -6,10 +6,11 @@ plus the messages it refused and why. A message is accepted or refused whole: if
 none of them is counted and the whole message goes to the dead-letter topic, so replaying dead letters can
 never count a report twice.
 
-A version-2 record (one client's reports of an association's members) updates each member's sketches exactly
-as a version-1 record of that member would (so marginals and joints count the same reports), and the
-association's pair statistic of its time bucket (:mod:`ldpstream.store.pair_layout`; it expires with the
-association's retention, there is no all-time one); it is accepted or refused whole with its message.
+A version-2 record (one client's reports of an association's members, then of its riders) updates each
+carried metric's sketches exactly as a version-1 record of that metric would (so marginals and joints count the
+same reports), and the association's pair statistic (of the members' reports only) of its time bucket
+(:mod:`ldpstream.store.pair_layout`; it expires with the association's retention, there is no all-time one); it
+is accepted or refused whole with its message.
 
 Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``):
 
@@ -142,9 +143,9 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
                 continue
             chosen = chosen if ok.all() else chosen.take(ok)
             associated.append((association, chosen))
-            # Every member's marginal sketches count the member's report, like a version-1 record of it.
+            # Every member's (and rider's) marginal sketches count its report, like a version-1 record of it.
             accepted.extend((member, chosen.member(j, member.id, member.fingerprint))
-                            for j, member in enumerate(association.metrics))
+                            for j, member in enumerate(association.carried))
     capped = [(metric, _cap_buckets(metric, kept, refused)) for metric, records in accepted
               if len(kept := _without_refused(records, refused))]
     for metric, records in capped:
@@ -208,12 +209,13 @@ def _validate_association(association: AssociationConfig, tuples: AssociationBat
         _refuse(refused, tuples.message_index[bad_fingerprint], "fingerprint_mismatch",
                 f"association {association.name!r} expects fingerprint {association.fingerprint:08x}")
     ok: np.ndarray = ~bad_fingerprint
-    if tuples.cohorts.shape[1] != len(association.metrics):
+    carried = association.carried
+    if tuples.cohorts.shape[1] != len(carried):
         _refuse(refused, tuples.message_index[ok], "payload_size",
-                f"association {association.name!r} has {len(association.metrics)} members, the record carries "
+                f"association {association.name!r} carries {len(carried)} reports, the record "
                 f"{tuples.cohorts.shape[1]} payloads")
         return np.zeros(len(tuples), dtype=bool)
-    for j, member in enumerate(association.metrics):
+    for j, member in enumerate(carried):
         ok &= _validate(member, tuples.member(j, member.id, member.fingerprint), refused, now)
     return ok
 
@@ -334,13 +336,14 @@ def _fold_pairs(association: AssociationConfig, tuples: AssociationBatch, result
     increment: its tuples update the members' sketches only, as in every store (Redis would drop a key written
     with a past expiry at once, the in-memory store would keep it)."""
     layout = layout_of(association)
+    members = len(association.metrics)  # the riders' reports, after the members', stay out of the pair statistic
     buckets = tuples.event_time // association.bucket_seconds
     for bucket in _distinct(buckets).tolist():
         expire_at = (bucket + 1) * association.bucket_seconds + association.retention_seconds
         if expire_at <= now:
             continue
         part = tuples if buckets.min() == buckets.max() else tuples.take(buckets == bucket)
-        increment = pair_increment(layout, part.cohorts, part.payloads, expire_at)
+        increment = pair_increment(layout, part.cohorts[:, :members], part.payloads[:members], expire_at)
         key = PairKey(association.name, association.fingerprint, int(bucket))
         current = result.pairs.get(key)
         result.pairs[key] = increment if current is None else merge_increments(current, increment)

@@ -4,6 +4,7 @@ from the registry, reasons from :data:`ldpstream.consumers.fold.REJECTION_REASON
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -43,6 +44,17 @@ class ConsumerMetrics:
         self.lag = Gauge(
             "ldpstream_consumer_lag_messages", "Messages in the partition after the consumer's position",
             ["topic", "partition"], registry=registry)
+
+    def declare(self, metrics: Iterable[str], associations: Iterable[str], reasons: Iterable[str]) -> None:
+        """Export the labelled counters at 0 for every metric, association and rejection reason before the
+        first report: a counter series that appears only at its first increment hides that increment from
+        ``rate()`` and ``increase()``, and a dashboard or alert has no series to show until then."""
+        for metric in metrics:
+            self.reports_applied.labels(metric)
+        for association in associations:
+            self.tuples_applied.labels(association)
+        for reason in reasons:
+            self.messages_rejected.labels(reason)
 
 
 @functools.cache

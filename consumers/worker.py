@@ -38,7 +38,7 @@ from confluent_kafka import (
 )
 
 from ldpstream.config import KafkaConfig
-from ldpstream.consumers.fold import Rejection, fold_messages
+from ldpstream.consumers.fold import REJECTION_REASONS, Rejection, fold_messages
 from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
 from ldpstream.errors import ServiceError, StoreUnavailableError
 from ldpstream.kafka import produce
@@ -75,6 +75,7 @@ class SketchConsumer:
         self.store = store
         self.settings = settings
         self.metrics = metrics or default_metrics()
+        self.metrics.declare(registry.metrics, registry.associations, REJECTION_REASONS)
         self.topics = settings.topics or registry.topics
         self._consumer = Consumer(settings.kafka.consumer(
             settings.group_id, **{
@@ -291,8 +292,12 @@ class SketchConsumer:
                      rejections: list[Rejection]) -> None:
         for rejection in rejections:
             source = messages[rejection.message_index]
+            # ``timestamp``: the original Kafka timestamp (ms), at which records without an event time count when
+            # the message is replayed; a header, since the dead-letter topic may refuse it as a message timestamp
+            # (Kafka 4 refuses one more than an hour ahead by default, and producers choose them).
             headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
-                       ("source", f"{topic}/{partition}/{source.offset()}".encode())]
+                       ("source", f"{topic}/{partition}/{source.offset()}".encode()),
+                       ("timestamp", str(source.timestamp()[1]).encode())]
             produce(self._dead_letters, self.settings.dead_letter_topic, source.value() or b"", key=source.key(),
                     headers=headers, on_delivery=self._on_dlq, wait=0.1)
         remaining = self._dead_letters.flush(30)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -69,6 +71,45 @@ class DecoderMetrics:
                                       "Joint decodes or publications of an association that raised",
                                       ["association"], registry=registry)
         self._shown_cells: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # Discovery metrics (strings without a dictionary): the names agreed in docs/monitoring.md, apart from the
+        # marginals' (a dictionary's values are strings found, not a fixed list), plus the retirements and stages.
+        string = ["metric", "window", "string"]
+        self.dictionary_string = Gauge("ldpstream_dictionary_string_ratio",
+                                       "Estimated frequency of a discovered string (top N)", string, registry=registry)
+        self.dictionary_string_low = Gauge("ldpstream_dictionary_string_low_95_ratio",
+                                           "Lower end of the 95% interval of a discovered string", string,
+                                           registry=registry)
+        self.dictionary_string_high = Gauge("ldpstream_dictionary_string_high_95_ratio",
+                                            "Upper end of the 95% interval of a discovered string", string,
+                                            registry=registry)
+        self.dictionary_strings = Gauge("ldpstream_dictionary_strings",
+                                        "Strings in a discovery metric's published dictionary", ["metric", "window"],
+                                        registry=registry)
+        self.dictionary_reports = Gauge("ldpstream_dictionary_reports", "Reports (clients) the discovery rests on",
+                                        ["metric", "window"], registry=registry)
+        self.dictionary_decode_seconds = Histogram(
+            "ldpstream_dictionary_decode_seconds", "Time of one discovery (n-gram decode, pair EM, cliques, final)",
+            ["metric"], registry=registry, buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+        self.dictionary_decode_failures = Counter("ldpstream_dictionary_decode_failures_total",
+                                                  "Discoveries (or their publication) that raised", ["metric"],
+                                                  registry=registry)
+        self.dictionary_retired = Counter("ldpstream_dictionary_retired_total",
+                                          "Strings retired from a discovery metric's dictionary",
+                                          ["metric", "window"], registry=registry)
+        self.dictionary_stage_seconds = Gauge("ldpstream_dictionary_stage_seconds",
+                                              "Time of a stage of the latest discovery (ngrams, pairs, cliques, final)",
+                                              ["metric", "window", "stage"], registry=registry)
+        self._shown_strings: dict[tuple[str, str], set[str]] = {}
+
+    def declare(self, metrics: Iterable[str], associations: Iterable[str]) -> None:
+        """Export the failure counters at 0 (and no withheld estimates) for every metric and association before
+        the first pass: a counter series that appears only at its first increment hides that increment from
+        ``increase()``, so an alert on failures would miss the first ones."""
+        for metric in metrics:
+            self.decode_failures.labels(metric)
+            self.withheld.labels(metric).set(0)
+        for association in associations:
+            self.joint_failures.labels(association)
 
     def observe(self, result: PublishedEstimate, top_n: int) -> None:
         est = result.estimate
@@ -88,6 +129,47 @@ class DecoderMetrics:
         if est.residual is not None:
             self.residual.labels(result.metric, result.window).set(est.residual)
         self.decode_seconds.labels(result.metric).observe(result.decode_seconds)
+
+    def observe_dictionary(self, result: PublishedEstimate, discovery: Mapping[str, Any], top_n: int) -> None:
+        """A discovery metric's dictionary: its ``top_n`` strings with their intervals, its size and reports, and
+        for a decode that ran (not a republished one) its time, stages and retirements."""
+        est = result.estimate
+        order = np.argsort(-est.frequencies, kind="stable")[:top_n]
+        ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
+        shown = set()
+        for i in order.tolist():
+            labels = (result.metric, result.window, result.names[i])
+            shown.add(result.names[i])
+            self.dictionary_string.labels(*labels).set(float(est.frequencies[i]))
+            if ci is not None:
+                self.dictionary_string_low.labels(*labels).set(float(ci.low[i]))
+                self.dictionary_string_high.labels(*labels).set(float(ci.high[i]))
+        key = (result.metric, result.window)
+        self._remove_strings(*key, self._shown_strings.get(key, set()) - shown)
+        self._shown_strings[key] = shown
+        self.dictionary_strings.labels(*key).set(len(result.names))
+        self.dictionary_reports.labels(*key).set(int(est.n_reports))
+        if result.reused:
+            return
+        self.dictionary_decode_seconds.labels(result.metric).observe(result.decode_seconds)
+        retired = len(discovery.get("retired", []))
+        if retired:
+            self.dictionary_retired.labels(*key).inc(retired)
+        for stage, seconds in discovery.get("seconds", {}).items():
+            self.dictionary_stage_seconds.labels(*key, stage).set(float(seconds))
+
+    def clear_dictionary(self, metric: str, window: str) -> None:
+        """Remove every series of a discovery window that no longer has a dictionary."""
+        self._remove_strings(metric, window, self._shown_strings.pop((metric, window), set()))
+        for gauge in (self.dictionary_strings, self.dictionary_reports):
+            with contextlib.suppress(KeyError):
+                gauge.remove(metric, window)
+
+    def _remove_strings(self, metric: str, window: str, strings: set[str]) -> None:
+        for text in strings:
+            for gauge in (self.dictionary_string, self.dictionary_string_low, self.dictionary_string_high):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(metric, window, text)
 
     def clear(self, metric: str, window: str) -> None:
         """Remove every series of a window that no longer has an estimate."""

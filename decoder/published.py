@@ -16,6 +16,12 @@ from ldpstream.estimators.windows import WindowDesign, value_design_effects, wid
 from ldpstream.registry import MetricConfig, Window
 from ldpstream.store.contract import MetricSnapshot
 
+#: The name and version of the JSON Schema each published object follows (``docs/schema/``), carried by every
+#: object as ``"schema"``: a consumer in another language checks it before reading the rest.
+MARGINAL_SCHEMA = "marginal-estimate/1"
+JOINT_SCHEMA = "joint-estimate/1"
+RETRACTION_SCHEMA = "retraction/1"
+
 
 def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int, now: float) -> list[int]:
     """Buckets that overlap the window ``(now − window.seconds, now]`` (every bucket for ``all``)."""
@@ -86,6 +92,7 @@ class PublishedEstimate:
         values: list[dict[str, Any]] = [dict(zip(keys, row, strict=False))
                                         for row in zip(self.names, *(col for _, col in columns), strict=False)]
         return {
+            "schema": MARGINAL_SCHEMA,
             "metric": self.metric,
             "window": self.window,
             "snapshot_time": self.snapshot_time,
@@ -167,6 +174,7 @@ class PublishedJoint:
     def to_json(self) -> dict[str, Any]:
         est = self.estimate
         return {
+            "schema": JOINT_SCHEMA,
             "association": self.association,
             "x": self.members[0],
             "y": self.members[1],

@@ -27,6 +27,10 @@ Then, for each association of two metrics and each of its windows:
    ``joint:<association>:<window>``) and to Prometheus (the top cells, the independence test, the EM's
    iterations and time).
 
+A discovery metric (a string metric without a dictionary) is decoded by :mod:`ldpstream.decoder.discovery`
+instead (its n-gram slot metrics and slot-pair associations are read there, never decoded on their own) and
+published like a marginal: its dictionary of discovered strings with estimates and intervals.
+
 A metric or association whose decode or publication fails is logged, counted and named in the pass's record;
 the others are decoded and published all the same.
 """
@@ -43,8 +47,10 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.decoder.discovery import DictionaryDecoder, PublishedDictionary
 from ldpstream.decoder.metrics import DecoderMetrics, default_metrics
 from ldpstream.decoder.published import (
+    RETRACTION_SCHEMA,
     PublishedEstimate,
     PublishedJoint,
     decode_window,
@@ -131,9 +137,14 @@ class DecoderService:
         self.reuse = reuse
         #: (metric, window) → the window's last decode (see :class:`LastDecode`).
         self._last: dict[tuple[str, str], LastDecode] = {}
+        #: The discovery metrics' decoder (it keeps each window's dictionary between passes).
+        self.dictionaries = DictionaryDecoder(registry, store, reuse=reuse)
+        self.metrics.declare(registry.metrics, [a.name for a in self.joint_associations()])
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""
+        if metric.discovers:
+            return list(self.dictionaries.decode(metric, now)[0])
         return self._decode_windows(metric, now)[0]
 
     def _decode_windows(self, metric: MetricConfig, now: float | None,
@@ -191,14 +202,22 @@ class DecoderService:
         #: This pass's marginal estimates, which the joint decodes take their candidates from.
         marginals: dict[tuple[str, str], PublishedEstimate] = {}
         for metric in self.registry.metrics.values():
+            if metric.part_of is not None:
+                continue  # an n-gram slot of a discovery metric: decoded with it
             try:
                 # A partition being rebuilt from Kafka (the store lost counts) holds partial counts: publishing
                 # them would present a part as the whole. Checked before and after the snapshot.
                 rebuilding = self.store.rebuilding(metric.topic)
-                results, empty = self._decode_windows(metric, now)
+                results: list[PublishedEstimate]
+                if metric.discovers:
+                    found, empty = self.dictionaries.decode(metric, now)
+                    results = list(found)
+                else:
+                    results, empty = self._decode_windows(metric, now)
                 rebuilding = rebuilding or self.store.rebuilding(metric.topic)
             except Exception:
-                self.metrics.decode_failures.labels(metric.name).inc()
+                failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
+                failures.labels(metric.name).inc()
                 log.exception("decoding metric %s failed", metric.name)
                 failed.append(metric.name)
                 continue
@@ -215,7 +234,8 @@ class DecoderService:
                 for window in empty:
                     self.retract(metric.name, window)
             except Exception:  # Redis or Kafka failed mid-publish: try again next pass, keep serving
-                self.metrics.decode_failures.labels(metric.name).inc()
+                failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
+                failures.labels(metric.name).inc()
                 log.exception("publishing metric %s failed", metric.name)
                 failed.append(metric.name)
                 continue
@@ -223,6 +243,8 @@ class DecoderService:
             marginals.update(((metric.name, r.window), r) for r in results)
         for gone in [key for key in self._last if key[0] not in self.registry.metrics]:
             del self._last[gone]  # a metric no longer in the registry
+        for gone in [key for key in self._joint_start if key[0] not in self.registry.associations]:
+            del self._joint_start[gone]  # an association no longer in the registry: its warm start goes too
         for association in self.joint_associations():
             if not self._decode_association(association, marginals, failed + withheld, now):
                 failed.append(association.name)
@@ -235,7 +257,8 @@ class DecoderService:
         #: withheld (rebuilding).
         self.last_failed = failed
         self.last_withheld = withheld
-        if len(failed) < len(self.registry.metrics) + len(self.joint_associations()):
+        decoded = sum(1 for m in self.registry.metrics.values() if m.part_of is None)
+        if len(failed) < decoded + len(self.joint_associations()):
             try:
                 self.store.record_decode(failed)
             except Exception:  # the store went away after the pass: the estimates stand, the record is next time's
@@ -245,8 +268,8 @@ class DecoderService:
 
     def joint_associations(self) -> list[AssociationConfig]:
         """The associations the decoder estimates a joint table of: those of two metrics (an association of
-        more members feeds other decoders)."""
-        return [a for a in self.registry.associations.values() if len(a.members) == 2]
+        more members feeds other decoders; a discovery metric's slot pairs are read by its own decoder)."""
+        return [a for a in self.registry.associations.values() if len(a.members) == 2 and a.part_of is None]
 
     def decode_association(self, association: AssociationConfig, now: float | None = None,
                            marginals: dict[tuple[str, str], PublishedEstimate] | None = None
@@ -369,8 +392,8 @@ class DecoderService:
             return
         self.metrics.clear_joint(association, window)
         if self.producer is not None:
-            body = json.dumps({"association": association, "window": window, "retracted": True,
-                               "time": time.time()})
+            body = json.dumps({"schema": RETRACTION_SCHEMA, "association": association, "window": window,
+                               "retracted": True, "time": time.time()})
             self._produce(f"joint:{association}:{window}", body)
 
     def retract(self, metric: str, window: str) -> None:
@@ -379,8 +402,10 @@ class DecoderService:
         if not self.store.retract_estimate(metric, window):
             return  # nothing was published for it: nothing to retract
         self.metrics.clear(metric, window)
+        self.metrics.clear_dictionary(metric, window)
         if self.producer is not None:
-            body = json.dumps({"metric": metric, "window": window, "retracted": True, "time": time.time()})
+            body = json.dumps({"schema": RETRACTION_SCHEMA, "metric": metric, "window": window, "retracted": True,
+                               "time": time.time()})
             self._produce(f"{metric}:{window}", body)
 
     def publish(self, result: PublishedEstimate) -> None:
@@ -388,7 +413,10 @@ class DecoderService:
         self.store.publish_estimate(result.metric, result.window, body, self.history)
         if self.producer is not None:
             self._produce(f"{result.metric}:{result.window}", body)
-        self.metrics.observe(result, self.top_n)
+        if isinstance(result, PublishedDictionary):  # the dictionary names of docs/monitoring.md
+            self.metrics.observe_dictionary(result, result.discovery, self.top_n)
+        else:
+            self.metrics.observe(result, self.top_n)
 
     def _produce(self, key: str, body: str) -> None:
         produce(self.producer, self.estimates_topic, body.encode(), key=key.encode(), wait=0.1)

@@ -61,7 +61,28 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
         lines.append(f"{line}  {bar}")
     if published.get("residual") is not None:
         lines.append(f"unexplained mass (outside the candidates): {published['residual']:.4f}")
+    discovery = published.get("discovery")
+    if isinstance(discovery, Mapping):
+        lines.extend(_discovery_lines(discovery))
     return "\n".join(lines)
+
+
+def _discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
+    """A discovery metric's dictionary: how it was found (per stage) and kept (the retirement rule)."""
+    entries = list(discovery.get("dictionary", []))
+    fading = [f"{e['value']} ({e['misses']} miss{'es' if e['misses'] != 1 else ''})" for e in entries
+              if not e.get("significant", True)]
+    seconds = discovery.get("seconds", {})
+    stages = ", ".join(f"{stage} {float(seconds[stage]):.2f} s" for stage in ("ngrams", "pairs", "cliques", "final")
+                       if stage in seconds)
+    lines = [f"discovered dictionary: {len(entries)} strings from {discovery.get('candidates', 0)} candidates; "
+             f"n-grams kept per slot {discovery.get('ngrams', [])}; {stages}"]
+    if fading:
+        lines.append(f"not significant this decode (retired after {discovery.get('retire_after')}): "
+                     + ", ".join(fading))
+    if discovery.get("retired"):
+        lines.append("retired now: " + ", ".join(str(r) for r in discovery["retired"]))
+    return lines
 
 
 def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:

@@ -59,6 +59,7 @@ def collect_status(registry: Registry, kafka: KafkaConfig | str, store: StatusSt
         epsilon_inf = association.epsilon_inf
         out["associations"][association.name] = {
             "members": list(association.members),
+            "riders": [m.name for m in association.riders],
             "fingerprint": f"{association.fingerprint:08x}",
             "privacy": {"epsilon": association.epsilon,
                         "epsilon_inf": epsilon_inf if math.isfinite(epsilon_inf) else None},
@@ -97,7 +98,10 @@ def format_status(report: dict[str, Any]) -> str:
         for name, entry in report["associations"].items():
             privacy = entry["privacy"]
             forever = "unbounded" if privacy["epsilon_inf"] is None else f"{privacy['epsilon_inf']:g}"
-            lines.append(f"  {name:<20} {entry['reports']:>12,} report tuples of {' + '.join(entry['members'])}, "
+            carried = " + ".join(entry["members"])
+            if entry.get("riders"):
+                carried += f" (with {' + '.join(entry['riders'])} riding)"
+            lines.append(f"  {name:<20} {entry['reports']:>12,} report tuples of {carried}, "
                          f"{len(entry['buckets'])} bucket(s) held; ε {privacy['epsilon']:g}, ε∞ {forever}; longest "
                          f"joint window {_duration(entry['longest_window_seconds'])} (the retention; windows "
                          f"{', '.join(entry['windows'])})")

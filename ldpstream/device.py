@@ -13,8 +13,11 @@ from typing import Any
 import numpy as np
 
 from ldpstream.errors import ParameterError
+from ldpstream.estimators.discovery.client import SLOT_DOMAIN
+from ldpstream.estimators.discovery.reports import draw_slots
 from ldpstream.mechanisms.base import ReportEncoder
-from ldpstream.registry import MetricConfig
+from ldpstream.mechanisms.randomness import KeyedRandomness
+from ldpstream.registry import AssociationConfig, MetricConfig, Registry, discovery_pair_name, discovery_slot_name
 
 
 def value_table(metric: MetricConfig) -> np.ndarray | None:
@@ -71,6 +74,39 @@ class ClientPrivatizer:
             self._encoders[metric.name, metric.fingerprint] = encoder
         cohort, report = encoder.encode_report(value)
         return cohort, np.asarray(report)
+
+    def discovery_record(self, registry: Registry, metric: MetricConfig, value: str
+                         ) -> tuple[AssociationConfig, dict[str, str]]:
+        """What the device sends for discovery metric ``metric`` (docs/math/dictionary.md, "Collection"): the
+        association of its two slots and the value of every metric the record carries (the n-grams of ``value``
+        padded or truncated to the metric's length at those slots, and the padded string).
+
+        The slots are drawn once from a keyed stream of the device secret (HMAC of ``discovery-slots:<metric>``,
+        message :data:`~ldpstream.estimators.discovery.client.SLOT_DOMAIN`, the simulation's rule
+        :func:`~ldpstream.estimators.discovery.reports.draw_slots`): the same device always reports the same two
+        slots, so its repeated reports reveal no more n-grams of its string than two."""
+        config = metric.discovery
+        if config is None or metric.part_of is not None:
+            raise ParameterError(f"metric {metric.name!r} is not a discovery metric")
+        if not isinstance(value, str):
+            raise ParameterError(f"metric {metric.name!r} takes a string, not a {type(value).__name__}")
+        if self.persistent is False:
+            raise ParameterError(f"metric {metric.name!r} derives its n-gram positions from the device secret, which "
+                                 "must survive restarts: give the client a persistent secret "
+                                 "(LdpClient(..., secret_file=PATH))")
+        bad = set(value) - set(config.alphabet)
+        if bad:  # the value is private: the error names neither it nor its characters
+            raise ParameterError(f"a value given to metric {metric.name!r} has {len(bad)} character(s) outside its "
+                                 "alphabet")
+        padded = value[: config.length].ljust(config.length, config.pad)
+        key = hmac.new(self.secret, f"discovery-slots:{metric.name}".encode(), hashlib.sha256).digest()
+        first, second = (int(s) for s in draw_slots(1, config.slots, KeyedRandomness(key, SLOT_DOMAIN))[0])
+        low, high = min(first, second), max(first, second)
+        n = config.ngram
+        association = registry.association(discovery_pair_name(metric.name, low, high))
+        return association, {discovery_slot_name(metric.name, low): padded[low * n:(low + 1) * n],
+                             discovery_slot_name(metric.name, high): padded[high * n:(high + 1) * n],
+                             metric.name: padded}
 
     def _metric_secret(self, metric: MetricConfig) -> bytes:
         # The label predates the other mechanisms' permanent responses; changing it would change RAPPOR PRRs.

@@ -47,10 +47,14 @@ def partitions_of(kafka: KafkaConfig | str, topic: str, timeout: float = 10.0) -
 
 
 def produce(producer: Producer, topic: str, value: bytes, key: bytes | None = None,
-            on_delivery: Callable[..., Any] | None = None, headers: Any = None, wait: float = 0.05) -> None:
+            on_delivery: Callable[..., Any] | None = None, headers: Any = None, wait: float = 0.05,
+            timestamp: int | None = None) -> None:
     """``producer.produce(...)``, waiting while librdkafka's local queue is full (``BufferError``): each wait
-    serves delivery callbacks for ``wait`` seconds, which frees room. The one produce loop of the package."""
+    serves delivery callbacks for ``wait`` seconds, which frees room. The one produce loop of the package.
+    ``timestamp``: the message's Kafka timestamp in milliseconds (default: the producer's clock)."""
     kwargs: dict[str, Any] = {"key": key}
+    if timestamp is not None and timestamp > 0:
+        kwargs["timestamp"] = timestamp
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
     if headers is not None:

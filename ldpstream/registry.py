@@ -43,7 +43,39 @@ share ``topic`` and ``bucket_seconds``. The pair statistic lives per time bucket
 association's retention: there is no all-time pair store, so the longest joint window is the retention and
 ``all`` means "every bucket still retained". An association of members that keep their buckets forever must
 state a ``retention`` (it is refused otherwise). Privacy: a client reporting an association spends the sum of
-its members' ε (sequential composition), and the sum of their ε∞ over repeated reports.
+its members' ε (sequential composition), and the sum of their ε∞ over repeated reports. An association of
+three or more members keeps whole tuples; the store reads the pair statistic of any two members from them
+(``pair_patterns(..., members=(i, j))``); the live joint decoder publishes two-member associations only.
+
+A string metric without a dictionary (a *discovery* metric: the decoder finds its frequent values from n-gram
+reports, docs/math/dictionary.md) is declared with a ``discovery`` table instead of a mechanism::
+
+    [metrics.url]
+    id = 30                      # the full-string metric's id; its n-gram slots take ids 31, 32, ...
+    retention = "7d"             # required: the pair statistics live per bucket and must expire
+    [metrics.url.discovery]
+    epsilon = 4.39               # the client's total ε over its three reports
+    length = 8                   # M: strings padded (with pad) or truncated to M characters
+    ngram = 2                    # n: M / n slots of n characters
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789.-/"   # Σ (the pad is appended)
+    pad = "$"
+    positions = 2                # n-gram reports per client (two: one slot pair per client)
+    full_share = 0.3333333333    # share of ε of the full-string report; the n-grams split the rest
+    mechanism = "rappor"         # of every report (f = 0 unless given: f must make 128·f an integer)
+    full_bits = 128              # Bloom bits of the full-string report, and of each n-gram report
+    ngram_bits = 128
+    hashes = 2
+    cohorts = 32
+    retire_after = 3             # decoder: a discovered string not significant in this many decodes in a row
+                                 # (with new reports) leaves the dictionary
+    pattern = "[a-z0-9./-]+"     # decoder: optional semantic filter (the unpadded string must match in full)
+
+It expands into ordinary registry entries (:func:`discovery_slot_name`, :func:`discovery_pair_name`): the
+full-string metric ``url`` (RAPPOR, no candidates), one n-gram metric per slot ``url.ngram<j>`` (id + 1 + j),
+and one association per pair of slots ``url.pair<a>-<b>`` (association id = id + its rank among the pairs)
+whose record carries the n-gram reports of slots a and b, paired, and the full-string report as a *rider*
+(``AssociationConfig.riders``: it updates its metric's sketches but not the pair statistic). A client sends one
+such record, for the slot pair derived from its secret.
 
 Each metric's *fingerprint* is the first 4 bytes (u32, big-endian) of SHA-256 over the canonical JSON of its
 id and mechanism parameters. Every report carries it, and a consumer refuses reports whose fingerprint does
@@ -55,6 +87,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -88,6 +121,14 @@ DEFAULT_WINDOWS = ("all",)
 _SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidates", "estimator", "description",
                  "retention"}
 _ASSOCIATION_KEYS = {"id", "metrics", "windows", "candidates", "retention", "description"}
+_DISCOVERY_METRIC_KEYS = {"id", "topic", "bucket_seconds", "windows", "description", "retention", "discovery"}
+_DISCOVERY_KEYS = {"epsilon", "length", "ngram", "alphabet", "pad", "positions", "full_share", "mechanism",
+                   "full_bits", "ngram_bits", "hashes", "cohorts", "f", "retire_after", "alpha", "pattern",
+                   "max_candidates"}
+#: The default alphabet of a discovery metric: lower-case letters, digits and ``. - /`` (the pad is appended).
+DEFAULT_DISCOVERY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
+#: Most n-grams per slot a discovery metric may have (|Σ|^n): the decoder tests every one at every slot.
+MAX_DISCOVERY_NGRAMS = 2**16
 #: Most members of one association (the report format carries the member count in a byte).
 MAX_ASSOCIATION_MEMBERS = 8
 DEFAULT_JOINT_CANDIDATES = 5
@@ -113,6 +154,94 @@ class Window:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """The string shape, budget and decoder settings of a metric without a dictionary (module docstring;
+    docs/math/dictionary.md). The shape and budget are part of the fingerprints of every metric it expands to;
+    ``retire_after``, ``alpha``, ``pattern`` and ``max_candidates`` only change how the decoder reads them."""
+
+    length: int = 8
+    ngram: int = 2
+    alphabet: str = DEFAULT_DISCOVERY_ALPHABET
+    pad: str = "$"
+    #: The client's total ε over its reports (basic composition).
+    epsilon: float = 4.0
+    full_share: float = 1.0 / 3.0
+    positions: int = 2
+    retire_after: int = 3
+    alpha: float = 0.10
+    pattern: str | None = None
+    max_candidates: int = 2_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pad, str) or len(self.pad) != 1:
+            raise ConfigError(f"discovery: pad must be one character, got {self.pad!r}")
+        if not isinstance(self.alphabet, str) or not self.alphabet:
+            raise ConfigError("discovery: alphabet must be a non-empty string")
+        if self.pad not in self.alphabet:
+            object.__setattr__(self, "alphabet", self.alphabet + self.pad)
+        if len(set(self.alphabet)) != len(self.alphabet):
+            raise ConfigError("discovery: the alphabet repeats a character")
+        if self.ngram < 1 or self.length < 2 * self.ngram or self.length % self.ngram:
+            raise ConfigError(f"discovery: length ({self.length}) must be a multiple of ngram ({self.ngram}) with "
+                              "at least two slots")
+        if len(self.alphabet) ** self.ngram > MAX_DISCOVERY_NGRAMS:
+            raise ConfigError(f"discovery: |alphabet|^ngram = {len(self.alphabet)}^{self.ngram} n-grams; at most "
+                              f"{MAX_DISCOVERY_NGRAMS} are decoded per slot")
+        if self.positions != 2:
+            raise ConfigError("discovery: positions must be 2 (each client reports one pair of slots, the pair "
+                              "the joint estimation reads)")
+        if not 0 < self.full_share < 1:
+            raise ConfigError(f"discovery: full_share must lie in (0, 1), got {self.full_share}")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ConfigError(f"discovery: epsilon must be positive and finite, got {self.epsilon}")
+        if self.retire_after < 1:
+            raise ConfigError("discovery: retire_after must be at least 1 decode")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"discovery: alpha must lie in (0, 1), got {self.alpha}")
+        if self.max_candidates < 1:
+            raise ConfigError("discovery: max_candidates must be positive")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ConfigError(f"discovery: pattern is not a regular expression: {exc}") from None
+
+    @property
+    def slots(self) -> int:
+        """k = M / n n-gram positions."""
+        return self.length // self.ngram
+
+    @property
+    def slot_pairs(self) -> list[tuple[int, int]]:
+        """The unordered slot pairs (a < b), in the order their associations take ids."""
+        return [(a, b) for a in range(self.slots) for b in range(a + 1, self.slots)]
+
+    @property
+    def ngram_epsilon(self) -> float:
+        """ε of one n-gram report: the rest of the budget after the full-string report, split evenly."""
+        return self.epsilon * (1.0 - self.full_share) / self.positions
+
+    @property
+    def full_epsilon(self) -> float:
+        return self.epsilon * self.full_share
+
+    def parameters(self) -> dict[str, Any]:
+        """What the reports mean (in the fingerprints): the shape and the budget."""
+        return {"length": self.length, "ngram": self.ngram, "alphabet": self.alphabet, "pad": self.pad,
+                "epsilon": self.epsilon, "full_share": self.full_share, "positions": self.positions}
+
+
+def discovery_slot_name(metric: str, slot: int) -> str:
+    """The name of the n-gram metric of ``slot`` of discovery metric ``metric``."""
+    return f"{metric}.ngram{slot}"
+
+
+def discovery_pair_name(metric: str, a: int, b: int) -> str:
+    """The name of the association of slots ``a < b`` of discovery metric ``metric``."""
+    return f"{metric}.pair{a}-{b}"
+
+
+@dataclass(frozen=True)
 class MetricConfig:
     """One metric: what clients privatize, how, where reports go, and how they are decoded."""
 
@@ -128,6 +257,11 @@ class MetricConfig:
     description: str = ""
     #: Seconds a bucket sketch is kept after its bucket ends (None: forever).
     retention_seconds: int | None = None
+    #: A metric without a dictionary (its full-string reports), or one of its n-gram slots (``part_of``).
+    discovery: DiscoveryConfig | None = None
+    #: The discovery metric this n-gram metric belongs to (its slot is ``slot``); the decoder reads it there.
+    part_of: str | None = None
+    slot: int | None = None
     fingerprint: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +287,17 @@ class MetricConfig:
         longest = max((w.seconds for w in self.windows if w.seconds is not None), default=0)
         if self.retention_seconds is not None and self.retention_seconds < longest:
             raise ConfigError(f"metric {self.name!r}: retention is shorter than its longest window")
-        object.__setattr__(self, "fingerprint", fingerprint(self.id, self.mechanism.parameters()))
+        parameters: dict[str, Any] = dict(self.mechanism.parameters())
+        if self.discovery is not None:  # the string shape and budget change what a report means
+            parameters["discovery"] = self.discovery.parameters()
+            if self.slot is not None:
+                parameters["slot"] = self.slot
+        object.__setattr__(self, "fingerprint", fingerprint(self.id, parameters))
+
+    @property
+    def discovers(self) -> bool:
+        """Whether this is a discovery metric's full-string metric (the one its dictionary is published under)."""
+        return self.discovery is not None and self.part_of is None
 
     def value_names(self) -> tuple[str, ...]:
         """Names of the estimated values: candidates, labels, or the symbols' numbers."""
@@ -185,6 +329,12 @@ class AssociationConfig:
     #: How many top values of each member's marginal estimate the joint decoder keeps (plus "Other").
     candidates: int = DEFAULT_JOINT_CANDIDATES
     description: str = ""
+    #: Metrics whose reports every record carries after the members' (``carried``): they count in their own
+    #: sketches, as a member's report does, but stay out of the pair statistic (a discovery metric's full-string
+    #: report riding with the n-gram pair of its slots).
+    riders: tuple[MetricConfig, ...] = ()
+    #: The discovery metric that declared this association (the decoder reads it there, not as a joint table).
+    part_of: str | None = None
     fingerprint: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -193,11 +343,13 @@ class AssociationConfig:
             raise ConfigError(f"{where}: id must be in 0..65535")
         if not 2 <= len(self.metrics) <= MAX_ASSOCIATION_MEMBERS:
             raise ConfigError(f"{where}: needs 2 to {MAX_ASSOCIATION_MEMBERS} member metrics, got {len(self.metrics)}")
-        names = [m.name for m in self.metrics]
+        names = [m.name for m in self.carried]
+        if len(self.carried) > MAX_ASSOCIATION_MEMBERS:
+            raise ConfigError(f"{where}: a record carries at most {MAX_ASSOCIATION_MEMBERS} reports")
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}: a metric may appear once among its members ({', '.join(names)})")
         first = self.metrics[0]
-        for other in self.metrics[1:]:
+        for other in self.carried[1:]:
             if other.topic != first.topic:
                 raise ConfigError(f"{where}: members {first.name!r} (topic {first.topic!r}) and {other.name!r} "
                                   f"(topic {other.topic!r}) must share one topic (a record goes to one topic)")
@@ -207,7 +359,7 @@ class AssociationConfig:
                                   "one bucket)")
         if not 0 < self.retention_seconds <= MAX_RETENTION_SECONDS:
             raise ConfigError(f"{where}: retention must be positive and at most 3650d")
-        for member in self.metrics:
+        for member in self.carried:
             if member.retention_seconds is not None and member.retention_seconds < self.retention_seconds:
                 raise ConfigError(f"{where}: retention is longer than member {member.name!r}'s; pairs would outlive "
                                   "the marginal counts they must agree with")
@@ -218,7 +370,12 @@ class AssociationConfig:
         if isinstance(self.candidates, bool) or not isinstance(self.candidates, int) or self.candidates < 1:
             raise ConfigError(f"{where}: candidates must be a positive integer (the decoder's top count)")
         object.__setattr__(self, "fingerprint", association_fingerprint(
-            self.id, [(m.id, m.fingerprint) for m in self.metrics]))
+            self.id, [(m.id, m.fingerprint) for m in self.metrics], [(m.id, m.fingerprint) for m in self.riders]))
+
+    @property
+    def carried(self) -> tuple[MetricConfig, ...]:
+        """Every metric a record carries a report of, in wire order: the members, then the riders."""
+        return self.metrics + self.riders
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -240,21 +397,25 @@ class AssociationConfig:
 
     @property
     def epsilon(self) -> float:
-        """ε of one associated record: the members' ε summed (sequential composition)."""
-        return float(sum(m.mechanism.epsilon for m in self.metrics))
+        """ε of one associated record: the carried reports' ε summed (sequential composition)."""
+        return float(sum(m.mechanism.epsilon for m in self.carried))
 
     @property
     def epsilon_inf(self) -> float:
         """ε over any number of records of one tuple of values: the members' ε∞ summed (infinite when a member's
         is: each of its reports spends ε again)."""
-        return float(sum(m.mechanism.epsilon_inf for m in self.metrics))
+        return float(sum(m.mechanism.epsilon_inf for m in self.carried))
 
 
-def association_fingerprint(association_id: int, members: list[tuple[int, int]]) -> int:
+def association_fingerprint(association_id: int, members: list[tuple[int, int]],
+                            riders: list[tuple[int, int]] | None = None) -> int:
     """u32 fingerprint of an association: SHA-256 of canonical JSON of its id and its members' (id, fingerprint)
-    in order, so a record made under other member parameters or another member order is refused."""
-    canonical = json.dumps({"association": association_id, "members": [list(m) for m in members]},
-                           separators=(",", ":"))
+    in order (and its riders', when it has any), so a record made under other member parameters or another
+    member order is refused."""
+    body: dict[str, Any] = {"association": association_id, "members": [list(m) for m in members]}
+    if riders:
+        body["riders"] = [list(m) for m in riders]
+    canonical = json.dumps(body, separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
 
 
@@ -286,7 +447,7 @@ class Registry:
                 raise ConfigError(f"associations {association_ids[association.id]!r} and {name!r} share id "
                                   f"{association.id}")
             association_ids[association.id] = name
-            for member in association.metrics:
+            for member in association.carried:
                 mine = self.metrics.get(member.name)
                 if mine is None or mine.fingerprint != member.fingerprint:
                     raise ConfigError(f"association {name!r}: member {member.name!r} is not this registry's metric "
@@ -340,13 +501,28 @@ class Registry:
         bad = [name for name, table in metrics_table.items() if not isinstance(table, Mapping)]
         if bad:
             raise ConfigError(f"metrics.{bad[0]} must be a table")
-        metrics = {name: _metric_from_table(name, {**defaults, **table}, base_dir)
-                   for name, table in metrics_table.items()}
+        metrics: dict[str, MetricConfig] = {}
+        derived: dict[str, AssociationConfig] = {}
+        for name, table in metrics_table.items():
+            if "discovery" in table:
+                parts, pairs = _discovery_from_table(name, {**defaults, **table})
+                clash = sorted((set(parts) - {name}) & set(metrics_table))
+                if clash:
+                    raise ConfigError(f"metric {name!r} (discovery) names its n-gram metric {clash[0]!r}, which the "
+                                      "registry also declares")
+                metrics.update(parts)
+                derived.update(pairs)
+            else:
+                metrics[name] = _metric_from_table(name, {**defaults, **table}, base_dir)
         associations_table = data.get("associations", {})
         if not isinstance(associations_table, Mapping):
             raise ConfigError("the registry's [associations] must be a table of [associations.NAME] tables")
         associations = {name: _association_from_table(name, table, metrics)
                         for name, table in associations_table.items()}
+        clash = sorted(set(associations) & set(derived))
+        if clash:
+            raise ConfigError(f"association {clash[0]!r} is also the name of a discovery metric's slot pair")
+        associations.update(derived)
         return cls(metrics=metrics, source=source, associations=associations)
 
 
@@ -426,6 +602,92 @@ def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | Non
         description=_string(name, "description", table.get("description", "")),
         retention_seconds=None if table.get("retention") is None else _duration(name, str(table["retention"])),
     )
+
+
+def _discovery_from_table(name: str, table: Mapping[str, Any]
+                          ) -> tuple[dict[str, MetricConfig], dict[str, AssociationConfig]]:
+    """The metrics and associations a discovery metric expands to (module docstring)."""
+    unknown = sorted(set(table) - _DISCOVERY_METRIC_KEYS)
+    if unknown:
+        raise ConfigError(f"metric {name!r} (discovery): unknown setting(s) {', '.join(unknown)}; the mechanism of "
+                          "its reports goes in its discovery table (known there: "
+                          f"{', '.join(sorted(_DISCOVERY_KEYS))})")
+    if "id" not in table:
+        raise ConfigError(f"metric {name!r} has no id")
+    spec = table["discovery"]
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"metric {name!r}: discovery must be a table ([metrics.{name}.discovery])")
+    unknown = sorted(set(spec) - _DISCOVERY_KEYS)
+    if unknown:
+        raise ConfigError(f"metric {name!r}: unknown discovery setting(s) {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted(_DISCOVERY_KEYS))})")
+    where = f"metric {name!r}: discovery"
+    numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", "f") if key in spec}
+    for key, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+    counts = {key: _integer(name, key, spec[key]) for key in
+              ("length", "ngram", "positions", "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after",
+               "max_candidates") if key in spec}
+    texts = {key: _string(name, key, spec[key]) for key in ("alphabet", "pad", "mechanism", "pattern") if key in spec}
+    if texts.get("mechanism", "rappor") != "rappor":
+        raise ConfigError(f"{where}: mechanism must be \"rappor\" (the n-gram decoder tests Bloom-bit reports)")
+    options: dict[str, Any] = {k: v for k, v in counts.items() if k in ("length", "ngram", "positions", "retire_after",
+                                                                      "max_candidates")}
+    options.update({k: v for k, v in texts.items() if k in ("alphabet", "pad", "pattern")})
+    options.update({k: float(v) for k, v in numbers.items() if k != "f"})
+    try:
+        config = DiscoveryConfig(**options)
+    except ConfigError as exc:
+        raise ConfigError(f"metric {name!r}: {exc}") from None
+    f = float(numbers.get("f", 0.0))
+    hashes = counts.get("hashes", 2)
+    cohorts = counts.get("cohorts", 32)
+    if hashes < 1:
+        raise ConfigError(f"{where}: hashes must be at least 1")
+
+    def rappor(epsilon: float, bits: int) -> Mechanism:
+        # One-report RAPPOR with ε_1 = 2h·ln(q/p) = ``epsilon`` at f = 0; a permanent layer f > 0 only adds noise
+        # (ε_1 below the share) and bounds repeated reports by ε∞ (docs/math/dictionary.md, "The budget").
+        q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
+        try:
+            return make_mechanism({"mechanism": "rappor", "k": bits, "hashes": hashes, "cohorts": cohorts,
+                                   "p": 1.0 - q, "q": q, "f": f})
+        except (ParameterError, TypeError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    settings: dict[str, Any] = {
+        "topic": _string(name, "topic", table.get("topic", DEFAULT_TOPIC)),
+        "bucket_seconds": _integer(name, "bucket_seconds", table.get("bucket_seconds", DEFAULT_BUCKET_SECONDS)),
+        "description": _string(name, "description", table.get("description", "")),
+    }
+    windows = table.get("windows", DEFAULT_WINDOWS)
+    if not isinstance(windows, list | tuple) or not all(isinstance(w, str) for w in windows):
+        raise ConfigError(f"metric {name!r}: windows must be a list like [\"all\", \"1h\"]")
+    settings["windows"] = tuple(Window.parse(w) for w in windows)
+    if table.get("retention") is None:
+        raise ConfigError(f"metric {name!r} (discovery): give it a retention, e.g. retention = \"30d\": its pair "
+                          "statistics live per bucket and must expire")
+    settings["retention_seconds"] = _duration(name, str(table["retention"]))
+    base = _integer(name, "id", table["id"])
+    if base + max(config.slots, len(config.slot_pairs) - 1) > 0xFFFF:
+        raise ConfigError(f"metric {name!r}: its n-gram metrics take ids {base + 1}..{base + config.slots} and its "
+                          f"slot pairs association ids {base}..{base + len(config.slot_pairs) - 1}: past 65535")
+    full = MetricConfig(name=name, id=base, mechanism=rappor(config.full_epsilon, counts.get("full_bits", 128)),
+                        estimator="ls", discovery=config, **settings)
+    ngram_mechanism = rappor(config.ngram_epsilon, counts.get("ngram_bits", 128))
+    slots = [MetricConfig(name=discovery_slot_name(name, j), id=base + 1 + j, mechanism=ngram_mechanism,
+                          estimator="ls", discovery=config, part_of=name, slot=j, **settings)
+             for j in range(config.slots)]
+    metrics = {full.name: full, **{m.name: m for m in slots}}
+    associations = {}
+    for rank, (a, b) in enumerate(config.slot_pairs):
+        pair = discovery_pair_name(name, a, b)
+        associations[pair] = AssociationConfig(
+            name=pair, id=base + rank, metrics=(slots[a], slots[b]), riders=(full,),
+            retention_seconds=settings["retention_seconds"], windows=settings["windows"], part_of=name,
+            description=f"slots {a} and {b} of discovery metric {name!r}")
+    return metrics, associations
 
 
 def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricConfig]) -> AssociationConfig:

@@ -26,7 +26,7 @@ from ldpstream.config import KafkaConfig
 from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
-from ldpstream.registry import MetricConfig, Registry
+from ldpstream.registry import AssociationConfig, MetricConfig, Registry
 from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
 #: Fewest bytes of a device secret: the secret keys the HMACs that derive the client's cohort and its
@@ -150,8 +150,20 @@ class LdpClient:
 
     def report(self, metric_name: str, value: Any, event_time: float | None = None) -> bool:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`). Returns False, and sends
-        nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``)."""
+        nothing, when the metric was already reported in this time bucket (see ``once_per_bucket``).
+
+        A discovery metric (a string metric without a dictionary) takes a string over its alphabet: one record
+        carries the n-grams of the string (padded or truncated to the metric's length) at the two slots the
+        device secret picks, and the full string (:meth:`ldpstream.device.ClientPrivatizer.discovery_record`;
+        docs/math/dictionary.md, "Live"); it costs the metric's total ε."""
         metric = self.registry[metric_name]
+        if metric.part_of is not None:
+            raise ParameterError(f"metric {metric.name!r} is an n-gram slot of discovery metric {metric.part_of!r}: "
+                                 f"report the string to {metric.part_of!r}")
+        if metric.discovery is not None:
+            # A string without a dictionary: its n-grams at the device's two slots and the full string, one record.
+            association, values = self.privatizer.discovery_record(self.registry, metric, value)
+            return self._send_record(association, values, self._event_time(event_time))
         when = self._event_time(event_time)
         bucket = when // metric.bucket_seconds
         key = _reported_key(metric)
@@ -177,18 +189,27 @@ class LdpClient:
         was already reported in this time bucket (a member's marginal rests on one report per client and bucket,
         whether sent alone or together); otherwise marks the association and every member as reported."""
         association = self.registry.association(association_name)
+        if association.part_of is not None:
+            raise ParameterError(f"association {association.name!r} is a slot pair of discovery metric "
+                                 f"{association.part_of!r}: report the string with report({association.part_of!r}, "
+                                 "value)")
         if not isinstance(values, Mapping) or set(values) != set(association.members):
             given = sorted(values) if isinstance(values, Mapping) else type(values).__name__
             raise ParameterError(f"association {association.name!r} takes one value for each of its members "
                                  f"{list(association.members)}, got {given}")
         when = self._event_time(event_time)
+        return self._send_record(association, {**values}, when)
+
+    def _send_record(self, association: AssociationConfig, values: Mapping[str, Any], when: int) -> bool:
+        """One version-2 record of ``values`` (every carried metric's), unless ``once_per_bucket`` holds and the
+        association or a carried metric was already reported in ``when``'s bucket."""
         bucket = when // association.bucket_seconds
         keys = [f"association:{association.name}:{association.fingerprint:08x}",
-                *(_reported_key(member) for member in association.metrics)]
+                *(_reported_key(member) for member in association.carried)]
         if self.once_per_bucket and any(self._reported.get(key) == bucket for key in keys):
             return False
         cohorts, payloads = [], []
-        for member in association.metrics:
+        for member in association.carried:
             cohort, report = self.privatizer.privatize(member, values[member.name])
             cohorts.append(cohort)
             payloads.append(payloads_from_reports(member.mechanism, np.asarray(report)[None, ...]))

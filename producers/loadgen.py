@@ -19,9 +19,11 @@ import numpy as np
 from ldpstream.device import privatize_population, value_table
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.estimators.discovery import encode_population, scheme_of
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.producers.publisher import ReportPublisher
-from ldpstream.registry import AssociationConfig, MetricConfig
+from ldpstream.registry import AssociationConfig, MetricConfig, Registry, discovery_pair_name
+from ldpstream.store.contract import EstimateStore
 from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
 
@@ -40,12 +42,14 @@ class LoadResult:
 def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, clients: int, distribution: str,
                          seed: int | None = None, per_message: int = 1, chunk: int = 50_000,
                          rate: float | None = None, event_time: int | None = None, progress: bool = False,
-                         should_stop: Callable[[], bool] | None = None) -> LoadResult:
+                         should_stop: Callable[[], bool] | None = None,
+                         on_drawn: Callable[[np.ndarray], None] | None = None) -> LoadResult:
     """Publish one report from each of ``clients`` simulated clients; waits for every acknowledgement.
 
     ``rate`` caps reports per second (None: as fast as Kafka takes them); ``per_message`` packs that many
     records per Kafka message (a gateway); ``event_time`` is the clients' clock (default: now, per chunk);
-    ``should_stop`` ends the run early (between chunks).
+    ``should_stop`` ends the run early (between chunks); ``on_drawn`` receives each chunk's true value counts
+    once its reports are handed to the publisher (``produce`` and ``demo`` publish them as the truth).
     """
     rng = np.random.default_rng(seed)
     names = metric.value_names()
@@ -65,6 +69,8 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
                               payloads_from_reports(metric.mechanism, reports),
                               event_time=int(time.time()) if event_time is None else event_time)
         messages += publisher.publish(metric.topic, rows, per_message=per_message)
+        if on_drawn is not None:
+            on_drawn(np.bincount(values, minlength=len(names)))
         sent += n
         _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
     acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
@@ -121,12 +127,14 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
                                      dependence: float = 0.5, seed: int | None = None, per_message: int = 1,
                                      chunk: int = 50_000, rate: float | None = None, event_time: int | None = None,
                                      progress: bool = False, should_stop: Callable[[], bool] | None = None,
-                                     keep_sent: bool = False) -> AssociationLoadResult:
+                                     keep_sent: bool = False,
+                                     on_drawn: Callable[[np.ndarray], None] | None = None) -> AssociationLoadResult:
     """One associated record (version 2: a report of every member) from each of ``clients`` simulated clients,
     whose tuples of values are drawn from ``joint`` (an array with one axis per member over its value names), or
     by default from :func:`association_joint` of ``distribution`` and ``dependence``. Each member's value is
     privatized with the member's mechanism as :func:`simulate_and_publish` does (each member has its own cohort
-    per client). ``keep_sent`` (two members): also return the report pairs sent. Waits for every
+    per client). ``keep_sent`` (two members): also return the report pairs sent; ``on_drawn`` receives each
+    chunk's true joint counts (one axis per member) once they are handed to the publisher. Waits for every
     acknowledgement; the other arguments are :func:`simulate_and_publish`'s."""
     rng = np.random.default_rng(seed)
     members = association.metrics
@@ -161,6 +169,8 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
         rows = encode_association_records(association.id, association.fingerprint, np.column_stack(cohorts),
                                           payloads, event_time=int(time.time()) if event_time is None else event_time)
         messages += publisher.publish(association.topic, rows, per_message=per_message)
+        if on_drawn is not None:
+            on_drawn(np.bincount(drawn, minlength=joint.size).reshape(sizes))
         if keep_sent:
             kept.append((cohorts[0], reports[0], cohorts[1], reports[1]))
         sent += n
@@ -170,6 +180,58 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
     if keep_sent and kept:
         patterns = PairPatterns.from_pairs(*(np.concatenate([k[i] for k in kept]) for i in range(4)))
     return AssociationLoadResult(true_counts.reshape(sizes), acked, messages, seconds, patterns)
+
+
+def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, publisher: ReportPublisher, *,
+                                   clients: int, strings: Sequence[str], distribution: str = "zipf:1",
+                                   seed: int | None = None, per_message: int = 1, chunk: int = 50_000,
+                                   rate: float | None = None, event_time: int | None = None, progress: bool = False,
+                                   should_stop: Callable[[], bool] | None = None) -> LoadResult:
+    """One discovery record from each of ``clients`` simulated clients of discovery metric ``metric``, whose
+    strings are drawn from ``strings`` (in rank order) with ``distribution``: each client's two slots, its n-gram
+    reports and its full-string report come from the offline simulation's vectorized encoder
+    (:func:`~ldpstream.estimators.discovery.encode_population`, a seeded generator: simulation only), and travel
+    as one version-2 record of the association of its slots (its n-grams paired, the full string riding), as
+    :meth:`~ldpstream.producers.client.LdpClient.report` sends them. ``true_counts`` are over ``strings``; the
+    other arguments are :func:`simulate_and_publish`'s."""
+    scheme = scheme_of(registry, metric)
+    if not strings:
+        raise ParameterError("need at least one string to draw from")
+    rng = np.random.default_rng(seed)
+    p = parse_distribution(distribution, len(strings), rng)
+    config = metric.discovery
+    assert config is not None  # scheme_of checked it
+    pairs = {(a, b): registry.association(discovery_pair_name(metric.name, a, b)) for a, b in config.slot_pairs}
+    true_counts = np.zeros(len(strings), dtype=np.int64)
+    acked_before = publisher.stats.records_acked
+    started = time.monotonic()
+    messages = 0
+    sent = 0
+    while sent < clients and not (should_stop and should_stop()):
+        n = min(chunk, clients - sent)
+        values = rng.choice(len(strings), size=n, p=p)
+        true_counts += np.bincount(values, minlength=len(strings))
+        reports = encode_population(scheme, strings, values, rng)
+        when = int(time.time()) if event_time is None else event_time
+        low, high = reports.slots.min(axis=1), reports.slots.max(axis=1)
+        first = (reports.slots[:, 0] > reports.slots[:, 1]).astype(np.int64)  # column of the lower slot
+        for (a, b), association in pairs.items():
+            chosen = np.flatnonzero((low == a) & (high == b))
+            if not chosen.size:
+                continue
+            lo_col, hi_col = first[chosen], 1 - first[chosen]
+            cohorts = np.column_stack([reports.ngram_cohorts[chosen, lo_col], reports.ngram_cohorts[chosen, hi_col],
+                                       reports.full_cohorts[chosen]])
+            payloads = [payloads_from_reports(scheme.ngram, reports.ngram_bits[chosen, lo_col]),
+                        payloads_from_reports(scheme.ngram, reports.ngram_bits[chosen, hi_col]),
+                        payloads_from_reports(scheme.full, reports.full_bits[chosen])]
+            rows = encode_association_records(association.id, association.fingerprint, cohorts, payloads,
+                                              event_time=when)
+            messages += publisher.publish(association.topic, rows, per_message=per_message)
+        sent += n
+        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
+    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
+    return LoadResult(true_counts, acked, messages, seconds)
 
 
 def _pace(publisher: ReportPublisher, sent: int, clients: int, *, rate: float | None, progress: bool,
@@ -200,3 +262,18 @@ def _progress(sent: int, total: int, acked: int, seconds: float, final: bool = F
     end = "\n" if final else "\r"
     print(f"[{bar}] {sent:>10,}/{total:,} sent  {acked:>10,} acked  {rate:>10,.0f}/s", end=end,
           file=sys.stderr, flush=True)
+
+
+def truth_recorder(store: EstimateStore, name: str, members: Sequence[str] = ()) -> Callable[[np.ndarray], None]:
+    """An ``on_drawn`` callback that adds each chunk's true counts to the truth the store keeps beside the
+    estimates (:meth:`~ldpstream.store.contract.EstimateStore.add_truth`): under ``name`` (a metric, or an
+    association with its joint table) and, for an association, each member's marginal under the member's name
+    (``members``, in the table's axis order). Simulations only: real clients' values are never known."""
+
+    def record(counts: np.ndarray) -> None:
+        store.add_truth(name, counts)
+        for axis, member in enumerate(members):
+            others = tuple(a for a in range(counts.ndim) if a != axis)
+            store.add_truth(member, counts.sum(axis=others))
+
+    return record

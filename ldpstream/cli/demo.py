@@ -18,11 +18,17 @@ import tomllib
 import uuid
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ldpstream.config import ServiceConfig, add_service_arguments
+from ldpstream.config import KafkaConfig, ServiceConfig, add_service_arguments
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
+    from ldpstream.registry import Registry
+    from ldpstream.store.contract import StatusStore
 
 #: The example registry shipped with the package (``deploy/metrics.toml`` in the repository).
 DEMO_REGISTRY = Path(str(files("ldpstream.deploy") / "metrics.toml"))
@@ -40,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_service_arguments(demo, registry=False)
     demo.add_argument("--metrics-port", type=int, default=9466, help="Prometheus port while the demo runs (0: none)")
     demo.add_argument("--no-screen", action="store_true", help="print updates as lines instead of redrawing")
+    demo.add_argument("--serve-port", type=int, default=8765,
+                      help="port of the live web view on 127.0.0.1 while the demo runs (0: any free port; -1: none)")
     demo.set_defaults(func=run)
 
 
@@ -52,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from ldpstream.deploy import stack
     from ldpstream.distributions import parse_distribution
     from ldpstream.kafka import ensure_topics
-    from ldpstream.producers.loadgen import simulate_and_publish
+    from ldpstream.producers.loadgen import simulate_and_publish, truth_recorder
     from ldpstream.producers.publisher import ReportPublisher
     from ldpstream.registry import Registry
 
@@ -85,13 +93,14 @@ def run(args: argparse.Namespace) -> int:
     consumer = SketchConsumer(registry, store, ConsumerSettings(kafka, group_id=f"ldp-demo-{run_id}"))
     decoder = DecoderService(registry, store)
     produced: dict[str, object] = {}
+    page = _serve(registry, store, kafka, args.serve_port)
 
     def produce() -> None:
         rate = args.clients / args.duration if args.duration > 0 else None
         chunk = max(1000, min(50_000, int((rate or 50_000) / 10)))
         produced["result"] = simulate_and_publish(
             metric, ReportPublisher(kafka), clients=args.clients, distribution=args.dist, seed=args.seed,
-            rate=rate, chunk=chunk, should_stop=stop.is_set)
+            rate=rate, chunk=chunk, should_stop=stop.is_set, on_drawn=truth_recorder(store, metric.name))
 
     threads = [threading.Thread(target=consumer.run, args=(stop,), name="consumer", daemon=True),
                threading.Thread(target=decoder.run, args=(1.0, stop), name="decoder", daemon=True),
@@ -100,10 +109,11 @@ def run(args: argparse.Namespace) -> int:
         thread.start()
     print(f"demo {run_id}: {args.clients:,} simulated clients report metric {metric.name!r} "
           f"({metric.mechanism.parameters()}) over ~{args.duration:.0f} s", flush=True)
+    page_note = "" if page is None else f"live web view: {page[1]}"
     interrupted = False
     try:
         while threads[2].is_alive() or consumer.reports_applied < _acked(produced):
-            _show(store.latest_estimate(metric.name), truth, args.no_screen)
+            _show(store.latest_estimate(metric.name), truth, args.no_screen, page_note)
             time.sleep(1.0)
             if not threads[2].is_alive() and "result" not in produced:
                 break  # the producer failed; its error was printed by the thread
@@ -126,8 +136,28 @@ def run(args: argparse.Namespace) -> int:
             empirical = result.true_counts / result.true_counts.sum()  # type: ignore[attr-defined]
             print(f"\nreports acknowledged by Kafka: {result.records_acked:,}; counted in Redis: "  # type: ignore[attr-defined]
                   f"{published['n_reports']:,}; L1(estimate, sample) = {np.abs(estimate - empirical).sum():.4f}")
+    if page is not None:
+        page[0].shutdown()
+        page[0].server_close()
     AdminClient(kafka.admin()).delete_topics([topic])
     return 130 if interrupted else 0
+
+
+def _serve(registry: Registry, store: StatusStore, kafka: KafkaConfig,
+           port: int) -> tuple[ThreadingHTTPServer, str] | None:
+    """The live web view of the demo's estimates on 127.0.0.1 (None when ``port`` is -1 or taken)."""
+    from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
+
+    if port < 0:
+        return None
+    try:
+        server = make_server(LiveView(registry, store, kafka), "127.0.0.1", port)
+    except OSError as exc:
+        print(f"(no live web view: port {port} is taken: {exc}; --serve-port 0 picks a free one)")
+        return None
+    serve_in_thread(server)
+    print(f"live web view on {url_of(server)}", flush=True)
+    return server, url_of(server)
 
 
 def _acked(produced: dict[str, object]) -> int:
@@ -135,9 +165,9 @@ def _acked(produced: dict[str, object]) -> int:
     return int(result.records_acked) if result is not None else 1 << 62  # type: ignore[attr-defined]
 
 
-def _show(published: dict[str, Any] | None, truth: np.ndarray, plain: bool) -> None:
+def _show(published: dict[str, Any] | None, truth: np.ndarray, plain: bool, note: str = "") -> None:
     from ldpstream.decoder.watch import render
 
     text = "waiting for the first estimate ..." if published is None else render(published, truth=truth)
-    sys.stdout.write(("\n" if plain else "\x1b[2J\x1b[H") + text + "\n")
+    sys.stdout.write(("\n" if plain else "\x1b[2J\x1b[H") + (note + "\n" if note else "") + text + "\n")
     sys.stdout.flush()

@@ -32,11 +32,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+
+#: How the published dictionary's strings were found and how their intervals are made
+#: (docs/math/dictionary.md: n-grams, pair EM, k-partite cliques, then the detection refit's Wald intervals).
+DICTIONARY_METHOD = "ngram-cliques/detect"
+DICTIONARY_INTERVAL_METHOD = "wald-refit"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +77,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     cmd.add_argument("--reports", type=Path, help="decode this report file (.npz) instead of simulating")
     cmd.add_argument("--save-reports", type=Path, help="with --simulate: also write the reports to this file")
+    cmd.add_argument("--publish", metavar="NAME",
+                     help="also store the discovered dictionary in Redis under NAME (docs/schema/dictionary.v1, "
+                     "shown by `ldpstream serve`); --redis and --prefix say where")
+    add_service_arguments(cmd, kafka=False, registry=False)
     cmd.set_defaults(func=run_discover)
 
 
@@ -113,6 +124,7 @@ def run_discover(args: argparse.Namespace) -> int:
     out = run.to_dict()
     out["parameters"] = {**scheme.parameters(), "n": args.n, "seed": args.seed, "dist": args.dist,
                          "strings": len(strings)}
+    _publish(args, out, args.n)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -149,6 +161,7 @@ def _decode_file(args: argparse.Namespace) -> int:
         truth = {shape.unpadded(shape.padded(s)) for s in _read_strings(args.strings)}
         found = {d.string for d in result.discovered}
         out["true_positives"], out["false_positives"] = len(found & truth), len(found - truth)
+    _publish(args, out, collection.clients)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -156,3 +169,27 @@ def _decode_file(args: argparse.Namespace) -> int:
     for d in result.discovered:
         print(f"  {d.string:<{scheme.shape.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
     return 0
+
+
+def published_dictionary(name: str, out: dict[str, Any], n_reports: int, when: float) -> dict[str, Any]:
+    """The dictionary object stored by ``--publish`` (``docs/schema/dictionary.v1.schema.json``) from the
+    discovery's JSON: each string with its estimate, standard error and 95% interval (the estimate ± 1.96
+    standard errors, clipped to [0, 1]), in decreasing order of the estimate."""
+    found = sorted(out["discovered"], key=lambda d: -float(d["estimate"]))
+    strings = [{"string": d["string"], "estimate": float(d["estimate"]), "std_error": float(d["std_error"]),
+                "low_95": float(np.clip(d["estimate"] - 1.96 * d["std_error"], 0.0, 1.0)),
+                "high_95": float(np.clip(d["estimate"] + 1.96 * d["std_error"], 0.0, 1.0))} for d in found]
+    return {"schema": "dictionary/1", "dictionary": name, "window": "all", "snapshot_time": when,
+            "n_reports": int(n_reports), "method": DICTIONARY_METHOD, "interval_method": DICTIONARY_INTERVAL_METHOD,
+            "candidates": int(out["candidates"]), "strings": strings, "parameters": out.get("parameters", {})}
+
+
+def _publish(args: argparse.Namespace, out: dict[str, Any], n_reports: int) -> None:
+    """``--publish NAME``: the dictionary to Redis (nothing without the flag)."""
+    if not args.publish:
+        return
+    import time
+
+    store = ServiceConfig.from_args(args).redis.store()
+    store.publish_dictionary(args.publish, json.dumps(published_dictionary(args.publish, out, n_reports, time.time())))
+    print(f"published dictionary {args.publish!r} ({len(out['discovered'])} strings) to Redis", file=sys.stderr)

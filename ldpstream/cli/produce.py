@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ldpstream.config import ServiceConfig, add_service_arguments
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ldpstream.registry import Registry
 
 
@@ -18,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Draws --clients values from --dist over METRIC's values, privatizes them in batches with a "
         "seeded generator (simulation only: the client SDK uses secure randomness), and publishes the reports "
         "with an idempotent producer (acks=all). Prints the reports Kafka acknowledged.")
-    add_service_arguments(produce, redis=False)
+    add_service_arguments(produce)
     produce.add_argument("metric", help="metric name in the registry, or an association's: then every client reports "
                          "all its members together (values drawn with --dist and --dependence)")
     produce.add_argument("--clients", type=int, default=100_000, help="number of simulated clients (one report each)")
@@ -27,12 +31,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--dependence", type=float, default=0.5,
                          help="associations: probability that the other members take the first's value rank "
                          "(0 = independent, 1 = functions of the first; default 0.5)")
+    produce.add_argument("--strings", default=None, metavar="FILE",
+                         help="discovery metrics (no dictionary): the strings clients draw from, one a line in rank "
+                         "order (--dist gives their popularity)")
     produce.add_argument("--seed", type=int, default=None, help="seed of the simulation's generator")
     produce.add_argument("--rate", type=float, default=None, help="reports per second (default: as fast as possible)")
     produce.add_argument("--per-message", type=int, default=1,
                          help="reports per Kafka message: 1 = a device, more = a gateway batching clients")
     produce.add_argument("--no-progress", action="store_true")
     produce.add_argument("--json", action="store_true", help="print the result as JSON (with the true counts)")
+    produce.add_argument("--no-truth", action="store_true",
+                         help="do not publish the values drawn to Redis as the truth beside the estimates "
+                         "(shown, marked as truth, by `ldpstream serve`)")
     produce.set_defaults(func=_produce)
 
 
@@ -48,10 +58,13 @@ def _produce(args: argparse.Namespace) -> int:
     if args.metric in registry.associations and args.metric not in registry.metrics:
         return _produce_association(args, config, registry)
     metric = registry[args.metric]
+    if metric.discovers:
+        return _produce_discovery(args, config, registry)
     ensure_topics(config.kafka, [metric.topic])
     result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
                                   distribution=args.dist, seed=args.seed, per_message=args.per_message,
-                                  rate=args.rate, progress=not args.no_progress and not args.json)
+                                  rate=args.rate, progress=not args.no_progress and not args.json,
+                                  on_drawn=_truth(args, config, metric.name))
     if args.json:
         print(json.dumps({"metric": metric.name, "reports_acked": result.records_acked,
                           "messages": result.messages, "seconds": result.seconds, "rate": result.rate,
@@ -72,7 +85,8 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
     result = simulate_association_and_publish(
         association, ReportPublisher(config.kafka), clients=args.clients, distribution=args.dist,
         dependence=args.dependence, seed=args.seed, per_message=args.per_message, rate=args.rate,
-        progress=not args.no_progress and not args.json)
+        progress=not args.no_progress and not args.json,
+        on_drawn=_truth(args, config, association.name, association.members))
     if args.json:
         print(json.dumps({"association": association.name, "members": list(association.members),
                           "records_acked": result.records_acked, "messages": result.messages,
@@ -80,5 +94,56 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
                           "true_counts": result.true_counts.tolist()}))
     else:
         print(f"{result.records_acked:,} associated records ({' + '.join(association.members)}) acknowledged by "
+              f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
+    return 0
+
+
+def _truth(args: argparse.Namespace, config: ServiceConfig, name: str,
+           members: tuple[str, ...] = ()) -> Callable[[np.ndarray], None] | None:
+    """The callback that publishes the values drawn as the truth in Redis (None with ``--no-truth``, or when
+    Redis does not answer: the reports are what ``produce`` is for, so it says so and goes on without)."""
+    if args.no_truth:
+        return None
+    import redis
+
+    from ldpstream.producers.loadgen import truth_recorder
+
+    store = config.redis.store()
+    try:
+        store.client.ping()
+    except redis.RedisError as exc:
+        print(f"ldpstream produce: the truth is not published (Redis: {exc}); "
+              "--redis says where, --no-truth silences this", file=sys.stderr)
+        return None
+    return truth_recorder(store, name, members)
+
+
+def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry: Registry) -> int:
+    from pathlib import Path
+
+    from ldpstream.errors import ParameterError
+    from ldpstream.kafka import ensure_topics
+    from ldpstream.producers.loadgen import simulate_discovery_and_publish
+    from ldpstream.producers.publisher import ReportPublisher
+
+    metric = registry[args.metric]
+    if args.strings is None:
+        raise ParameterError(f"metric {metric.name!r} has no dictionary: give the strings its simulated clients "
+                             "draw from with --strings FILE (one a line, in rank order)")
+    try:
+        strings = [line for line in Path(args.strings).read_text(encoding="utf-8").splitlines() if line]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParameterError(f"--strings {args.strings}: cannot be read ({exc})") from None
+    ensure_topics(config.kafka, [metric.topic])
+    result = simulate_discovery_and_publish(
+        registry, metric, ReportPublisher(config.kafka), clients=args.clients, strings=strings,
+        distribution=args.dist, seed=args.seed, per_message=args.per_message, rate=args.rate,
+        progress=not args.no_progress and not args.json)
+    if args.json:
+        print(json.dumps({"metric": metric.name, "records_acked": result.records_acked, "messages": result.messages,
+                          "seconds": result.seconds, "rate": result.rate, "strings": strings,
+                          "true_counts": result.true_counts.tolist()}))
+    else:
+        print(f"{result.records_acked:,} discovery records (two n-grams and the full string each) acknowledged by "
               f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
     return 0

@@ -33,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
 from ldpstream.simulation.recommend import tune
 from ldpstream.simulation.scenarios import build_setup
-from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES
+from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, Setup
 from ldpstream.simulation.trials import run_trials
 
 
@@ -73,6 +74,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument("--trials", type=int, default=10)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", action="store_true", help="print one JSON object")
+    sim.add_argument("--plot", metavar="FILE", help="also write a figure (.png or .svg) of one simulated stream: "
+                     "estimates with 95%% intervals beside the truth, error and interval width against n")
     sim.set_defaults(func=run_simulate)
 
     tn = subparsers.add_parser(
@@ -96,6 +99,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="measure errors against the sample's empirical distribution or the true one")
     tn.add_argument("--seed", type=int, default=0)
     tn.add_argument("--json", action="store_true")
+    tn.add_argument("--plot", metavar="FILE", help="also write a figure (.png or .svg) of one simulated stream of "
+                    "the recommended mechanism, as simulate --plot")
     tn.set_defaults(func=run_tune)
 
 
@@ -132,6 +137,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     """Entry point of ``ldpstream simulate``."""
     for name in ("support", "n", "trials", "k", "cohorts", "hashes", "epsilon"):
         _check_range(name, getattr(args, name))
+    _check_plot(args.plot)
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
@@ -156,6 +162,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         "seconds": elapsed,
         "seconds_per_trial": res.seconds / args.trials,
     }
+    if args.plot:
+        out["plot"] = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
+                                      f"simulate: {args.mechanism} ε={args.epsilon} S={args.support} "
+                                      f"dist={args.dist} decoder={args.decoder}"))
     if args.json:
         print(json.dumps(out, sort_keys=False))
         return 0
@@ -170,6 +180,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         worst = "" if out["coverage_min"] is None else f", lowest per value (p >= 1%) {out['coverage_min']:.3f}"
         print(f"95% interval coverage of the true probabilities: {out['coverage']:.3f}{worst}")
     print(f"{elapsed:.2f} s in all, {out['seconds_per_trial']:.3f} s per trial")
+    if args.plot:
+        print(f"figure: {out['plot']}")
     return 0
 
 
@@ -182,6 +194,7 @@ def run_tune(args: argparse.Namespace) -> int:
     for name in ("support", "n", "keep", "epsilon"):
         _check_range(name, getattr(args, name))
     _check_range("trials", args.trials, low=0)
+    _check_plot(args.plot)
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
     result = tune(
@@ -189,8 +202,17 @@ def run_tune(args: argparse.Namespace) -> int:
         trials=args.trials, keep=args.keep, seed=args.seed, reference=args.reference, z=args.z,
         rel_tol=args.rel_tol,
     )
+    figure = None
+    if args.plot:
+        rec = result.recommended
+        setup = build_setup(rec.mechanism, args.epsilon, args.support, closed=args.closed, k=rec.params.get("k"),
+                            cohorts=rec.params.get("cohorts"), hashes=rec.params.get("hashes"), n=args.n, dist=p,
+                            decoder=args.decoder)
+        figure = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
+                                 f"tune: recommended {rec.mechanism} {_fmt_params(rec.params)} ε={args.epsilon} "
+                                 f"S={args.support} dist={args.dist} decoder={args.decoder}"))
     if args.json:
-        print(json.dumps({**result.to_dict(), "dist": args.dist}))
+        print(json.dumps({**result.to_dict(), "dist": args.dist, **({"plot": figure} if figure else {})}))
         return 0
     alphabet = "closed" if args.closed else "open"
     print(
@@ -212,5 +234,41 @@ def run_tune(args: argparse.Namespace) -> int:
               f"{med:>11} {mean:>16}")
     rec = result.recommended
     print(f"recommended (*): {rec.mechanism} {_fmt_params(rec.params)}  ({result.seconds:.1f} s)")
+    if figure:
+        print(f"figure: {figure}")
     sys.stdout.flush()
     return 0
+
+
+def _check_plot(path: str | None) -> None:
+    """Refuse a --plot file of another format before any work is done."""
+    if path:
+        from ldpstream.decoder.report import check_output
+
+        check_output(path)
+
+
+#: Points of the simulated stream a --plot figure shows: n from n/STREAM_SPAN to n, geometrically spaced.
+STREAM_POINTS, STREAM_SPAN = 8, 128
+
+
+def plot_stream(out: str, setup: Setup, p: np.ndarray, n: int, decoder: str, rng: np.random.Generator,
+                title: str) -> Path:
+    """A figure of one simulated stream (:func:`ldpstream.decoder.report.plot_metric` over n): populations of
+    geometrically growing size up to ``n`` from ``p``, each privatized and decoded as in :func:`run_trials`,
+    published in the decoder's form; the truth is ``p``."""
+    from ldpstream.decoder.report import plot_metric, published_form
+    from ldpstream.distributions import sample_counts
+
+    names = [f"s{i}" for i in range(len(p))]
+    sizes = np.unique(np.geomspace(max(n / STREAM_SPAN, 1), n, STREAM_POINTS).round().astype(np.int64))
+    published = []
+    for size in sizes.tolist():
+        sketch = setup.simulate_sketch(sample_counts(p, size, rng), rng)
+        est = setup.decode_estimate(sketch, decoder)
+        low = high = None
+        if est.std_errors is not None or est.interval is not None:
+            low, high = est.ci(0.95, clip=True)
+        published.append(published_form(est.frequencies, low, high, names, size, metric=setup.name))
+    truth = {name: float(x) for name, x in zip(names, p, strict=True)}
+    return plot_metric(out, published[-1], published[-2::-1], truth, title=title, over="n")

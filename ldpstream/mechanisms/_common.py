@@ -20,6 +20,10 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.randomness import Randomness
 from ldpstream.mechanisms.rates import krr_keep_probability
 
+#: Permanent responses one client keeps in memory per metric. They are derived from its secret, so the least
+#: recently used one is evicted past this bound and recomputed identically when its input returns.
+MEMO_CAPACITY = 4096
+
 #: Largest cohort count: cohorts are hashed as big-endian uint32 (Google's RAPPOR convention).
 MAX_COHORTS = 2**32
 

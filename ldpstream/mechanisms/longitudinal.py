@@ -35,13 +35,14 @@ from __future__ import annotations
 import math
 import struct
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms._common import check_epsilon, check_int, krr_perturb, perturb_bits
+from ldpstream.mechanisms._common import MEMO_CAPACITY, check_epsilon, check_int, krr_perturb, perturb_bits
 from ldpstream.mechanisms.base import ReportKind, pack_bits
 from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness
 from ldpstream.mechanisms.rates import bit_irr_epsilon, bit_rates, krr_irr_epsilon
@@ -155,7 +156,10 @@ class MemoizedEncoder:
     #: Randomness of the fresh noise (the instantaneous layer, or the only layer without memoization):
     #: :data:`SECURE` on a device; a seeded generator only in tests.
     rng: Randomness = field(default=SECURE, repr=False)
-    _memo: dict[bytes, np.ndarray] = field(default_factory=dict, repr=False, init=False)
+    #: A cache of permanent responses, most recently used last. The responses are derived from the secret, so an
+    #: evicted one is recomputed identically: the bound (:data:`MEMO_CAPACITY`) caps a long-lived client's memory
+    #: (a string metric sees unboundedly many inputs) without changing any report.
+    _memo: OrderedDict[bytes, np.ndarray] = field(default_factory=OrderedDict, repr=False, init=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.secret, bytes | bytearray) or len(self.secret) == 0:
@@ -174,12 +178,16 @@ class MemoizedEncoder:
         ``(k,)``."""
         key = self._input_bytes(channel_input)
         memo = self._memo.get(key)
-        if memo is None:
-            rng = KeyedRandomness(self.secret, PRR_DOMAIN + key)
-            inputs = np.asarray(channel_input)[None, ...]
-            memo = np.array(self.mechanism.perturb(inputs, self.mechanism.layers[0], rng)[0])
-            memo.flags.writeable = False
-            self._memo[key] = memo
+        if memo is not None:
+            self._memo.move_to_end(key)
+            return memo
+        rng = KeyedRandomness(self.secret, PRR_DOMAIN + key)
+        inputs = np.asarray(channel_input)[None, ...]
+        memo = np.array(self.mechanism.perturb(inputs, self.mechanism.layers[0], rng)[0])
+        memo.flags.writeable = False
+        self._memo[key] = memo
+        if len(self._memo) > MEMO_CAPACITY:
+            self._memo.popitem(last=False)
         return memo
 
     def encode(self, value: Any) -> Any:

@@ -40,6 +40,7 @@ import hashlib
 import hmac
 import math
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -51,6 +52,7 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
     MAX_COHORTS,
+    MEMO_CAPACITY,
     as_index_array,
     bit_sketch_from_true_counts,
     bits_from_table,
@@ -310,7 +312,7 @@ class RapporClient:
         self.params = params
         self.secret = bytes(secret)
         self.cohort = check_int("cohort", cohort, 0, params.cohorts - 1)
-        self._memo: dict[int, int] = {}
+        self._memo: OrderedDict[int, int] = OrderedDict()  # bounded by MEMO_CAPACITY, least recently used out
 
     def bloom(self, value: Any) -> int:
         """The Bloom filter of ``value`` in this client's cohort, as an integer (bit i = 2**i)."""
@@ -322,11 +324,15 @@ class RapporClient:
     def prr(self, bloom: int) -> int:
         """The memoized permanent randomized response of a Bloom filter (integer)."""
         memo = self._memo.get(bloom)
-        if memo is None:
-            k = self.params.k
-            uniform, f_mask = get_prr_masks(self.secret, prr_message(bloom, k), self.params.f, k)
-            memo = (bloom & ~f_mask) | (uniform & f_mask)
-            self._memo[bloom] = memo
+        if memo is not None:
+            self._memo.move_to_end(bloom)
+            return memo
+        k = self.params.k
+        uniform, f_mask = get_prr_masks(self.secret, prr_message(bloom, k), self.params.f, k)
+        memo = (bloom & ~f_mask) | (uniform & f_mask)
+        self._memo[bloom] = memo
+        if len(self._memo) > MEMO_CAPACITY:
+            self._memo.popitem(last=False)
         return memo
 
     def encode_bits(self, bloom: int) -> int:

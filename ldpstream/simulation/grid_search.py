@@ -73,7 +73,9 @@ def grid(name: str, support: int, closed: bool, n: int | None = None) -> list[di
             {"k": k, "cohorts": C} for k in ks for C in _powers(c_min, c_max) if orr_identifiable(k, C, S)
         ]
     if name == "orappor":
-        ks = _powers(16, S if closed else 4096)
+        k_max = S if closed else 4096
+        # a closed alphabet smaller than 16 symbols gets the largest power of two within it (k·C ≥ S below)
+        ks = _powers(16, k_max) or _powers(2, k_max)[-1:]
         return [
             {"k": k, "cohorts": C, "hashes": h}
             for k in ks for C in _powers(c_min, min(64, c_max)) for h in (1, 2) if k * C >= S
@@ -166,6 +168,9 @@ def ranked_predictions(
                 if r["criterion"] > last["criterion"] * (1 - stop_tol):
                     break
                 last = r
+    if not out:
+        raise ParameterError(f"no {name} parameters fit a support of {support} with k={k}, cohorts={cohorts}, "
+                             f"hashes={hashes}")
     out.sort(key=lambda d: (round(d["criterion"], 6), d["cohorts"] * d["k"] * d.get("hashes", 1)))
     near = [d for d in out if d["criterion"] <= out[0]["criterion"] * (1 + rel_tol)]
     cheapest = min(near, key=lambda d: (cost(d), d["criterion"]))

@@ -28,8 +28,9 @@ ALL_TIME = -1
 MAX_CELLS = 2**26
 #: Largest cell index of a pair statistic (cells are exact integers in Redis' Lua numbers).
 MAX_PAIR_CELL = 2**53 - 1
-#: Bytes one batch may append to a packed pair statistic, and bytes one such statistic may hold (Redis
-#: strings hold 512 MiB; the script refuses a batch that would pass this, before writing anything).
+#: Bytes one batch may append to a packed pair statistic, and bytes one segment of such a statistic holds by
+#: default (Redis strings hold 512 MiB; a batch that would pass it fills the last segment and spills into the
+#: next ones, :mod:`ldpstream.store.pair_layout`).
 MAX_PAIR_APPEND = 2**28
 MAX_PAIR_BYTES = 2**29 - 2**20
 #: The latest expiry a batch may set (9999-12-31T23:59:59Z); Redis refuses expiries that overflow in ms.
@@ -185,9 +186,13 @@ class SketchStore(Protocol):
         expired, over every partition."""
         ...
 
-    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
-        """The distinct report pairs of a two-member association over ``buckets`` (summed over partitions),
-        read at one instant; buckets without a statistic contribute nothing."""
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int],
+                      members: tuple[int, int] | None = None) -> PairPatterns:
+        """The distinct report pairs of two members of the association over ``buckets`` (summed over partitions
+        and over every key of the statistic: its cells, its rows segments), read at one instant; buckets without
+        a statistic contribute nothing. ``members``: the positions ``(i, j)`` of the members read as X and Y
+        (``(0, 1)`` by default for an association of two; required for one of more, whose stored tuples are
+        projected onto the two)."""
         ...
 
 
@@ -235,6 +240,25 @@ class EstimateStore(Protocol):
 
     def last_decode(self) -> dict[str, Any] | None:
         """``{"time": ..., "failed": [...]}`` of the last recorded pass (None when none)."""
+        ...
+
+    def publish_dictionary(self, name: str, body: str) -> None:
+        """Store ``body`` (JSON: the strings a discovery found without a dictionary, ``docs/schema/``) as the
+        dictionary ``name``, replacing the last one."""
+        ...
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        """Every published dictionary by name, decoded from JSON."""
+        ...
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        """Simulations only: add ``counts`` (the values a simulation drew for metric or association ``name``:
+        one count per value, or a table with one axis per member) to the truth kept beside the estimates. A
+        truth of another shape (the registry changed) is replaced."""
+        ...
+
+    def truth(self, name: str) -> np.ndarray | None:
+        """The counts :meth:`add_truth` added up for ``name`` (None when no simulation published any)."""
         ...
 
 

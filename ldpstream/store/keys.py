@@ -7,6 +7,10 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:rebuild                         string  while partition N is re-applied from Kafka after Redis lost
                                                     its state: the next offset the rebuild must reach
     P:partitions:<T>                        set     partition numbers of topic T that consumers were assigned
+    P:dlq-replayed:<D>                      hash    ``ldpstream dlq replay`` of dead-letter topic D: field = a dead
+                                                    letter's ``source`` header (``T/N/offset``), value =
+                                                    ``pending <unix time>`` while its replay is unacknowledged,
+                                                    then ``replayed <T>/<N>/<offset>`` (where it went)
     P:{T:N}:stats                           hash    reports_applied, applied:<metric>, rejected:<reason>,
                                                     associated:<assoc> (report tuples of an association)
     P:{T:N}:sk:<metric>:<fp>:<bucket>       string  the (C, W) count sketch of reports from partition N
@@ -19,16 +23,21 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
     P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
                                                     updated in the same call; never expires)
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
-    P:{T:N}:pr:<assoc>:<fp>:<bucket>        hash    the pair statistic of association <assoc> (fingerprint fp)
+    P:{T:N}:pr:<assoc>:<fp>:cells:<bucket>  hash    the pair statistic of association <assoc> (fingerprint fp)
                                                     from partition N in time bucket <bucket>, when every member
                                                     reports a symbol and their product table has at most 2^16
                                                     cells: field = cell number (decimal) of
                                                     (cohort_1, y_1, ..., cohort_N, y_N) in the product table,
                                                     value = count (only the cells seen);
+    P:{T:N}:pr:<assoc>:<fp>:rows.<s>:<bucket>
                                             string  otherwise: the report tuples packed, one fixed-size row
-                                                    each (cohort u16 BE + payload per member), APPENDed.
-                                                    Either expires with the association's retention after the
-                                                    bucket's end; there is no all-time pair statistic.
+                                                    each (cohort u16 BE + payload per member), APPENDed to
+                                                    segment s = 0, 1, ...: each holds at most the whole rows
+                                                    that fit MAX_PAIR_BYTES (or the store's cap); a batch
+                                                    fills the last one and spills into the next.
+                                                    Every one expires with the association's retention after
+                                                    the bucket's end; there is no all-time pair statistic.
+                                                    The form in the name keeps the two forms in separate keys.
                                                     (ldpstream.store.pair_layout)
     P:pairindex:<assoc>:<fp>                set     every pair-statistic key of the association
     P:estimate:<metric>:<window>            string  the last published estimate (JSON)
@@ -38,6 +47,12 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     "Other", intervals, conditionals, independence test)
     P:joint-history:<association>:<window>  list    the last published joint estimates, newest first (bounded)
     P:decoder:last_run                      string  JSON {"time": unix seconds, "failed": [metric, ...]}
+    P:dictionary:<name>                     string  the last dictionary ``discover --publish <name>`` found (JSON,
+                                                    docs/schema/dictionary.v1.schema.json)
+    P:dictionaries                          set     the names of the published dictionaries
+    P:truth:<name>                          hash    simulations only (``produce``, ``demo``): the values they drew
+                                                    for a metric or an association, field = flat cell number
+                                                    (decimal) → count, plus ``shape`` ("k" or "k1,k2")
 
 ``<bucket>`` is ``all`` for :data:`~ldpstream.store.contract.ALL_TIME`. Keys of one partition share the hash
 tag ``{T:N}``; the index, estimate, joint and decoder keys are read by one client at a time and carry none.
@@ -65,6 +80,11 @@ def partitions_key(prefix: str, topic: str) -> str:
     return f"{prefix}:partitions:{topic}"
 
 
+def dlq_replayed_key(prefix: str, dead_letter_topic: str) -> str:
+    """The dedupe state of ``ldpstream dlq replay`` (:mod:`ldpstream.consumers.dead_letter_replay`)."""
+    return f"{prefix}:dlq-replayed:{dead_letter_topic}"
+
+
 def stats_key(prefix: str, topic: str, partition: int) -> str:
     return f"{partition_tag(prefix, topic, partition)}:stats"
 
@@ -80,8 +100,18 @@ def bucket_of(sketch_key_name: str) -> int:
     return ALL_TIME if suffix == "all" else int(suffix)
 
 
-def pair_key(prefix: str, topic: str, partition: int, key: PairKey) -> str:
-    return f"{partition_tag(prefix, topic, partition)}:pr:{key.association}:{key.fingerprint:08x}:{key.bucket}"
+def pair_key(prefix: str, topic: str, partition: int, key: PairKey, form: str) -> str:
+    """The key of one form of a pair statistic: ``form`` is ``cells`` or ``rows.<segment>``
+    (:mod:`ldpstream.store.pair_layout`)."""
+    return (f"{partition_tag(prefix, topic, partition)}:pr:{key.association}:{key.fingerprint:08x}:{form}:"
+            f"{key.bucket}")
+
+
+def pair_form_of(pair_key_name: str) -> str | None:
+    """The form part of a pair-statistic key's name (``cells``, ``rows.<segment>``), or None for a key named
+    before the form was part of the name (``...:pr:<assoc>:<fp>:<bucket>``, whose form is the layout's)."""
+    form = pair_key_name.rsplit(":", 2)[-2]
+    return form if form == "cells" or form.startswith("rows.") else None
 
 
 def pair_index_key(prefix: str, association: str, fingerprint: int) -> str:
@@ -110,3 +140,15 @@ def joint_history_key(prefix: str, association: str, window: str) -> str:
 
 def last_decode_key(prefix: str) -> str:
     return f"{prefix}:decoder:last_run"
+
+
+def truth_key(prefix: str, name: str) -> str:
+    return f"{prefix}:truth:{name}"
+
+
+def dictionary_key(prefix: str, name: str) -> str:
+    return f"{prefix}:dictionary:{name}"
+
+
+def dictionaries_key(prefix: str) -> str:
+    return f"{prefix}:dictionaries"

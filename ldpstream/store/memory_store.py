@@ -22,24 +22,34 @@ from ldpstream.store.contract import (
     check_batch,
 )
 from ldpstream.store.pair_layout import (
-    empty_patterns,
+    CELLS_FORM,
     layout_of,
     merge_increments,
-    patterns_from_cells,
-    patterns_from_rows,
+    parse_form,
+    read_patterns,
+    rows_form,
+    segment_bytes,
 )
 
 
 class InMemorySketchStore:
     """The same contract in process memory: the twin unit tests use instead of Redis."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        """``clock``: the Unix time against which sketches' ``expire_at`` is checked (Redis' own clock)."""
+    def __init__(self, clock: Callable[[], float] = time.time, max_pair_bytes: int = MAX_PAIR_BYTES) -> None:
+        """``clock``: the Unix time against which sketches' ``expire_at`` is checked (Redis' own clock).
+        ``max_pair_bytes``: the most one rows segment of a pair statistic holds (as the Redis store's)."""
+        if not 0 < max_pair_bytes <= MAX_PAIR_BYTES:
+            raise ValueError(f"max_pair_bytes must be in 1..{MAX_PAIR_BYTES}, got {max_pair_bytes}")
         self._clock = clock
+        self.max_pair_bytes = max_pair_bytes
         #: ("estimate" | "joint", metric or association, window) → published JSON, newest first / the latest.
         self._estimates: dict[tuple[str, str, str], list[str]] = {}
         self._latest: dict[tuple[str, str, str], str] = {}
         self._last_decode: str | None = None
+        #: Simulations' truth per metric or association (:meth:`add_truth`).
+        self._truth: dict[str, np.ndarray] = {}
+        #: Published dictionaries by name (JSON).
+        self._dictionaries: dict[str, str] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._rebuild_until: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
@@ -48,8 +58,9 @@ class InMemorySketchStore:
         self._sketches: dict[tuple[str, int], dict[tuple[str, int, int], np.ndarray]] = {}
         #: Unix time at which a partition's sketch expires (as Redis' EXPIREAT).
         self._expire_at: dict[tuple[str, int, str, int, int], int] = {}
-        #: (association, fingerprint) → (topic, partition, bucket) → the pair statistic, like Redis' pair keys.
-        self._pairs: dict[tuple[str, int], dict[tuple[str, int, int], PairIncrement]] = {}
+        #: (association, fingerprint) → (topic, partition, bucket, form) → the pair statistic, like Redis' pair keys
+        #: (form ``cells``, or ``rows.<segment>`` holding at most ``max_pair_bytes`` each).
+        self._pairs: dict[tuple[str, int], dict[tuple[str, int, int, str], PairIncrement]] = {}
 
     def check_safe(self) -> None:
         """Process memory evicts nothing."""
@@ -60,13 +71,9 @@ class InMemorySketchStore:
         stored = self._offsets.get(where)
         if stored != batch.expected_offset:
             return ApplyResult(False, stored)
-        for pair_key, increment in batch.pairs.items():  # as the Redis script: refuse before writing anything
-            if increment.rows is not None:
-                held = self._pairs.get((pair_key.association, pair_key.fingerprint), {}).get(
-                    (batch.topic, batch.partition, pair_key.bucket))
-                size = 0 if held is None or held.rows is None else held.rows.size
-                if size + increment.rows.size > MAX_PAIR_BYTES:
-                    raise ValueError(f"pair statistic {pair_key} would exceed {MAX_PAIR_BYTES} bytes")
+        capacities = {pair_key: segment_bytes(int(increment.rows.shape[1]), self.max_pair_bytes)
+                      for pair_key, increment in batch.pairs.items()  # as the Redis script: refuse before writing
+                      if increment.rows is not None and increment.rows.size}
         stats = self._stats.setdefault(where, {})
         for name, value in batch.stats.items():
             stats[name] = stats.get(name, 0) + int(value)
@@ -92,13 +99,25 @@ class InMemorySketchStore:
             if written is None or written.size == 0:
                 continue
             per_association = self._pairs.setdefault((pair_key.association, pair_key.fingerprint), {})
-            where_pair = (batch.topic, batch.partition, pair_key.bucket)
-            held_pair = per_association.get(where_pair)
-            if held_pair is not None and 0 < held_pair.expire_at <= now:
-                held_pair = None
-            merged = increment if held_pair is None else merge_increments(held_pair, increment)
-            per_association[where_pair] = PairIncrement(merged.cells, merged.counts, merged.rows,
-                                                        increment.expire_at or merged.expire_at)
+            statistic = (batch.topic, batch.partition, pair_key.bucket)
+            for gone in [k for k, held in per_association.items() if k[:3] == statistic and 0 < held.expire_at <= now]:
+                del per_association[gone]  # expired keys are gone, as on Redis
+            if increment.rows is None:
+                _merge_into(per_association, (*statistic, CELLS_FORM), increment)
+                continue
+            rows_per_segment = capacities[pair_key] // increment.rows.shape[1]
+            segment = max((parse_form(k[3])[1] for k in per_association if k[:3] == statistic and k[3] != CELLS_FORM),
+                          default=0)
+            rows = increment.rows
+            while rows.shape[0]:  # fill the last segment, then spill into the next ones (as the Redis script)
+                segment_key = (*statistic, rows_form(segment))
+                held = per_association.get(segment_key)
+                room = rows_per_segment - (0 if held is None or held.rows is None else held.rows.shape[0])
+                if room > 0:
+                    _merge_into(per_association, segment_key,
+                                PairIncrement(rows=rows[:room], expire_at=increment.expire_at))
+                    rows = rows[room:]
+                segment += 1
         self._offsets[where] = batch.next_offset
         if self._rebuild_until.get(where, batch.next_offset + 1) <= batch.next_offset:
             del self._rebuild_until[where]
@@ -150,7 +169,7 @@ class InMemorySketchStore:
 
     # ------------------------------------------------------------------ pair statistics
 
-    def _live_pairs(self, association: AssociationConfig) -> dict[tuple[str, int, int], PairIncrement]:
+    def _live_pairs(self, association: AssociationConfig) -> dict[tuple[str, int, int, str], PairIncrement]:
         """The association's statistics that have not expired (expired ones are forgotten, as Redis does)."""
         per_association = self._pairs.get((association.name, association.fingerprint), {})
         now = self._clock()
@@ -160,18 +179,21 @@ class InMemorySketchStore:
         return per_association
 
     def pair_buckets(self, association: AssociationConfig) -> list[int]:
-        return sorted({bucket for (_, _, bucket) in self._live_pairs(association)})
+        return sorted({bucket for (_, _, bucket, _) in self._live_pairs(association)})
 
-    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int],
+                      members: tuple[int, int] | None = None) -> PairPatterns:
         layout = layout_of(association)
         wanted = set(buckets)
-        chosen = [held for (_, _, bucket), held in self._live_pairs(association).items() if bucket in wanted]
-        if not chosen:
-            return empty_patterns(layout)
-        if layout.kind == "rows":
-            return patterns_from_rows(layout, np.vstack([h.rows for h in chosen if h.rows is not None]))
-        return patterns_from_cells(layout, np.concatenate([h.cells for h in chosen if h.cells is not None]),
-                                   np.concatenate([h.counts for h in chosen if h.counts is not None]))
+        chosen = [held for (_, _, bucket, _), held in self._live_pairs(association).items() if bucket in wanted]
+        cells = [(h.cells, h.counts) for h in chosen if h.cells is not None and h.counts is not None]
+        return read_patterns(layout, cells, [h.rows for h in chosen if h.rows is not None], members)
+
+    def pair_segments(self, association: AssociationConfig, topic: str, partition: int, bucket: int) -> list[int]:
+        """Bytes of each rows segment of one partition's pair statistic in one bucket, in segment order."""
+        held = {parse_form(form)[1]: h.rows.nbytes for (t, p, b, form), h in self._live_pairs(association).items()
+                if (t, p, b) == (topic, partition, bucket) and h.rows is not None}
+        return [held[g] for g in sorted(held)]
 
     # ------------------------------------------------------------------ published estimates
 
@@ -205,6 +227,22 @@ class InMemorySketchStore:
     def last_decode(self) -> dict[str, Any] | None:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
 
+    def publish_dictionary(self, name: str, body: str) -> None:
+        json.loads(body)  # Redis would take anything; reading it back would fail
+        self._dictionaries[name] = body
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(json.loads(body)) for name, body in sorted(self._dictionaries.items())}
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        held = self._truth.get(name)
+        self._truth[name] = counts.copy() if held is None or held.shape != counts.shape else held + counts
+
+    def truth(self, name: str) -> np.ndarray | None:
+        held = self._truth.get(name)
+        return None if held is None else held.copy()
+
 
 def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str, str, str], list[str]],
              key: tuple[str, str, str], body: str, history: int) -> None:
@@ -216,6 +254,14 @@ def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str,
     past = histories.setdefault(key, [])
     past.insert(0, body)
     del past[history:]
+
+
+def _merge_into(statistics: dict[tuple[str, int, int, str], PairIncrement], key: tuple[str, int, int, str],
+                increment: PairIncrement) -> None:
+    """``increment`` added to the statistic held under ``key`` (a new expiry replaces the held one, as EXPIREAT)."""
+    held = statistics.get(key)
+    merged = increment if held is None else merge_increments(held, increment)
+    statistics[key] = PairIncrement(merged.cells, merged.counts, merged.rows, increment.expire_at or merged.expire_at)
 
 
 def _decoded(body: str | None) -> dict[str, Any] | None:

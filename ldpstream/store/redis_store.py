@@ -37,10 +37,11 @@ from ldpstream.store.contract import (
     MAX_PAIR_CELL,
     ApplyResult,
     MetricSnapshot,
+    PairKey,
     PartitionBatch,
     check_batch,
 )
-from ldpstream.store.pair_layout import empty_patterns, layout_of, patterns_from_cells, patterns_from_rows
+from ldpstream.store.pair_layout import CELLS_FORM, layout_of, parse_form, read_patterns, rows_form, segment_bytes
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +49,26 @@ log = logging.getLogger(__name__)
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then the number K of sketch
 #: keys, then for each sketch key: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment)
-#: pairs; then for each pair key: its form ('h': a hash of cell counts, or 'a': packed rows appended to a
-#: string), expiry, and for 'h' the cell count M and M (cell, increment) pairs, for 'a' the bytes to append.
+#: pairs; then for each pair statistic: its form and expiry, then
+#:
+#: - 'h' (a hash of cell counts, one key): the cell count M and M (cell, increment) pairs;
+#: - 'a' (packed rows appended to numbered segments, G ≥ 2 keys: the segment the consumer believes is the last,
+#:   t, and the G − 1 after it): the segment capacity in bytes (a whole number of rows), the row size, G, t,
+#:   and the bytes to append. The rows fill segment t up to its capacity, then spill into t + 1, t + 2, …
+#:   (each key written gets the expiry). Segment t must exist unless t = 0 and segment t + 1 must not: else the
+#:   consumer's idea of the last segment is stale and the script returns {-2, ...} without writing (the
+#:   consumer looks the segments up again and retries).
+#:
 #: A rebuild marker (the offset up to which the partition is being re-applied after Redis lost data) is
 #: deleted by the batch whose next offset reaches it.
-#: Returns {1, new next offset}, {0, stored next offset or ''} (refused: another offset is stored), or
-#: {-1, reason} (refused: the batch is invalid).
+#: Returns {1, new next offset, last segment written of each 'a' statistic...}, {0, stored next offset or ''}
+#: (refused: another offset is stored), {-1, reason} (refused: the batch is invalid) or {-2, reason} (refused:
+#: the segments changed since the consumer looked).
 #:
 #: Redis does not roll back a script that fails after its first write, so the script checks everything that
-#: could make a write fail (the offset, every key's type, every number, every expiry and cell index) before
-#: it writes anything; the writes that follow cannot fail on their arguments. :func:`check_batch` makes the
-#: same checks in Python first, with a clearer message.
+#: could make a write fail (the offset, every key's type, every number, every expiry and cell index, the room
+#: of the segments) before it writes anything; the writes that follow cannot fail on their arguments.
+#: :func:`check_batch` makes the same checks in Python first, with a clearer message.
 APPLY_SCRIPT = """
 local stored = redis.call('GET', KEYS[1]) or ''
 if stored ~= ARGV[1] then
@@ -113,7 +123,8 @@ for i = 4, last_sketch do
     a = a + 2
   end
 end
-for i = last_sketch + 1, #KEYS do
+local i = last_sketch + 1
+while i <= #KEYS do
   t = redis.call('TYPE', KEYS[i]).ok
   local form = ARGV[a]
   if not is_int(ARGV[a + 1], 0, MAX_EXPIRE_AT) then
@@ -134,14 +145,36 @@ for i = last_sketch + 1, #KEYS do
       end
       a = a + 2
     end
+    i = i + 1
   elseif form == 'a' then
-    if t ~= 'none' and t ~= 'string' then
-      return {-1, 'pair statistic key holds a ' .. t}
+    if not is_int(ARGV[a + 2], 1, MAX_PAIR_BYTES) or not is_int(ARGV[a + 3], 1, MAX_PAIR_BYTES)
+        or not is_int(ARGV[a + 4], 2, #KEYS - i + 1) or not is_int(ARGV[a + 5], 0, 9007199254740991) then
+      return {-1, 'pair segment capacity, row size, key count or segment out of range'}
     end
-    if redis.call('STRLEN', KEYS[i]) + #ARGV[a + 2] > MAX_PAIR_BYTES then
-      return {-1, 'pair statistic would exceed MAX_PAIR_BYTES bytes'}
+    local capacity, row = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local count, first = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    local data = #ARGV[a + 6]
+    if capacity % row ~= 0 or data % row ~= 0 then
+      return {-1, 'pair rows are not whole rows of the segment capacity'}
     end
-    a = a + 3
+    for g = i, i + count - 1 do
+      local kind = redis.call('TYPE', KEYS[g]).ok
+      if kind ~= 'none' and kind ~= 'string' then
+        return {-1, 'pair statistic key holds a ' .. kind}
+      end
+    end
+    if (first > 0 and redis.call('EXISTS', KEYS[i]) == 0) or redis.call('EXISTS', KEYS[i + 1]) == 1 then
+      return {-2, 'the last pair segment moved'}
+    end
+    local held = redis.call('STRLEN', KEYS[i])
+    if held % row ~= 0 then
+      return {-1, 'pair statistic segment is not a whole number of rows'}
+    end
+    if math.max(capacity - held, 0) + (count - 1) * capacity < data then
+      return {-1, 'pair segments given cannot hold the rows'}
+    end
+    a = a + 7
+    i = i + count
   else
     return {-1, 'unknown pair statistic form'}
   end
@@ -174,7 +207,9 @@ for i = 4, last_sketch do
     redis.call('EXPIREAT', KEYS[i], expire_at)
   end
 end
-for i = last_sketch + 1, #KEYS do
+local tails = {}
+i = last_sketch + 1
+while i <= #KEYS do
   local form = ARGV[a]
   local expire_at = tonumber(ARGV[a + 1])
   if form == 'h' then
@@ -184,12 +219,31 @@ for i = last_sketch + 1, #KEYS do
       redis.call('HINCRBY', KEYS[i], ARGV[a], ARGV[a + 1])
       a = a + 2
     end
+    if expire_at > 0 then
+      redis.call('EXPIREAT', KEYS[i], expire_at)
+    end
+    i = i + 1
   else
-    redis.call('APPEND', KEYS[i], ARGV[a + 2])
-    a = a + 3
-  end
-  if expire_at > 0 then
-    redis.call('EXPIREAT', KEYS[i], expire_at)
+    local capacity, count, first = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    local data = ARGV[a + 6]
+    local at, g = 1, 0
+    local last = first
+    while at <= #data do
+      local room = capacity - redis.call('STRLEN', KEYS[i + g])
+      if room > 0 then
+        local take = math.min(room, #data - at + 1)
+        redis.call('APPEND', KEYS[i + g], string.sub(data, at, at + take - 1))
+        if expire_at > 0 then
+          redis.call('EXPIREAT', KEYS[i + g], expire_at)
+        end
+        at = at + take
+        last = first + g
+      end
+      g = g + 1
+    end
+    tails[#tails + 1] = last
+    a = a + 7
+    i = i + count
   end
 end
 redis.call('SET', KEYS[1], ARGV[2])
@@ -197,7 +251,7 @@ local rebuild_until = tonumber(redis.call('GET', KEYS[3]) or '')
 if rebuild_until ~= nil and tonumber(ARGV[2]) >= rebuild_until then
   redis.call('DEL', KEYS[3])
 end
-return {1, ARGV[2]}
+return {1, ARGV[2], unpack(tails)}
 """.replace("MAX_CELLS", str(MAX_CELLS)).replace("MAX_EXPIRE_AT", str(MAX_EXPIRE_AT)).replace(
     "MAX_PAIR_CELL", str(MAX_PAIR_CELL)).replace("MAX_PAIR_BYTES", str(MAX_PAIR_BYTES))
 
@@ -221,11 +275,12 @@ return 1
 """
 
 
-#: KEYS: keys of one slot; ARGV[1] 'get' or 'hgetall'. Their values as of one instant (a script is atomic).
+#: KEYS: keys of one slot; ARGV[i] 'get' or 'hgetall', the command that reads KEYS[i]. Their values as of one
+#: instant (a script is atomic).
 READ_SLOT_SCRIPT = """
 local out = {}
 for i, key in ipairs(KEYS) do
-  if ARGV[1] == 'hgetall' then
+  if ARGV[i] == 'hgetall' then
     out[i] = redis.call('HGETALL', key)
   else
     out[i] = redis.call('GET', key) or false
@@ -240,6 +295,13 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
 
+#: Attempts of one batch whose rows segments changed under it (each re-reads them first).
+_SEGMENT_ATTEMPTS = 4
+#: Segments looked up per round trip, and last segments remembered before the memory is cleared.
+_SEGMENT_PROBE = 16
+_SEGMENTS_REMEMBERED = 65_536
+
+
 class RedisSketchStore:
     """:class:`SketchStore` on Redis, standalone or Redis Cluster.
 
@@ -249,24 +311,35 @@ class RedisSketchStore:
     per key; a published estimate and its history are written one after the other (two slots).
     """
 
-    def __init__(self, client: RedisClient, prefix: str = "ldp") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> None:
+        """``max_pair_bytes``: the most one rows segment of a pair statistic holds (:data:`MAX_PAIR_BYTES`, under
+        Redis' 512 MiB string limit; tests give a tiny one to see the spill)."""
         if not isinstance(client, redis.Redis | redis.cluster.RedisCluster):
             raise TypeError("RedisSketchStore needs a redis.Redis or redis.cluster.RedisCluster client")
+        if not 0 < max_pair_bytes <= MAX_PAIR_BYTES:
+            raise ValueError(f"max_pair_bytes must be in 1..{MAX_PAIR_BYTES}, got {max_pair_bytes}")
         self._redis = client
         self.cluster = isinstance(client, redis.cluster.RedisCluster)
         self.prefix = prefix
+        self.max_pair_bytes = max_pair_bytes
         self._apply = client.register_script(APPLY_SCRIPT)
         self._mark_rebuild = client.register_script(MARK_REBUILD_SCRIPT)
         self._read_slot = client.register_script(READ_SLOT_SCRIPT)
+        #: The last rows segment this store wrote of each pair statistic ((topic, partition, key) → segment):
+        #: where the next batch starts. A guess the script checks (another consumer may have written since, or
+        #: the bucket expired); a wrong one costs a look-up and a retry.
+        self._last_segment: dict[tuple[str, int, PairKey], int] = {}
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "ldp") -> RedisSketchStore:
+    def from_url(cls, url: str, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> RedisSketchStore:
         """A store on ``url``: ``redis://``, ``rediss://``, ``unix://``, or ``redis+cluster://host:port`` (one
         node; the client finds the others). Credentials and TLS files: :class:`ldpstream.config.RedisConfig`."""
         scheme, sep, rest = url.partition("://")
         if sep and scheme in CLUSTER_SCHEMES:
-            return cls(redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}"), prefix)
-        return cls(redis.Redis.from_url(url), prefix)
+            client: RedisClient = redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        else:
+            client = redis.Redis.from_url(url)
+        return cls(client, prefix, max_pair_bytes)
 
     @property
     def client(self) -> RedisClient:
@@ -298,9 +371,16 @@ class RedisSketchStore:
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         check_batch(batch)
         with _unavailable_as_store_error():
-            return self._apply_batch(batch)
+            for _attempt in range(_SEGMENT_ATTEMPTS):
+                result = self._apply_batch(batch)
+                if result is not None:
+                    return result
+            raise ServiceError(f"the pair segments of {batch.topic}[{batch.partition}] kept changing while the "
+                               f"batch was applied ({_SEGMENT_ATTEMPTS} attempts); nothing was written")
 
-    def _apply_batch(self, batch: PartitionBatch) -> ApplyResult:
+    def _apply_batch(self, batch: PartitionBatch) -> ApplyResult | None:
+        """One attempt; None when the script found a rows segment other than the one this store expected (nothing
+        was written, and the segments of that batch are looked up again)."""
         script_keys = [keys.offset_key(self.prefix, batch.topic, batch.partition),
                        keys.stats_key(self.prefix, batch.topic, batch.partition),
                        keys.rebuild_key(self.prefix, batch.topic, batch.partition)]
@@ -325,35 +405,81 @@ class RedisSketchStore:
             sketch_args.extend(pairs.tolist())
         args.append(len(script_keys) - 3)
         args += sketch_args
+        segmented: list[tuple[str, int, PairKey]] = []  # each rows statistic, in script order
         for pair_key, increment in batch.pairs.items():
-            name = keys.pair_key(self.prefix, batch.topic, batch.partition, pair_key)
+            index = keys.pair_index_key(self.prefix, pair_key.association, pair_key.fingerprint)
             if increment.rows is not None:
                 if not increment.rows.size:
                     continue
-                args += ["a", int(increment.expire_at), increment.rows.tobytes()]
-            else:
-                assert increment.cells is not None and increment.counts is not None  # check_batch
-                if not increment.cells.size:
-                    continue
-                cell_pairs = np.empty(2 * increment.cells.size, dtype=np.int64)
-                cell_pairs[0::2] = increment.cells
-                cell_pairs[1::2] = increment.counts
-                args += ["h", int(increment.expire_at), int(increment.cells.size)]
-                args.extend(cell_pairs.tolist())
+                row_size = int(increment.rows.shape[1])
+                capacity = segment_bytes(row_size, self.max_pair_bytes)
+                statistic = (batch.topic, batch.partition, pair_key)
+                first = self._last_segment.get(statistic, 0)
+                # Segment `first` may be full: the rows may need every one of the segments after it.
+                count = 1 + -(-int(increment.rows.size) // capacity)
+                names = [keys.pair_key(self.prefix, batch.topic, batch.partition, pair_key, rows_form(first + g))
+                         for g in range(count)]
+                args += ["a", int(increment.expire_at), capacity, row_size, count, first, increment.rows.tobytes()]
+                script_keys += names
+                new_index.setdefault(index, []).extend(names)
+                segmented.append(statistic)
+                continue
+            assert increment.cells is not None and increment.counts is not None  # check_batch
+            if not increment.cells.size:
+                continue
+            cell_pairs = np.empty(2 * increment.cells.size, dtype=np.int64)
+            cell_pairs[0::2] = increment.cells
+            cell_pairs[1::2] = increment.counts
+            args += ["h", int(increment.expire_at), int(increment.cells.size)]
+            args.extend(cell_pairs.tolist())
+            name = keys.pair_key(self.prefix, batch.topic, batch.partition, pair_key, CELLS_FORM)
             script_keys.append(name)
-            new_index.setdefault(keys.pair_index_key(self.prefix, pair_key.association, pair_key.fingerprint),
-                                 []).append(name)
+            new_index.setdefault(index, []).append(name)
         if new_index:
-            # The index is idempotent and written first: a sketch key is always findable once it exists.
+            # The index is idempotent and written first: a key is always findable once it exists (a segment
+            # the batch may not need stays listed, without a key, until its bucket's retention passes).
             pipe = self._redis.pipeline(transaction=False)
-            for index, members in new_index.items():
-                pipe.sadd(index, *members)
+            for index_name, members in new_index.items():
+                pipe.sadd(index_name, *members)
             pipe.execute()
-        applied, next_offset = self._apply(keys=script_keys, args=args)
+        applied, next_offset, *tails = self._apply(keys=script_keys, args=args)
+        if applied == -2:  # nothing was written: look the segments up, then try again
+            for statistic in segmented:
+                self._last_segment[statistic] = self._find_last_segment(*statistic)
+            return None
         if applied == -1:  # nothing was written
             reason = next_offset.decode() if isinstance(next_offset, bytes) else str(next_offset)
             raise ServiceError(f"Redis refused the batch of {batch.topic}[{batch.partition}]: {reason}")
+        if applied == 1:
+            if len(self._last_segment) > _SEGMENTS_REMEMBERED:
+                self._last_segment.clear()
+            self._last_segment.update(zip(segmented, (int(t) for t in tails), strict=True))
         return ApplyResult(bool(applied), int(next_offset) if next_offset not in (b"", "") else None)
+
+    def _find_last_segment(self, topic: str, partition: int, pair_key: PairKey) -> int:
+        """The number of the last rows segment of one partition's pair statistic that exists (0 when none)."""
+        found = 0
+        while True:
+            pipe = self._redis.pipeline(transaction=False)
+            for g in range(found + 1, found + 1 + _SEGMENT_PROBE):
+                pipe.exists(keys.pair_key(self.prefix, topic, partition, pair_key, rows_form(g)))
+            present = pipe.execute()
+            ahead = next((g for g, there in enumerate(present) if not there), len(present))
+            found += ahead
+            if ahead < len(present):
+                return found
+
+    def pair_segments(self, association: AssociationConfig, topic: str, partition: int, bucket: int) -> list[int]:
+        """Bytes of each rows segment of one partition's pair statistic in one bucket, in segment order."""
+        pair_key = PairKey(association.name, association.fingerprint, bucket)
+        with _unavailable_as_store_error():
+            if not self._redis.exists(keys.pair_key(self.prefix, topic, partition, pair_key, rows_form(0))):
+                return []
+            last = self._find_last_segment(topic, partition, pair_key)
+            pipe = self._redis.pipeline(transaction=False)
+            for g in range(last + 1):
+                pipe.strlen(keys.pair_key(self.prefix, topic, partition, pair_key, rows_form(g)))
+            return [int(n) for n in pipe.execute()]
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         partitions = list(partitions)
@@ -400,12 +526,14 @@ class RedisSketchStore:
         return MetricSnapshot(buckets, total)
 
     def _read_indexed(self, index: str, chosen: Callable[[str], bool] | None = None,
-                      read: str = "get") -> tuple[list[str], list[Any]]:
+                      read: Callable[[str], str] = lambda _name: "get") -> tuple[list[str], list[Any]]:
         """Every key listed in ``index`` and its value, as of one instant.
 
-        The index is WATCHed while it is read and the values are read in one MULTI/EXEC: a consumer batch
-        that adds a new sketch key in between (it SADDs the index before applying) aborts the EXEC, and the
-        read starts over, so a batch is never seen half applied. On Redis Cluster: :meth:`_read_per_slot`.
+        ``read`` names the command that reads a key (``get``, ``hgetall``). The index is WATCHed while it is
+        read and the values are read in one MULTI/EXEC: a consumer batch that adds a new key in between (it SADDs
+        the index before applying) aborts the EXEC, and the read starts over, so a batch is never seen half
+        applied (a batch that spills into a new pair segment among them). On Redis Cluster:
+        :meth:`_read_per_slot`.
         """
         if self.cluster:
             return self._read_per_slot(index, chosen, read)
@@ -419,13 +547,13 @@ class RedisSketchStore:
                         keys = [k for k in keys if chosen(k)]
                     pipe.multi()
                     for key in keys:
-                        getattr(pipe, read)(key)
+                        getattr(pipe, read(key))(key)
                     return keys, pipe.execute() if keys else []
                 except redis.WatchError:
                     continue
 
     def _read_per_slot(self, index: str, chosen: Callable[[str], bool] | None,
-                       read: str) -> tuple[list[str], list[Any]]:
+                       read: Callable[[str], str]) -> tuple[list[str], list[Any]]:
         """:meth:`_read_indexed` on Redis Cluster, where one transaction cannot span slots (nor WATCH a key of
         another slot): the keys of each slot (one partition's, by their hash tag) are read in one atomic script,
         then the index is read again, and the whole read starts over if it changed.
@@ -445,9 +573,10 @@ class RedisSketchStore:
                 by_slot.setdefault(key_slot(name.encode()), []).append(name)
             values: dict[str, Any] = {}
             for members in by_slot.values():
-                raw = self._read_slot(keys=members, args=[read])
-                for name, value in zip(members, raw, strict=True):
-                    if read == "hgetall":
+                commands = [read(name) for name in members]
+                raw = self._read_slot(keys=members, args=commands)
+                for name, command, value in zip(members, commands, raw, strict=True):
+                    if command == "hgetall":
                         flat = list(value or [])
                         values[name] = dict(zip(flat[0::2], flat[1::2], strict=True))
                     else:
@@ -490,21 +619,30 @@ class RedisSketchStore:
                 self._redis.srem(index, *expired)
         return sorted({keys.bucket_of(n) for n, there in zip(names, present, strict=True) if there})
 
-    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int]) -> PairPatterns:
+    def pair_patterns(self, association: AssociationConfig, buckets: Iterable[int],
+                      members: tuple[int, int] | None = None) -> PairPatterns:
         layout = layout_of(association)
         wanted = set(buckets)
         index = keys.pair_index_key(self.prefix, association.name, association.fingerprint)
+
+        def form_of(name: str) -> str:  # a key named before the form was in the name has the layout's form
+            form = keys.pair_form_of(name)
+            return layout.kind if form is None else parse_form(form)[0]
+
         with _unavailable_as_store_error():
-            _names, values = self._read_indexed(
+            names, values = self._read_indexed(
                 index, (lambda name: keys.bucket_of(name) in wanted),
-                "hgetall" if layout.kind == "cells" else "get")
-        if layout.kind == "rows":
-            return patterns_from_rows(layout, b"".join(v for v in values if isinstance(v, bytes)))
-        fields = [f for v in values if isinstance(v, dict) for f in v]
-        counts = [c for v in values if isinstance(v, dict) for c in v.values()]
-        if not fields:
-            return empty_patterns(layout)
-        return patterns_from_cells(layout, np.array(fields).astype(np.int64), np.array(counts).astype(np.int64))
+                lambda name: "hgetall" if form_of(name) == CELLS_FORM else "get")
+        cells: list[tuple[np.ndarray, np.ndarray]] = []
+        rows: list[bytes] = []
+        for name, value in zip(names, values, strict=True):
+            if form_of(name) == CELLS_FORM:
+                if value:
+                    cells.append((np.array(list(value)).astype(np.int64),
+                                  np.array(list(value.values())).astype(np.int64)))
+            elif value:
+                rows.append(value)
+        return read_patterns(layout, cells, rows, members)
 
     # ------------------------------------------------------------------ published estimates
 
@@ -560,3 +698,51 @@ class RedisSketchStore:
     def last_decode(self) -> dict[str, Any] | None:
         raw = self._redis.get(keys.last_decode_key(self.prefix))
         return None if raw is None else dict(json.loads(raw))
+
+    def publish_dictionary(self, name: str, body: str) -> None:
+        pipe = self._redis.pipeline(transaction=not self.cluster)  # two slots on a cluster: in this order
+        pipe.set(keys.dictionary_key(self.prefix, name), body)
+        pipe.sadd(keys.dictionaries_key(self.prefix), name)
+        pipe.execute()
+
+    def dictionaries(self) -> dict[str, dict[str, Any]]:
+        names = sorted(_text(n) for n in self._redis.smembers(keys.dictionaries_key(self.prefix)))
+        if not names:
+            return {}
+        bodies = self._get_many([keys.dictionary_key(self.prefix, n) for n in names])
+        return {n: dict(json.loads(b)) for n, b in zip(names, bodies, strict=True) if b is not None}
+
+    def add_truth(self, name: str, counts: np.ndarray) -> None:
+        counts = np.asarray(counts, dtype=np.int64)
+        key = keys.truth_key(self.prefix, name)
+        shape = ",".join(str(size) for size in counts.shape)
+        held = self._redis.hget(key, "shape")
+        cells = np.flatnonzero(counts)
+        pipe = self._redis.pipeline(transaction=True)
+        if held is not None and _text(held) != shape:
+            pipe.delete(key)
+        pipe.hset(key, "shape", shape)
+        for cell, count in zip(cells.tolist(), counts.ravel()[cells].tolist(), strict=True):
+            pipe.hincrby(key, str(cell), count)
+        pipe.execute()
+
+    def truth(self, name: str) -> np.ndarray | None:
+        held = self._redis.hgetall(keys.truth_key(self.prefix, name))
+        return _truth_of({_text(k): _text(v) for k, v in held.items()}) if held else None
+
+
+def _truth_of(fields: dict[str, str]) -> np.ndarray | None:
+    """The count table of a truth hash (``shape`` and cell number → count); None without a valid shape."""
+    try:
+        shape = tuple(int(size) for size in fields["shape"].split(","))
+    except (KeyError, ValueError):
+        return None
+    counts = np.zeros(int(np.prod(shape)), dtype=np.int64)
+    for cell, count in fields.items():
+        if cell != "shape" and cell.isdigit() and int(cell) < counts.size:
+            counts[int(cell)] = int(count)
+    return counts.reshape(shape)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -336,3 +336,25 @@ def test_a_refused_apply_does_not_clear_a_rebuild_marker(store, topic):
     store.mark_rebuild(topic, 0, 10)
     assert not store.apply(batch(topic, 0, 5, 20)).applied  # nothing stored yet: expected 5 is refused
     assert store.rebuilding(topic) == {0: 10}
+
+
+def test_a_simulations_truth_adds_up_and_a_new_shape_replaces_it(store):
+    assert store.truth("m") is None
+    store.add_truth("m", np.array([3, 0, 2]))
+    store.add_truth("m", np.array([1, 4, 0]))
+    assert store.truth("m").tolist() == [4, 4, 2]
+    table = np.array([[1, 0], [0, 5], [2, 2]])
+    store.add_truth("pair", table)
+    store.add_truth("pair", table)
+    assert store.truth("pair").tolist() == (2 * table).tolist()
+    store.add_truth("m", np.array([7, 1]))  # the registry changed: the old counts no longer mean anything
+    assert store.truth("m").tolist() == [7, 1]
+
+
+def test_a_published_dictionary_replaces_the_last_one_of_its_name(store):
+    assert store.dictionaries() == {}
+    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": []}')
+    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": [{"string": "ab"}]}')
+    store.publish_dictionary("apps", '{"dictionary": "apps", "strings": []}')
+    assert store.dictionaries() == {"apps": {"dictionary": "apps", "strings": []},
+                                    "urls": {"dictionary": "urls", "strings": [{"string": "ab"}]}}

@@ -36,8 +36,8 @@ def test_produce_consume_decode_watch_and_status_through_the_cli(
         assert code == 0, (argv, out)
         return out
 
-    produced = json.loads(run("produce", "app_language", *kafka, "--registry", registry, "--clients", str(CLIENTS),
-                              "--seed", "3", "--per-message", "20", "--json"))
+    produced = json.loads(run("produce", "app_language", *kafka, *redis, "--registry", registry, "--clients",
+                              str(CLIENTS), "--seed", "3", "--per-message", "20", "--json"))
     assert produced["reports_acked"] == CLIENTS and produced["messages"] == CLIENTS // 20
     assert sum(produced["true_counts"]) == CLIENTS
 
@@ -79,3 +79,15 @@ def test_decode_once_exits_non_zero_naming_the_metrics_that_failed(redis_url, ke
     last = capsys.readouterr().err.strip().splitlines()[-1]  # the service's log of the failure comes first
     assert last.startswith("ldpstream decode: error: 1 of 1 metric(s) and association(s) failed")
     assert "app_language" in last
+
+
+def test_produce_without_redis_publishes_the_reports_and_says_the_truth_was_not(kafka_bootstrap, fresh_topic, tmp_path,
+                                                                               capsys):
+    topic = fresh_topic(partitions=1)
+    registry = write_registry(tmp_path / "metrics.toml", topic, {"m": {"id": 1, "mechanism": "krr", "k": 4,
+                                                                       "epsilon": 1.0}})
+    code = main(["produce", "m", "--kafka", kafka_bootstrap, "--registry", str(registry), "--redis",
+                 "redis://127.0.0.1:1/0", "--clients", "100", "--no-progress", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["reports_acked"] == 100
+    assert "the truth is not published (Redis:" in captured.err

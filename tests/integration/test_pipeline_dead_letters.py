@@ -127,17 +127,19 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
     # The dead-letter topic: exactly the bad messages, byte for byte, each with its reason and source.
     dead = _read_all(kafka_bootstrap, dead_letter_topic, expected=len(bad))
     assert sorted(m.key() for m in dead) == sorted(bad)
-    offsets_of = {}
+    offsets_of, timestamps_of = {}, {}
     for message in _read_all(kafka_bootstrap, topic, expected=len(messages)):
         offsets_of[message.key()] = f"{topic}/{message.partition()}/{message.offset()}"
+        timestamps_of[message.key()] = str(message.timestamp()[1])
     for message in dead:
         value, reason = bad[message.key()]
         headers = {name: raw.decode() for name, raw in message.headers()}
-        assert set(headers) == {"reason", "detail", "source"}
+        assert set(headers) == {"reason", "detail", "source", "timestamp"}
         assert message.value() == value
         assert headers["reason"] == reason, (message.key(), headers)
         assert headers["detail"]
         assert headers["source"] == offsets_of[message.key()]
+        assert headers["timestamp"] == timestamps_of[message.key()]
     details = {m.key(): dict(m.headers())["detail"].decode() for m in dead}
     assert "version-2 record at byte 0 carries 0 payloads" in details[b"version-2"]
     assert "unsupported format version 3" in details[b"version-3"]

@@ -209,8 +209,8 @@ def test_a_pair_key_indexed_but_not_yet_written_stays_in_the_index(redis_url, ke
     index = key_schema.pair_index_key(key_prefix, association.name, association.fingerprint)
     current = int(time.time()) // association.bucket_seconds
     expired = current - association.retention_seconds // association.bucket_seconds - 2
-    fresh, old = (key_schema.pair_key(key_prefix, "t", 0, PairKey(association.name, association.fingerprint, b))
-                  for b in (current, expired))
+    fresh, old = (key_schema.pair_key(key_prefix, "t", 0, PairKey(association.name, association.fingerprint, b),
+                                      "cells") for b in (current, expired))
     store.client.sadd(index, fresh, old)  # neither key exists (yet)
     assert store.pair_buckets(association) == []
     assert store.client.smembers(index) == {fresh.encode()}

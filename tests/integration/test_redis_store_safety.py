@@ -52,23 +52,33 @@ def test_the_script_itself_checks_expiry_and_cell_range_before_writing(redis_url
     assert _written(client, key_prefix) == []
 
 
-@pytest.mark.parametrize(("pair_args", "reason"), [
-    (["x", 0, b"rows"], b"unknown pair statistic form"),
-    (["h", 0, 1, -1, 1], b"pair cell or count out of range"),
-    (["h", 0, 1, 2**53, 1], b"pair cell or count out of range"),
-    (["h", 0, 1, 7, 0], b"pair cell or count out of range"),
-    (["h", MAX_EXPIRE_AT + 1, 0], b"pair statistic expiry out of range"),
-    (["a", -1, b"rows"], b"pair statistic expiry out of range"),
+ROW = b"r" * 12
+
+
+@pytest.mark.parametrize(("pair_args", "status", "reason"), [
+    (["x", 0, b"rows"], -1, b"unknown pair statistic form"),
+    (["h", 0, 1, -1, 1], -1, b"pair cell or count out of range"),
+    (["h", 0, 1, 2**53, 1], -1, b"pair cell or count out of range"),
+    (["h", 0, 1, 7, 0], -1, b"pair cell or count out of range"),
+    (["h", MAX_EXPIRE_AT + 1, 0], -1, b"pair statistic expiry out of range"),
+    (["a", -1, 12, 12, 2, 0, ROW], -1, b"pair statistic expiry out of range"),
+    (["a", 0, 13, 12, 2, 0, ROW], -1, b"not whole rows"),  # a capacity of 13 bytes for 12-byte rows
+    (["a", 0, 24, 12, 2, 0, ROW[:5]], -1, b"not whole rows"),
+    (["a", 0, 2**29, 12, 2, 0, ROW], -1, b"out of range"),  # a segment past Redis' string limit
+    (["a", 0, 24, 12, 3, 0, ROW], -1, b"out of range"),  # three segment keys named, two given
+    (["a", 0, 24, 12, 2, 0, ROW * 5], -1, b"cannot hold the rows"),  # 60 bytes, two segments of 24
+    (["a", 0, 24, 12, 2, 1, ROW], -2, b"the last pair segment moved"),  # segment 1 named last, but it is not there
 ])
-def test_the_script_checks_pair_statistics_before_writing(redis_url, key_prefix, pair_args, reason):
+def test_the_script_checks_pair_statistics_before_writing(redis_url, key_prefix, pair_args, status, reason):
     client = redis.Redis.from_url(redis_url)
     script = client.register_script(APPLY_SCRIPT)
     names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
              keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
-             keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0))]
+             keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0), "rows.1"),
+             keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0), "rows.2")]
     args = ["", 5, 1, "reports_applied", 5, 1, 1, 0, 0, 5, *pair_args]  # one sketch key: one cell, no expiry
-    status, message = script(keys=names, args=args)
-    assert status == -1 and reason in message
+    got, message = script(keys=names, args=args)
+    assert got == status and reason in message
     assert _written(client, key_prefix) == []
 
 

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ("producers", "consumers", "decoder", "deploy")
-PACKAGE_DATA = ("ldpstream/deploy/kafka/pom.xml", "ldpstream/deploy/metrics.toml", "ldpstream/py.typed")
+PACKAGE_DATA = ("ldpstream/deploy/kafka/pom.xml", "ldpstream/deploy/metrics.toml", "ldpstream/py.typed",
+                "ldpstream/deploy/web/index.html", "ldpstream/deploy/web/app.js", "ldpstream/deploy/web/style.css")
 #: Left out of the copy that is built: VCS, caches, build output, the local stack's state.
 IGNORED = shutil.ignore_patterns(".git", ".stack*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
                                  ".venv", "*.pyc")
@@ -120,6 +121,8 @@ def test_the_installed_wheel_imports_and_runs_from_a_fresh_venv(wheel, tmp_path_
         "for role in ('producers', 'consumers', 'decoder', 'deploy'):\n"
         "    assert not (root / role).is_symlink(), role\n"
         "assert (root / 'deploy' / 'metrics.toml').is_file()\n"
+        "from importlib.resources import files\n"
+        "assert b'app.js' in (files('ldpstream.deploy') / 'web' / 'index.html').read_bytes()\n"
         "print(root)\n")
     done = run([str(python), "-c", check], workdir, environ)
     installed = Path(done.stdout.strip())

@@ -381,7 +381,7 @@ def test_report_together_needs_one_value_per_member():
         client.report_together("nope", {})
 
 
-def test_an_association_of_three_members_is_carried_folded_and_stored():
+def test_an_association_of_three_members_is_carried_folded_stored_and_read_pair_by_pair():
     reg = registry({"three": {"id": 5, "metrics": ["lang", "font", "page"]}})
     association = reg.association("three")
     assert association.epsilon == pytest.approx(sum(m.mechanism.epsilon for m in association.metrics))
@@ -398,8 +398,15 @@ def test_an_association_of_three_members_is_carried_folded_and_stored():
     assert store.apply(PartitionBatch("t", 0, None, 1, folded.increments, folded.stats(), folded.expire_at,
                                       folded.pairs)).applied
     assert store.pair_buckets(association) == [NOW // 3600]
-    with pytest.raises(ParameterError, match="has 3 members; pair patterns exist for two"):
+    with pytest.raises(ParameterError, match="has 3 members: name the two"):
         store.pair_patterns(association, [NOW // 3600])
+    for i, j in [(0, 1), (0, 2), (1, 2)]:  # every member pair is read from the stored triples
+        pairs = store.pair_patterns(association, [NOW // 3600], members=(i, j))
+        want = PairPatterns.from_pairs(cohorts[:, i], reports[i], cohorts[:, j], reports[j])
+        for column in ("cohort_x", "reports_x", "cohort_y", "reports_y", "counts"):
+            np.testing.assert_array_equal(getattr(PairPatterns.from_pairs(
+                pairs.cohort_x, pairs.reports_x, pairs.cohort_y, pairs.reports_y, pairs.counts), column),
+                getattr(want, column))
 
 
 def test_association_settings_name_the_association_in_errors():

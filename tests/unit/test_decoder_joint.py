@@ -32,8 +32,9 @@ CANDIDATES = 2
 TOP_N = 3
 
 
-def make_registry() -> Registry:
-    return Registry.from_dict({
+def make_registry(drop: str | None = None) -> Registry:
+    """The test registry, without the association ``drop`` when one is named."""
+    spec = {
         "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"], "retention": "1d"},
         "metrics": {
             "lang": {"id": 1, "mechanism": "krr", "k": 6, "epsilon": 4.0, "labels": LANGS},
@@ -43,7 +44,9 @@ def make_registry() -> Registry:
         "associations": {
             "lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": CANDIDATES, "windows": ["all", "1h"]},
             "lang_flags": {"id": 2, "metrics": ["lang", "flags"], "candidates": CANDIDATES, "windows": ["all"]},
-        }})
+        }}
+    spec["associations"].pop(drop or "", None)
+    return Registry.from_dict(spec)
 
 
 class FakeProducer:
@@ -203,6 +206,14 @@ def test_the_em_starts_warm_from_the_previous_table_while_the_candidates_stay(se
     np.testing.assert_allclose(second["table"], first["table"], atol=1e-4)
 
 
+def test_an_association_dropped_from_the_registry_leaves_no_warm_start_behind(service):
+    service.run_once(now=NOW)
+    assert {key[0] for key in service._joint_start} == {"lang_os", "lang_flags"}
+    service.registry = make_registry(drop="lang_flags")
+    service.run_once(now=NOW + 1)
+    assert {key[0] for key in service._joint_start} == {"lang_os"}
+
+
 def test_the_em_starts_cold_when_the_candidates_change(service, store):
     service.run_once(now=OLD_TIME + 300)  # the last hour then: en and es lead
     assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["en", "es"]
@@ -280,7 +291,8 @@ def test_a_failing_association_stops_neither_the_marginals_nor_the_other_associa
     assert store.latest_joint("lang_flags", "all") is not None
     assert service.last_failed == ["lang_os"] and store.last_decode()["failed"] == ["lang_os"]
     assert prometheus.get_sample_value("ldpstream_joint_decode_failures_total", {"association": "lang_os"}) == 1
-    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) is None
+    # Declared at 0 from the start, never incremented.
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) == 0
     assert "decoding association lang_os failed" in caplog.text
 
 

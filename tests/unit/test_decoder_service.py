@@ -227,7 +227,8 @@ def test_a_failing_metric_is_counted_and_does_not_stop_the_others(registry, prom
     published = service.run_once(now=NOW)
     assert {(p.metric, p.window) for p in published} == {("lang", "all"), ("lang", "1h")}
     assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "flags"}) == 1
-    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) is None
+    # Declared at 0 from the start, never incremented.
+    assert prometheus.get_sample_value("ldpstream_decode_failures_total", {"metric": "lang"}) == 0
     assert store.latest_estimate("lang", "all") is not None and store.latest_estimate("flags", "all") is None
     assert store.last_decode()["failed"] == ["flags"]
     assert "decoding metric flags failed" in caplog.text

@@ -1,9 +1,11 @@
 """The deployment files under deploy/ (compose, Kubernetes, Prometheus, Grafana) agree with the code.
 
 They parse; every metric name that a dashboard panel or an alert rule queries is one the consumer or the decoder
-exports; every command they run is a valid ``ldpstream`` command line; ports agree (consume 9464, decode 9465);
-the Kubernetes copies of the registry and of the alert rules are up to date. With ``promtool`` on PATH, the
-alert rules, their unit tests, the scrape config and the dashboard's queries are checked by it too.
+declares (a quick check of the sources; ``tests/integration/test_prometheus_in_the_loop.py`` checks the same
+names against what a real Prometheus scrapes from running processes); every command they run is a valid
+``ldpstream`` command line; ports agree (consume 9464, decode 9465); the Kubernetes copies of the registry and
+of the alert rules are up to date. With ``promtool`` on PATH, the alert rules, their unit tests, the scrape config
+and the dashboard's queries are checked by it too.
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ def test_dashboard_shows_what_operators_need():
     for name in ("ldpstream_joint_cell_ratio", "ldpstream_joint_cell_low_95_ratio",
                  "ldpstream_joint_cell_high_95_ratio", "ldpstream_joint_independence_p_value",
                  "ldpstream_joint_em_iterations", "ldpstream_joint_em_seconds",
-                 "ldpstream_joint_decode_failures_total"):
+                 "ldpstream_joint_decode_failures_total", "ldpstream_joint_independence_statistic",
+                 "ldpstream_joint_decode_seconds", "ldpstream_report_tuples_applied_total"):
         assert name in used, f"the dashboard does not show the joint estimates' {name}"
     dashboard = _dashboard()
     variables = {v["name"] for v in dashboard["templating"]["list"]}
@@ -195,7 +198,8 @@ def test_alert_rules_cover_the_pipeline():
     exprs = " ".join(r["expr"] for r in _alert_rules())
     for name in ("ldpstream_consumer_lag_messages", "ldpstream_messages_rejected_total",
                  "ldpstream_decoder_last_run_timestamp_seconds", "ldpstream_decode_failures_total",
-                 "ldpstream_joint_decode_failures_total", "ldpstream_batches_refused_total"):
+                 "ldpstream_joint_decode_failures_total", "ldpstream_joint_decode_seconds_bucket",
+                 "ldpstream_batches_refused_total"):
         assert name in exprs, f"no alert rule watches {name}"
     for rule in _alert_rules():
         assert rule["labels"]["severity"] in ("warning", "critical")

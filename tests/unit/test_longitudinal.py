@@ -321,3 +321,16 @@ def test_a_population_of_devices_reporting_once_gives_the_epsilon_channel(memoiz
             p = np.bincount(values, minlength=m.k) / n
             estimate = krr_unbiased(sketch[0], m.epsilon)
             assert np.all(np.abs(estimate - p) <= z * np.sqrt(krr_variance(p, n, m.epsilon))), m
+
+
+def test_the_memo_is_bounded_and_an_evicted_permanent_response_comes_back_identical(monkeypatch):
+    import ldpstream.mechanisms.longitudinal as longitudinal
+
+    monkeypatch.setattr(longitudinal, "MEMO_CAPACITY", 8)
+    m = KRR(1000, 1.0)
+    enc = MemoizedEncoder(m, b"device", 0)
+    first = [int(enc.permanent(np.int64(x))) for x in range(50)]
+    assert len(enc._memo) == 8
+    again = MemoizedEncoder(m, b"device", 0)
+    assert [int(enc.permanent(np.int64(x))) for x in range(50)] == first
+    assert [int(again.permanent(np.int64(x))) for x in range(50)] == first

@@ -156,3 +156,15 @@ def test_encode_shapes():
     assert reports.shape == (3, 16)
     cohorts, reports = params.encode_batch(np.array([0, 1, 1, 0]), rng, table=table)
     assert cohorts.shape == (4,) and reports.shape == (4, 16)
+
+
+def test_the_prr_memo_is_bounded_and_an_evicted_prr_comes_back_identical(monkeypatch):
+    import ldpstream.mechanisms.rappor as rappor
+
+    monkeypatch.setattr(rappor, "MEMO_CAPACITY", 4)
+    params = Rappor(k=32, hashes=2, cohorts=8, p=0.5, q=0.75, f=0.5)
+    client = RapporClient(params, b"s", 3)
+    blooms = [client.bloom(f"v{i}") for i in range(20)]
+    first = [client.prr(b) for b in blooms]
+    assert len(client._memo) == 4
+    assert [client.prr(b) for b in blooms] == first == [RapporClient(params, b"s", 3).prr(b) for b in blooms]

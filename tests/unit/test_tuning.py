@@ -97,6 +97,22 @@ def test_grid_identifiable_and_ranked():
     assert all(r["criterion"] == r["predicted_l1"] for r in ls)
 
 
+@pytest.mark.parametrize("support", [6, 8])
+def test_a_closed_alphabet_below_sixteen_symbols_still_has_o_rappor_points(support):
+    points = grid("orappor", support, True, 20_000)
+    assert points and all(pt["k"] <= support and pt["k"] * pt["cohorts"] >= support for pt in points)
+    p = np.full(support, 1 / support)
+    assert ranked_predictions("orappor", 2.0, support, 20_000, p, True)[0]["criterion"] > 0
+
+
+def test_an_empty_grid_is_a_clear_error(monkeypatch):
+    import ldpstream.simulation.grid_search as grid_search
+
+    monkeypatch.setattr(grid_search, "grid", lambda *_args: [])
+    with pytest.raises(ParameterError, match="no orappor parameters"):
+        ranked_predictions("orappor", 2.0, 8, 20_000, np.full(8, 1 / 8), True)
+
+
 @pytest.mark.parametrize(
     ("name", "closed", "h"), [("orr", False, None), ("orr", True, None), ("orappor", False, 1), ("orappor", True, 2)]
 )

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,10 @@ from .scheme import DiscoveryScheme
 __all__ = ["DiscoveredString", "DiscoveryResult", "decode_full", "discover", "edge_level"]
 
 STAGES = ("ngrams", "pairs", "cliques", "final")
+
+#: A slot pair's joint table and what its rows and columns are: ``(n-grams of slot a, n-grams of slot b, table)``
+#: (the table has one more row and column, "Other").
+PairTable = tuple[tuple[str, ...], tuple[str, ...], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class DiscoveryResult:
     candidates: list[str]
     seconds: dict[str, float]
     info: dict[str, Any] = field(default_factory=dict)
+    #: The final decode's estimate over every candidate (labels: the padded candidates), when it ran.
+    final: DetectionEstimate | None = None
+    #: Each slot pair's fitted joint table with its rows' and columns' n-grams (the next decode's EM start).
+    pair_tables: dict[tuple[int, int], PairTable] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +131,8 @@ def discover(
     predicate: Callable[[str], bool] | None = None,
     max_candidates: int = 2_000,
     tolerance: float = 1e-5,
+    extra_candidates: Sequence[str] = (),
+    pair_starts: Mapping[tuple[int, int], PairTable] | None = None,
 ) -> DiscoveryResult:
     """Stages 1–6 (module docstring). ``alpha_ngram``: the level of the n-gram detection (stage 1, with
     ``correction``); ``alpha_edge``: the per-cell level of the pair threshold (stage 3; ``None``:
@@ -130,7 +140,17 @@ def discover(
     ``pattern``/``predicate``: the semantic filters (stage 5), applied to the unpadded string;
     ``max_candidates``: the most cliques the final decode takes (its Gram matrix is dense), reached by raising
     the threshold; ``tolerance``: the pair EM's stopping rule (max |Δp|; 1e-5 moves a cell's z by < 0.05 when
-    its standard error is ≥ 0.01, measured)."""
+    its standard error is ≥ 0.01, measured); ``extra_candidates``: strings decoded in the final stage whether or not
+    the graph holds them (the live decoder's dictionary of earlier decodes), after the same filters;
+    ``pair_starts``: a previous decode's :attr:`DiscoveryResult.pair_tables`: a slot pair whose kept n-grams are
+    the same starts its EM from that table (the live decoder's refresh: fewer iterations to the same stopping rule;
+    measured at 10^6 clients plus 5%, warm and cold tables within 0.003 of each other, a fifth of a cell's
+    standard error).
+
+    The pair threshold's standard errors are the observed-information ones of each pair's EM fit (stage 3): the
+    threshold screens cells for the graph, and the stacked sandwich of the published joint intervals, which adds
+    the noise of the "Other" law, costs a fifth of the decode for a screen whose level is set loosely anyway
+    (measured at 10^6: the same discovered strings, one edge more of 530)."""
     shape, mech = scheme.shape, scheme.ngram
     k = shape.slots
     seconds: dict[str, float] = {}
@@ -150,6 +170,8 @@ def discover(
     began = time.perf_counter()
     level = edge_level([part.size for part in kept], null_cliques) if alpha_edge is None else float(alpha_edge)
     zscores: dict[tuple[int, int], np.ndarray] = {}
+    pair_tables: dict[tuple[int, int], PairTable] = {}
+    iterations = 0
     if all(part.size for part in kept):
         for (a, b), patterns in sorted(collection.pairs.items()):
             if patterns.total == 0:
@@ -157,7 +179,14 @@ def discover(
                 continue
             x = JointVariable(mech, [grams[i] for i in kept[a]], frequencies=kept_freq[a].tolist())
             y = JointVariable(mech, [grams[i] for i in kept[b]], frequencies=kept_freq[b].tolist())
-            joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance)
+            names_a = tuple(grams[i] for i in kept[a])
+            names_b = tuple(grams[i] for i in kept[b])
+            previous = (pair_starts or {}).get((a, b))
+            start = previous[2] if previous is not None and previous[:2] == (names_a, names_b) else None
+            joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance, start=start,
+                                   nuisance_sandwich=False)
+            pair_tables[(a, b)] = (names_a, names_b, joint.table)
+            iterations += joint.iterations
             cells = joint.table[: kept[a].size, : kept[b].size]
             se = joint.std_error[: kept[a].size, : kept[b].size]
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -189,12 +218,23 @@ def discover(
             if predicate is not None and not predicate(plain):
                 continue
             candidates.append(text)
+    from_graph = len(candidates)
+    known = set(candidates)
+    for extra in extra_candidates:
+        text = shape.padded(extra)
+        plain = shape.unpadded(text)
+        if text in known or (pattern is not None and re.fullmatch(pattern, plain) is None) or (
+                predicate is not None and not predicate(plain)):
+            continue
+        known.add(text)
+        candidates.append(text)
     seconds["cliques"] = time.perf_counter() - began
 
     began = time.perf_counter()
     found: list[DiscoveredString] = []
+    final = None
     if candidates:
-        found, _est = decode_full(collection, scheme, candidates, correction, alpha)
+        found, final = decode_full(collection, scheme, candidates, correction, alpha)
     seconds["final"] = time.perf_counter() - began
     seconds["decode"] = sum(seconds[s] for s in STAGES)
     return DiscoveryResult(
@@ -204,5 +244,11 @@ def discover(
         candidates=candidates,
         seconds=seconds,
         info={"alpha_edge": level, "z_edge": max(float(stats.norm.isf(level)), 0.0), "threshold_raised": raised,
-              "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha": alpha, "correction": correction},
+              "cliques": unfiltered, "alpha_ngram": alpha_ngram, "alpha": alpha, "correction": correction,
+              "from_graph": from_graph, "carried_over": len(candidates) - from_graph,
+              "pair_em_iterations": iterations,
+              "pair_em_warm_starts": sum(1 for key, t in pair_tables.items()
+                                         if (pair_starts or {}).get(key, (None, None))[:2] == t[:2])},
+        final=final,
+        pair_tables=pair_tables,
     )

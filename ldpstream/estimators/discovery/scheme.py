@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.registry import MetricConfig, Registry, discovery_slot_name
 
 from .strings import StringShape
 
-__all__ = ["NGRAM_REPORTS", "DiscoveryScheme", "rappor_for_epsilon", "rappor_scheme"]
+__all__ = ["NGRAM_REPORTS", "DiscoveryScheme", "rappor_for_epsilon", "rappor_scheme", "scheme_of"]
 
 #: n-gram reports per client (two distinct slots: one pair of slots per client for the joint estimation).
 NGRAM_REPORTS = 2
@@ -73,3 +74,16 @@ def rappor_scheme(
     full = rappor_for_epsilon(total_epsilon * full_share, full_bits, hashes, cohorts)
     ngram = rappor_for_epsilon(total_epsilon * (1 - full_share) / NGRAM_REPORTS, ngram_bits, hashes, cohorts)
     return DiscoveryScheme(shape, full, ngram)
+
+
+def scheme_of(registry: Registry, metric: MetricConfig) -> DiscoveryScheme:
+    """The scheme of a registry's discovery metric (its full-string metric ``metric``): the shape of its
+    :class:`~ldpstream.registry.DiscoveryConfig`, its own mechanism for the full reports, its n-gram metrics'
+    (one mechanism for every slot) for the n-gram reports."""
+    config = metric.discovery
+    if config is None or metric.part_of is not None:
+        raise ParameterError(f"metric {metric.name!r} is not a discovery metric's full-string metric")
+    full, ngram = metric.mechanism, registry[discovery_slot_name(metric.name, 0)].mechanism
+    if not isinstance(full, Rappor) or not isinstance(ngram, Rappor):
+        raise ParameterError(f"metric {metric.name!r}: discovery reports must be RAPPOR")
+    return DiscoveryScheme(StringShape(config.length, config.ngram, config.alphabet, config.pad), full, ngram)

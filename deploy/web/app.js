@@ -1,0 +1,272 @@
+// The live view of ldpstream serve: polls /api/estimates and /api/status every second and redraws.
+// No build step and no library: plain DOM and SVG. Data attributes (data-name, data-window, data-n-reports,
+// data-snapshot-time, data-value, data-frequency, ...) name what is drawn, for people and for tests alike.
+"use strict";
+
+const POLL_MS = 1000;
+const TOP_VALUES = 24;
+const SVG = "http://www.w3.org/2000/svg";
+const chosenWindow = {};  // name -> the window the reader picked
+
+function token() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (match) {
+    sessionStorage.setItem("ldpstream-token", decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname + location.search);  // the token leaves the address bar
+  }
+  return sessionStorage.getItem("ldpstream-token");
+}
+
+async function getJSON(path) {
+  const headers = {};
+  const t = token();
+  if (t) headers["Authorization"] = "Bearer " + t;
+  const response = await fetch(path, {headers, cache: "no-store"});
+  if (!response.ok) {
+    let message = response.status + " " + response.statusText;
+    try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return response.json();
+}
+
+function el(tag, attrs, ...children) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined) continue;
+    if (key === "class") node.setAttribute("class", value);
+    else if (key.startsWith("data-") || tag.startsWith("svg:") || key.startsWith("aria-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const pct = (x, digits = 1) => (x === null || x === undefined) ? "–" : (100 * x).toFixed(digits) + "%";
+const num = (x) => (x === null || x === undefined) ? "–" : Number(x).toLocaleString("en-US");
+const ago = (t, now) => (t === null || t === undefined) ? "–" : Math.max(0, now - t).toFixed(1) + " s ago";
+
+function kindOf(published) {
+  if ("association" in published) return "joint";
+  if ("dictionary" in published) return "dictionary";
+  return "marginal";
+}
+
+// ---------------------------------------------------------------- one metric: bars, whiskers, truth
+
+function niceStep(rough) {  // 1, 2 or 5 times a power of ten
+  const power = Math.pow(10, Math.floor(Math.log10(rough)));
+  for (const m of [1, 2, 5, 10]) if (m * power >= rough) return m * power;
+  return 10 * power;
+}
+
+function pValue(p) {
+  if (p === 0) return "1e-300";
+  return p < 1e-4 ? p.toExponential(1) : p.toFixed(4);
+}
+
+function marginalView(name, published, truth) {
+  const values = published.values.map((v, i) => ({...v, index: i}));
+  const truthOf = {};
+  if (truth && truth.values) for (const t of truth.values) truthOf[t.value] = t.frequency;
+  let shown = values;
+  if (values.length > TOP_VALUES) {
+    shown = [...values].sort((a, b) => b.frequency - a.frequency).slice(0, TOP_VALUES);
+  }
+  const peak = Math.max(1e-9, ...shown.map((v) => Math.max(v.high_95 ?? v.frequency, truthOf[v.value] ?? 0, v.frequency)));
+  const step = niceStep(peak / 4);
+  const top = Math.min(1, Math.ceil(peak / step) * step) || peak;
+  const labelWidth = 130, numWidth = 170, plotWidth = 420, rowHeight = 20;
+  const width = labelWidth + plotWidth + numWidth, height = rowHeight * shown.length + 24;
+  const x = (f) => labelWidth + plotWidth * Math.max(0, f) / top;
+  const svg = el("svg:svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+                             "aria-label": `estimates of ${name}`});
+  svg.append(el("svg:line", {class: "axis", x1: labelWidth, x2: labelWidth, y1: 0, y2: height - 20}));
+  for (let f = 0; f <= top + 1e-12; f += step) {
+    svg.append(el("svg:line", {class: "axis", x1: x(f), x2: x(f), y1: height - 22, y2: height - 18}));
+    svg.append(el("svg:text", {class: "num", x: x(f), y: height - 6, "text-anchor": "middle"}, pct(f, step < 0.01 ? 1 : 0)));
+  }
+  shown.forEach((v, row) => {
+    const y = row * rowHeight;
+    const g = el("svg:g", {class: "value", "data-value": v.value, "data-frequency": v.frequency,
+                           "data-low": v.low_95 ?? "", "data-high": v.high_95 ?? "",
+                           "data-truth": truthOf[v.value] ?? ""});
+    g.append(el("svg:text", {class: "label", x: labelWidth - 6, y: y + 14}, String(v.value).slice(0, 18)));
+    g.append(el("svg:rect", {class: "bar", x: labelWidth, y: y + 4, height: rowHeight - 8,
+                             width: Math.max(0, x(v.frequency) - labelWidth)}));
+    if (v.low_95 !== undefined && v.low_95 !== null) {
+      const mid = y + rowHeight / 2;
+      g.append(el("svg:line", {class: "whisker", x1: x(v.low_95), x2: x(v.high_95), y1: mid, y2: mid}));
+      for (const end of [v.low_95, v.high_95]) {
+        g.append(el("svg:line", {class: "whisker", x1: x(end), x2: x(end), y1: mid - 5, y2: mid + 5}));
+      }
+    }
+    if (truthOf[v.value] !== undefined) {
+      g.append(el("svg:line", {class: "truth", x1: x(truthOf[v.value]), x2: x(truthOf[v.value]),
+                               y1: y + 1, y2: y + rowHeight - 1}, el("svg:title", {}, "truth " + pct(truthOf[v.value], 2))));
+    }
+    const interval = (v.low_95 !== undefined && v.low_95 !== null) ? ` [${pct(v.low_95)}, ${pct(v.high_95)}]` : "";
+    g.append(el("svg:text", {class: "num", x: labelWidth + plotWidth + 8, y: y + 14}, pct(v.frequency) + interval));
+    svg.append(g);
+  });
+  const note = values.length > shown.length ? `top ${shown.length} of ${values.length} values · ` : "";
+  return [el("div", {class: "meta"},
+             note, "method ", el("b", {}, published.method), " · intervals ", el("b", {}, published.interval_method ?? "none"),
+             published.design_effect && published.design_effect > 1.0001 ? ` (design effect up to ${published.design_effect.toFixed(2)})` : "",
+             truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
+          svg];
+}
+
+// ---------------------------------------------------------------- one association: the joint heat map
+
+function collapseTruth(truth, rows, columns) {
+  if (!truth || !truth.table) return null;
+  const index = (labels, value) => { const i = labels.indexOf(value); return i >= 0 ? i : labels.indexOf("Other"); };
+  const out = rows.map(() => columns.map(() => 0));
+  truth.x_values.forEach((xv, i) => {
+    const r = index(rows, xv);
+    if (r < 0) return;
+    truth.y_values.forEach((yv, j) => {
+      const c = index(columns, yv);
+      if (c >= 0) out[r][c] += truth.table[i][j];
+    });
+  });
+  return out;
+}
+
+function jointView(name, joint, truth) {
+  const peak = Math.max(1e-9, ...joint.table.flat());
+  const expected = collapseTruth(truth, joint.rows, joint.columns);
+  const table = el("table", {class: "heat", "data-association": name});
+  const head = el("tr", {}, el("th", {class: "row"}, `${joint.x} ↓ · ${joint.y} →`));
+  for (const c of joint.columns) head.append(el("th", {}, c));
+  table.append(head);
+  joint.rows.forEach((r, i) => {
+    const tr = el("tr", {}, el("th", {class: "row"}, r));
+    joint.columns.forEach((c, j) => {
+      const share = joint.table[i][j];
+      const level = Math.sqrt(Math.max(0, share) / peak);
+      const td = el("td", {"data-row": r, "data-column": c, "data-share": share, "data-low": joint.low_95[i][j],
+                           "data-high": joint.high_95[i][j]},
+                    pct(share), el("span", {class: "ci"}, `[${pct(joint.low_95[i][j])}, ${pct(joint.high_95[i][j])}]`),
+                    expected ? el("span", {class: "t"}, "truth " + pct(expected[i][j])) : null);
+      td.style.background = `hsl(212, 60%, ${(96 - 58 * level).toFixed(1)}%)`;
+      if (level > 0.55) { td.style.color = "#fff"; td.classList.add("dark"); }
+      tr.append(td);
+    });
+    table.append(tr);
+  });
+  const test = joint.independence;
+  const verdict = test.p_value < 0.05 ? "dependent (independence rejected at 5%)" : "no evidence against independence at 5%";
+  return [el("div", {class: "meta"}, `${num(joint.n_reports)} report pairs · intervals `,
+             el("b", {}, joint.interval_method), ` · EM ${joint.em.iterations} iterations` ,
+             truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
+          el("div", {class: "axis-note"}, "cell = share of clients with that pair of values; each with its 95% interval"),
+          table,
+          el("div", {class: "test", "data-p-value": test.p_value},
+             "independence test: statistic ", el("b", {}, test.statistic.toFixed(1)), ` on ${test.df} df, p ${test.p_value === 0 ? "<" : "="} `,
+             el("b", {}, pValue(test.p_value)),
+             " → ", el("span", {class: "verdict"}, verdict))];
+}
+
+// ---------------------------------------------------------------- a discovered dictionary
+
+function dictionaryView(name, dictionary) {
+  const table = el("table", {class: "dict"}, el("tr", {}, el("th", {}, "string"), el("th", {}, "estimate"),
+                                                 el("th", {}, "95% interval")));
+  for (const s of dictionary.strings) {
+    table.append(el("tr", {"data-value": s.string, "data-frequency": s.estimate}, el("td", {}, s.string),
+                    el("td", {}, pct(s.estimate, 2)), el("td", {}, `[${pct(s.low_95, 2)}, ${pct(s.high_95, 2)}]`)));
+  }
+  return [el("div", {class: "meta"}, `${dictionary.strings.length} strings discovered without a dictionary from `,
+             el("b", {}, num(dictionary.n_reports)), " reports · intervals ", el("b", {}, dictionary.interval_method)),
+          table];
+}
+
+// ---------------------------------------------------------------- the page
+
+function card(name, windows, truth, now) {
+  const names = Object.keys(windows);
+  if (names.length === 0) return null;
+  const window = names.includes(chosenWindow[name]) ? chosenWindow[name] : names[0];
+  const published = windows[window];
+  const kind = kindOf(published);
+  const buttons = el("span", {class: "windows"});
+  if (names.length > 1) {
+    for (const w of names) {
+      const b = el("button", {type: "button", "aria-pressed": String(w === window)}, w);
+      b.addEventListener("click", () => { chosenWindow[name] = w; render(); });
+      buttons.append(b);
+    }
+  }
+  // The truth adds up everything simulated since it was first published: it matches the window "all" only.
+  const shownTruth = window === "all" ? truth : null;
+  const body = kind === "joint" ? jointView(name, published, shownTruth)
+    : kind === "dictionary" ? dictionaryView(name, published) : marginalView(name, published, shownTruth);
+  const reports = published.n_reports;
+  return el("section", {class: "card", "data-name": name, "data-kind": kind, "data-window": window,
+                        "data-n-reports": reports, "data-snapshot-time": published.snapshot_time},
+            el("h2", {}, name, el("span", {class: "kind"}, kind === "joint" ? `joint of ${published.x} × ${published.y}` : kind),
+               buttons),
+            el("div", {class: "meta"}, "window ", el("b", {}, window), " · ", el("b", {}, num(reports)), " reports · decoded ",
+               ago(published.snapshot_time, now)),
+            ...body);
+}
+
+let latest = null;
+let latestStatus = null;
+
+function render() {
+  if (!latest) return;
+  const now = Date.now() / 1000;
+  const content = document.getElementById("content");
+  const cards = [];
+  for (const [name, windows] of Object.entries(latest.metrics)) {
+    const c = card(name, windows, latest.truth[name], now);
+    if (c) cards.push(c);
+  }
+  content.replaceChildren(...(cards.length ? cards : [el("p", {class: "empty"}, "no estimate published yet: is the decoder running?")]));
+}
+
+function renderStatus(status) {
+  const ingest = status.ingest || {};
+  const rate = ingest.reports_per_second;
+  const rateNode = document.getElementById("ingest-rate");
+  rateNode.textContent = rate === null || rate === undefined ? "measuring…" : Math.round(rate).toLocaleString("en-US");
+  rateNode.dataset.rate = rate ?? "";
+  document.getElementById("lag").textContent = status.partitions && status.partitions.length ? num(ingest.lag) : "–";
+  document.getElementById("last-decode").textContent = status.last_decode ? ago(status.last_decode.time, Date.now() / 1000) : "never";
+  const dead = Object.values(status.dead_letters || {}).reduce((a, b) => a + b, 0);
+  document.getElementById("dead-letters").textContent = num(dead);
+}
+
+function connection(state, text) {
+  const pill = document.getElementById("connection");
+  pill.dataset.state = state;
+  pill.textContent = text;
+}
+
+async function poll() {
+  try {
+    latest = await getJSON("api/estimates");
+    render();
+    const updated = document.getElementById("updated");
+    updated.textContent = new Date().toLocaleTimeString();
+    updated.dataset.time = String(latest.time);
+    connection("live", "live");
+  } catch (error) {
+    connection("error", "error: " + error.message);
+  }
+  try {
+    latestStatus = await getJSON("api/status");
+    renderStatus(latestStatus);
+  } catch (error) {
+    document.getElementById("ingest-rate").textContent = "–";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+poll();

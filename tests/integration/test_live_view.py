@@ -1,0 +1,385 @@
+"""``ldpstream serve`` against a running pipeline on real Kafka and Redis, and in a real browser.
+
+A consumer group member and the decoder (every second, publishing to Redis and to an estimates topic) run in
+threads; ``ldpstream produce`` (the command) simulates clients of an association of two k-RR metrics and of a
+k-RAPPOR metric, and publishes the values it drew as the truth. Then:
+
+- every object the decoder published, read from Redis, from the estimates topic and through ``serve``'s API,
+  validates against the JSON Schemas of ``docs/schema/`` (each object names its schema);
+- the API serves every metric and association with its windows, the truth exactly as drawn, and the status
+  (counts, partitions, ingest rate, lag), behind a bearer token;
+- headless Chromium (Debian's ``chromium`` and ``chromium-driver``, through selenium) loads the page, shows bars
+  with interval whiskers, the truth and the joint heat map with its test, sees the estimates change after more
+  clients report and the decoder runs again, and saves a screenshot (``LDPSTREAM_SCREENSHOT=PATH`` copies it
+  there: ``docs/live-view.png`` was made so). Without the browser the test skips saying what to install; under
+  CI it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from ldpstream.cli import main
+from ldpstream.config import KafkaConfig
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+from ldpstream.decoder.service import DecoderService
+from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
+from ldpstream.kafka import ensure_topics
+from ldpstream.registry import Registry
+from ldpstream.store import RedisSketchStore
+from ldpstream.store import keys as key_schema
+from tests.integration.helpers import wait_for, write_registry
+from tests.published_schema import validate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+LANGS = ["en", "es", "zh", "hi", "ar", "pt", "bn", "ru", "ja", "de", "fr", "ko"]
+FONTS = ["serif", "sans", "mono", "slab", "script", "display"]
+OSES = ["android", "ios", "web", "tv", "car", "watch"]
+METRICS = {
+    "app_language": {"id": 1, "mechanism": "krr", "k": 12, "epsilon": 3.0, "labels": LANGS,
+                     "windows": ["all", "1h"], "bucket_seconds": 3600, "retention": "2d"},
+    "font": {"id": 2, "mechanism": "krr", "k": 6, "epsilon": 3.0, "labels": FONTS, "bucket_seconds": 3600,
+             "retention": "2d"},
+    "os": {"id": 3, "mechanism": "krappor", "k": 6, "epsilon": 2.0, "labels": OSES, "bucket_seconds": 3600},
+}
+ASSOCIATIONS = {"language_by_font": {"id": 1, "metrics": ["app_language", "font"], "candidates": 4,
+                                     "windows": ["all"]}}
+DICTIONARY = ["ab", "ba", "abab", "bb"]
+TOKEN = "serve-test-" + uuid.uuid4().hex
+
+
+class Pipeline:
+    """The running pipeline of this module and the server over it."""
+
+    def __init__(self, kafka: str, redis_url: str, tmp: Path) -> None:
+        self.kafka = kafka
+        self.redis_url = redis_url
+        run = uuid.uuid4().hex[:10]
+        self.prefix = f"test:serve:{run}"
+        self.topic = f"test-serve-{run}"
+        self.estimates_topic = f"test-serve-estimates-{run}"
+        ensure_topics(kafka, [self.topic], partitions=2)
+        ensure_topics(kafka, [self.estimates_topic], partitions=1)
+        self.registry_file = write_registry(tmp / "metrics.toml", self.topic, METRICS, ASSOCIATIONS)
+        self.registry = Registry.load(self.registry_file)
+        self.store = RedisSketchStore.from_url(redis_url, self.prefix)
+        self.stop = threading.Event()
+        self.consumer = SketchConsumer(self.registry, self.store,
+                                       ConsumerSettings(KafkaConfig(kafka), group_id=f"g-{run}"))
+        self.producer = Producer({"bootstrap.servers": kafka, "acks": "all", "enable.idempotence": True})
+        self.decoder = DecoderService(self.registry, self.store, producer=self.producer,
+                                      estimates_topic=self.estimates_topic)
+        self.threads = [threading.Thread(target=self.consumer.run, args=(self.stop,), daemon=True),
+                        threading.Thread(target=self.decoder.run, args=(1.0, self.stop), daemon=True)]
+        self.produced: dict[str, int] = {}
+        self.truth: dict[str, np.ndarray] = {}
+        self.server = make_server(LiveView(self.registry, self.store, KafkaConfig(kafka)), "127.0.0.1", 0, TOKEN)
+        self.url = url_of(self.server)
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+        serve_in_thread(self.server)
+
+    def produce(self, name: str, clients: int, seed: int) -> None:
+        """``ldpstream produce NAME`` (the command), as a user runs it; the true counts it prints are kept."""
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["produce", name, "--registry", str(self.registry_file), "--kafka", self.kafka, "--redis",
+                         self.redis_url, "--prefix", self.prefix, "--clients", str(clients), "--seed", str(seed),
+                         "--dist", "zipf:1.1", "--dependence", "0.6", "--json"])
+        assert code == 0
+        counts = np.asarray(json.loads(printed.getvalue().strip().splitlines()[-1])["true_counts"])
+        members = ASSOCIATIONS.get(name, {}).get("metrics", [])
+        self.truth[name] = self.truth.get(name, 0) + counts
+        for axis, member in enumerate(members):
+            self.truth[member] = self.truth.get(member, 0) + counts.sum(axis=1 - axis)
+        for member in members or [name]:
+            self.produced[member] = self.produced.get(member, 0) + clients
+
+    def discover(self, name: str) -> None:
+        """``ldpstream discover --simulate ... --publish NAME``: a tiny dictionary found from n-gram reports."""
+        strings = self.registry_file.parent / "strings.txt"
+        strings.write_text("\n".join(DICTIONARY) + "\n")
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["discover", "--simulate", "--strings", str(strings), "--alphabet", "ab", "--length", "4",
+                         "--epsilon", "12", "--n", "40000", "--seed", "3", "--json", "--publish", name,
+                         "--redis", self.redis_url, "--prefix", self.prefix])
+        assert code == 0
+
+    def wait_decoded(self, timeout: float = 120.0) -> None:
+        """Until every metric's ``all`` estimate counts every report produced (the decoder runs every second)."""
+        def done() -> bool:
+            for name, count in self.produced.items():
+                published = self.store.latest_estimate(name, "all")
+                if published is None or published["n_reports"] != count:
+                    return False
+            joint = self.store.latest_joint("language_by_font", "all")
+            return joint is not None and joint["n_reports"] == self.produced["font"]
+        wait_for(done, timeout, "the decoder to publish every report produced", interval=0.25)
+
+    def get(self, path: str, token: str | None = TOKEN) -> tuple[int, Any]:
+        request = urllib.request.Request(self.url + path.lstrip("/"))
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, json.loads(error.read())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        self.producer.flush(10)
+        AdminClient({"bootstrap.servers": self.kafka}).delete_topics([self.topic, self.estimates_topic])
+        client = self.store.client
+        names = list(client.scan_iter(f"{self.prefix}:*", count=1000))
+        if names:
+            client.delete(*names)
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    running = Pipeline(kafka_bootstrap, redis_url, tmp_path_factory.mktemp("serve"))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture(scope="module")
+def first_load(pipeline: Pipeline) -> Pipeline:
+    """30,000 associated clients and 20,000 clients of ``os``, produced by the command and decoded."""
+    pipeline.produce("language_by_font", 30_000, seed=1)
+    pipeline.produce("os", 20_000, seed=2)
+    pipeline.discover("urls")
+    pipeline.wait_decoded()
+    return pipeline
+
+
+def test_what_the_decoder_publishes_to_redis_follows_the_schemas(first_load: Pipeline):
+    client = first_load.store.client
+    seen = set()
+    for name, metric in first_load.registry.metrics.items():
+        for window in metric.windows:
+            raw = client.get(key_schema.estimate_key(first_load.prefix, name, window.name))
+            assert raw is not None, (name, window.name)
+            seen.add(validate(json.loads(raw), "marginal-estimate/1"))
+            for past in client.lrange(key_schema.history_key(first_load.prefix, name, window.name), 0, -1):
+                validate(json.loads(past), "marginal-estimate/1")
+    raw = client.get(key_schema.joint_key(first_load.prefix, "language_by_font", "all"))
+    assert raw is not None
+    seen.add(validate(json.loads(raw), "joint-estimate/1"))
+    assert seen == {"marginal-estimate/1", "joint-estimate/1"}
+
+
+def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(first_load: Pipeline):
+    first_load.producer.flush(10)
+    consumer = Consumer({"bootstrap.servers": first_load.kafka, "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([first_load.estimates_topic])
+    kinds: dict[str, int] = {}
+    keys = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ({"app_language:all", "os:all", "joint:language_by_font:all"}
+                                                   <= keys):
+            message = consumer.poll(1.0)
+            if message is None or message.error():
+                continue
+            body = json.loads(message.value())
+            name = validate(body)
+            kinds[name] = kinds.get(name, 0) + 1
+            keys.add(message.key().decode())
+    finally:
+        consumer.close()
+    assert {"app_language:all", "app_language:1h", "font:all", "os:all", "joint:language_by_font:all"} <= keys
+    assert kinds.get("marginal-estimate/1", 0) >= 4 and kinds.get("joint-estimate/1", 0) >= 1
+
+
+def test_the_api_serves_every_estimate_by_the_schemas_with_the_truth_as_drawn(first_load: Pipeline):
+    status, body = first_load.get("/api/estimates")
+    assert status == 200
+    assert set(body["metrics"]) == {"app_language", "font", "os", "language_by_font", "urls"}
+    assert set(body["metrics"]["app_language"]) == {"all", "1h"}
+    expected = {"language_by_font": "joint-estimate/1", "urls": "dictionary/1"}
+    for name, windows in body["metrics"].items():
+        for window, published in windows.items():
+            validate(published, expected.get(name, "marginal-estimate/1"))
+            assert published["window"] == window
+    # The dictionary: discovered from n-gram reports, as stored in Redis.
+    urls = body["metrics"]["urls"]["all"]
+    assert {s["string"] for s in urls["strings"]} == set(DICTIONARY) and urls["n_reports"] == 40_000
+    raw = first_load.store.client.get(key_schema.dictionary_key(first_load.prefix, "urls"))
+    assert raw is not None and json.loads(raw) == urls
+    # The truth is exactly what the produce commands drew (counts), marked as such.
+    for name in ("app_language", "font", "os"):
+        truth = body["truth"][name]
+        assert truth["kind"] == "truth" and truth["source"] == "simulation"
+        assert [v["count"] for v in truth["values"]] == first_load.truth[name].tolist()
+        assert truth["n"] == first_load.produced[name]
+        assert [v["value"] for v in truth["values"]] == list(METRICS[name]["labels"])
+    joint_truth = body["truth"]["language_by_font"]
+    drawn = first_load.truth["language_by_font"]
+    assert np.allclose(joint_truth["table"], drawn / drawn.sum()) and joint_truth["n"] == 30_000
+    assert joint_truth["x_values"] == LANGS and joint_truth["y_values"] == FONTS
+    # Marginal truths are the joint's margins (the association's members report together).
+    table = np.asarray(joint_truth["table"])
+    font = np.array([v["frequency"] for v in body["truth"]["font"]["values"]])
+    assert np.allclose(table.sum(axis=0), font)
+
+    status, one = first_load.get("/api/metrics/language_by_font")
+    assert status == 200 and set(one["metrics"]) == {"language_by_font"}
+    validate(one["metrics"]["language_by_font"]["all"], "joint-estimate/1")
+    assert first_load.get("/api/metrics/nope")[0] == 404
+
+
+def test_the_api_needs_the_token_and_the_page_does_not(first_load: Pipeline):
+    assert first_load.get("/api/estimates", token=None)[0] == 401
+    assert first_load.get("/api/status", token="wrong")[0] == 401
+    with urllib.request.urlopen(first_load.url, timeout=30) as response:
+        assert response.status == 200 and b"app.js" in response.read()
+
+
+def test_the_status_holds_counts_partitions_lag_and_the_ingest_rate(first_load: Pipeline):
+    status, body = first_load.get("/api/status")
+    assert status == 200
+    assert body["metrics"]["os"]["reports"] == 20_000
+    assert body["associations"]["language_by_font"]["reports"] == 30_000
+    assert {p["topic"] for p in body["partitions"]} == {first_load.topic}
+    assert body["ingest"]["lag"] == 0  # everything produced was applied before the decode counted it
+    assert body["last_decode"] is not None
+
+
+def test_the_serve_command_binds_loopback_and_takes_its_token_from_the_environment(first_load: Pipeline):
+    env = {**os.environ, "LDPSTREAM_SERVE_TOKEN": "from-the-environment"}
+    command = [sys.executable, "-m", "ldpstream", "serve", "--port", "0", "--registry", str(first_load.registry_file),
+               "--kafka", first_load.kafka, "--redis", first_load.redis_url, "--prefix", first_load.prefix]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving the live view on http://127.0.0.1:") and "bearer token" in line, line
+        url = line.split(" on ", 1)[1].split()[0]
+        request = urllib.request.Request(url + "api/metrics/os",
+                                         headers={"Authorization": "Bearer from-the-environment"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            validate(json.loads(response.read())["metrics"]["os"]["all"], "marginal-estimate/1")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "api/metrics/os", timeout=30)
+        with refused.value:
+            assert refused.value.code == 401
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+    assert process.returncode == 0  # SIGTERM: a clean shutdown
+
+
+# ---------------------------------------------------------------- the browser
+
+
+def _browser() -> Any:
+    """A headless Chromium driven by chromedriver (skip, or under CI fail, when they are missing)."""
+    chromium = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        webdriver = None
+    if chromium is None or driver is None or webdriver is None:
+        message = ("the browser test needs Debian's chromium and chromium-driver (apt-get install chromium "
+                   "chromium-driver) and selenium (pip install -e '.[test]')")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1500,1250", "--hide-scrollbars"):
+        options.add_argument(argument)
+    return webdriver.Chrome(options=options, service=Service(driver))
+
+
+def _card(browser: Any, name: str) -> dict[str, str] | None:
+    found: dict[str, str] | None = browser.execute_script(
+        "const c = document.querySelector(`section.card[data-name='${arguments[0]}']`);"
+        "return c ? {...c.dataset} : null;", name)
+    return found
+
+
+def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(first_load: Pipeline, tmp_path: Path):
+    browser = _browser()
+    try:
+        browser.get(first_load.url + "#token=" + TOKEN)
+        wait_for(lambda: (_card(browser, "app_language") or {}).get("nReports") == "30000", 60,
+                 "the page to show the first decode")
+        # Bars with whiskers, the truth beside them, the heat map with its test, the ingest rate and the lag.
+        values = browser.execute_script(
+            "return [...document.querySelectorAll(\"section[data-name='app_language'] g.value\")]"
+            ".map(g => ({...g.dataset, whiskers: g.querySelectorAll('line.whisker').length,"
+            " truth: g.querySelectorAll('line.truth').length}));")
+        assert len(values) == len(LANGS)
+        assert all(v["whiskers"] == 3 and v["truth"] == 1 for v in values)
+        assert all(float(v["low"]) <= float(v["frequency"]) + 1e-9 <= float(v["high"]) + 2e-9 for v in values)
+        found = browser.execute_script(
+            "return [...document.querySelectorAll(\"section[data-name='urls'] tr[data-value]\")]"
+            ".map(r => r.dataset.value)")
+        assert sorted(found) == sorted(DICTIONARY)
+        cells = browser.execute_script("return document.querySelectorAll(\"table.heat td[data-share]\").length")
+        assert cells == 5 * 5  # 4 candidates + "Other" on each side
+        test_text = browser.execute_script("return document.querySelector('.test').textContent")
+        assert "independence test" in test_text and ("p =" in test_text or "p <" in test_text)
+        assert browser.execute_script("return document.getElementById('connection').dataset.state") == "live"
+        wait_for(lambda: browser.execute_script("return document.getElementById('lag').textContent") == "0", 30,
+                 "the status (lag 0: every report produced was applied)")
+        before = _card(browser, "app_language")
+
+        # More clients report; the running consumer folds them and the decoder's next passes publish them.
+        first_load.produce("language_by_font", 20_000, seed=3)
+        wait_for(lambda: (_card(browser, "app_language") or {}).get("nReports") == "50000", 120,
+                 "the page to show the next decode")
+        after = _card(browser, "app_language")
+        assert before is not None and after is not None
+        assert float(after["snapshotTime"]) > float(before["snapshotTime"])
+        first_load.wait_decoded()
+        wait_for(lambda: (_card(browser, "language_by_font") or {}).get("nReports") == "50000", 60,
+                 "the joint table of the next decode")
+        wait_for(lambda: browser.execute_script(
+            "return document.getElementById('ingest-rate').dataset.rate !== ''"), 30, "an ingest rate")
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1500, int(height) + 140)  # the whole page in one screenshot
+        time.sleep(1.5)  # one more poll, so that the screenshot shows a settled page
+        shot = tmp_path / "live-view.png"
+        assert browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 20_000
+        if os.environ.get("LDPSTREAM_SCREENSHOT"):
+            shutil.copyfile(shot, os.environ["LDPSTREAM_SCREENSHOT"])
+    finally:
+        browser.quit()

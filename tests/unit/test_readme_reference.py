@@ -1,0 +1,51 @@
+"""The README's command reference names every command the CLI has (nested ones on their parent's row), and its
+registry example is a valid registry entry."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tomllib
+from pathlib import Path
+
+from ldpstream.cli import build_parser
+from ldpstream.registry import Registry
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end]
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append((*prefix, name))
+                found.extend(_commands(sub, (*prefix, name)))
+    return found
+
+
+def test_every_command_is_in_the_reference():
+    rows = [line for line in _section("Command reference").splitlines() if line.startswith("| `ldpstream ")]
+    names = [re.match(r"\| `ldpstream ([^`]*)`", row).group(1).replace("\\|", "|").split() for row in rows]
+    commands = _commands(build_parser())
+    assert len(commands) > 20
+    for command in commands:
+        # A row whose words spell the command, a nested name possibly among alternatives (``up|down|status``).
+        ok = any(len(words) >= len(command) and all(
+            part in words[i].split("|") for i, part in enumerate(command)) for words in names)
+        has_children = any(c[:len(command)] == command and len(c) > len(command) for c in commands)
+        assert ok or has_children, f"`ldpstream {' '.join(command)}` is missing from the README's command reference"
+
+
+def test_the_registry_example_of_adding_a_metric_is_valid():
+    block = _section("Adding a metric").split("```toml")[1].split("```")[0]
+    table = tomllib.loads("\n".join(line.removeprefix("   ") for line in block.splitlines()))
+    registry = Registry.from_dict({"defaults": {"topic": "ldp-reports"}, **table})
+    assert registry["checkout_step"].mechanism.k == 12
