@@ -15,6 +15,11 @@ run spans many batches.
 Run on the local stack (``ldpstream stack up``) or point ``LDPSTREAM_KAFKA``/``LDPSTREAM_REDIS`` elsewhere::
 
     python bench/consumer_throughput.py --reports 1000000 --per-message 100
+
+``--also-redis URL`` runs ours a second time, on the same messages, into another Redis (e.g. the local stack's
+Redis Cluster, ``--also-redis redis+cluster://127.0.0.1:36501``), and prints its rate beside the first::
+
+    python bench/consumer_throughput.py --reports 300000 --also-redis redis+cluster://127.0.0.1:36501
 """
 
 from __future__ import annotations
@@ -71,9 +76,10 @@ def our_consumer(registry: Registry, bootstrap: str, redis_url: str, reports: in
             started, first = time.perf_counter(), consumer.reports_applied
     elapsed = time.perf_counter() - started
     consumer.close()
-    keys = list(store.client.scan_iter(f"{store.prefix}:*", count=1000))
-    if keys:
-        store.client.delete(*keys)
+    pipe = store.client.pipeline(transaction=False)
+    for key in store.client.scan_iter(f"{store.prefix}:*", count=1000):
+        pipe.delete(key)  # one by one: on a cluster the keys lie in many slots
+    pipe.execute()
     return consumer.reports_applied - first, elapsed
 
 
@@ -84,14 +90,18 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--batch", type=int, default=20_000, help="messages per consume() call (both loops)")
     parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--also-redis", metavar="URL", default=None,
+                        help="run ours again into this Redis (e.g. redis+cluster://127.0.0.1:36501)")
     args = parser.parse_args()
     config = ServiceConfig.load()
     bootstrap, redis_url = config.kafka.bootstrap, config.redis.url
 
     print(f"# python bench/consumer_throughput.py --reports {args.reports} --per-message {args.per_message} "
-          f"--partitions {args.partitions} --batch {args.batch} --k {args.k}")
+          f"--partitions {args.partitions} --batch {args.batch} --k {args.k}"
+          + (f" --also-redis {args.also_redis}" if args.also_redis else ""))
+    print(f"# ours into {redis_url}" + (f"; 'also' into {args.also_redis}" if args.also_redis else ""))
     print(f"{'layout':<18} {'producer rep/s':>15} {'bare msg/s':>12} {'bare rep/s':>12} {'ours rep/s':>12} "
-          f"{'ours/bare':>10}")
+          f"{'ours/bare':>10}" + (f" {'also rep/s':>12} {'also/ours':>10}" if args.also_redis else ""))
     for per_message in (1, args.per_message):
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         ensure_topics(bootstrap, [topic], partitions=args.partitions)
@@ -108,8 +118,13 @@ def main() -> None:
         bare_rate = bare_msg_rate * per_message
         our_rate = our_reports / our_seconds
         layout = "1 per message" if per_message == 1 else f"{per_message} per message"
+        also = ""
+        if args.also_redis:
+            also_reports, also_seconds = our_consumer(registry, bootstrap, args.also_redis, args.reports, batch)
+            also_rate = also_reports / also_seconds
+            also = f" {also_rate:>12,.0f} {also_rate / our_rate:>9.0%}"
         print(f"{layout:<18} {produced.rate:>15,.0f} {bare_msg_rate:>12,.0f} {bare_rate:>12,.0f} "
-              f"{our_rate:>12,.0f} {our_rate / bare_rate:>9.0%}")
+              f"{our_rate:>12,.0f} {our_rate / bare_rate:>9.0%}{also}", flush=True)
         from confluent_kafka.admin import AdminClient
 
         AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])

@@ -15,6 +15,36 @@ environment variable           meaning                                   file ke
 ``LDPSTREAM_REGISTRY``         metric registry file                      ``registry``                ``--registry``
 =============================  ========================================  ==========================  ===========
 
+Security (:class:`KafkaSecurity`, the Redis fields of :class:`RedisConfig`). Every setting below may come from
+the environment or the file; the non-secret ones also from a flag. A secret (a password) comes from a file
+(``..._FILE`` / ``..._file``: the file's content, one trailing newline stripped) or from the environment,
+never from a flag alone, so that it does not show in ``ps`` or in a shell's history: a flag, a ``--redis`` URL
+or a ``--kafka-config`` setting that carries a password is refused. Secrets are :class:`Secret` objects whose
+``repr`` and ``str`` are ``'***'``; no configuration's ``repr`` shows one, nor does any error message.
+
+==================================  ========================  ==========================  =============================
+environment variable                file key                  flag                        meaning
+==================================  ========================  ==========================  =============================
+``LDPSTREAM_KAFKA_SECURITY``        ``kafka.security``        ``--kafka-security``        PLAINTEXT, SSL, SASL_SSL, ...
+``LDPSTREAM_KAFKA_SASL_MECHANISM``  ``kafka.sasl_mechanism``  ``--kafka-sasl-mechanism``  PLAIN, SCRAM-SHA-256/512
+``LDPSTREAM_KAFKA_USER``            ``kafka.user``            ``--kafka-user``            SASL user name
+``LDPSTREAM_KAFKA_PASSWORD``        ``kafka.password``        (none)                      SASL password
+``LDPSTREAM_KAFKA_PASSWORD_FILE``   ``kafka.password_file``   ``--kafka-password-file``   ... from a file
+``LDPSTREAM_KAFKA_CA``              ``kafka.ca``              ``--kafka-ca``              CA certificate (PEM)
+``LDPSTREAM_KAFKA_CERT``            ``kafka.cert``            ``--kafka-cert``            client certificate
+``LDPSTREAM_KAFKA_KEY``             ``kafka.key``             ``--kafka-key``             client key
+``LDPSTREAM_REDIS_USER``            ``redis.user``            ``--redis-user``            ACL user name
+``LDPSTREAM_REDIS_PASSWORD``        ``redis.password``        (none)                      ACL password
+``LDPSTREAM_REDIS_PASSWORD_FILE``   ``redis.password_file``   ``--redis-password-file``   ... from a file
+``LDPSTREAM_REDIS_CA``              ``redis.ca``              ``--redis-ca``              CA certificate (PEM)
+``LDPSTREAM_REDIS_CERT``            ``redis.cert``            ``--redis-cert``            client certificate
+``LDPSTREAM_REDIS_KEY``             ``redis.key``             ``--redis-key``             client key
+==================================  ========================  ==========================  =============================
+
+Redis over TLS is the URL scheme ``rediss://``. Redis Cluster is the scheme ``redis+cluster://host:port`` (over
+TLS ``rediss+cluster://``), a convention of this project (redis-py has no cluster URL scheme): any one node's
+address, or several separated by commas; the client discovers the others.
+
 The group consumer also takes ``--consumer-config KEY=VALUE`` (file: ``kafka.consumer`` table) for settings
 that concern it alone (``session.timeout.ms``, ``group.instance.id``, ...).
 
@@ -30,23 +60,41 @@ A configuration file::
     [redis]
     url = "redis://redis:6379/0"
     prefix = "ldp"
+
+A secured one (``ldpstream stack up --secure`` writes such a file)::
+
+    [kafka]
+    bootstrap = "kafka-0:9093"
+    security = "SASL_SSL"
+    sasl_mechanism = "SCRAM-SHA-512"
+    user = "ldpstream"
+    password_file = "/run/secrets/kafka-password"
+    ca = "/etc/ldpstream/ca.pem"
+
+    [redis]
+    url = "rediss://redis:6380/0"
+    user = "ldpstream"
+    password_file = "/run/secrets/redis-password"
+    ca = "/etc/ldpstream/ca.pem"
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
-from ldpstream.errors import ConfigError
+from ldpstream.errors import ConfigError, ServiceError
 
 if TYPE_CHECKING:
     import redis
+    import redis.cluster
 
     from ldpstream.store.redis_store import RedisSketchStore
 
@@ -89,7 +137,124 @@ def parse_key_values(pairs: Iterable[str], what: str) -> dict[str, str]:
     return out
 
 
+class Secret:
+    """A password: its ``repr`` and ``str`` are ``'***'``, so that it never shows in a log, a traceback's locals
+    or a configuration's ``repr``; :meth:`reveal` gives the value to the one client that needs it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+#: librdkafka settings that hold secrets: never taken from a flag, never shown.
+SECRET_KAFKA_SETTINGS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password",
+                                   "ssl.truststore.password", "sasl.oauthbearer.client.secret",
+                                   "ssl.key.pem", "ssl_key"})
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def redact_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with every secret value replaced by ``'***'`` (for display)."""
+    return {k: ("***" if k in SECRET_KAFKA_SETTINGS else v) for k, v in settings.items()}
+
+
 @dataclass(frozen=True)
+class KafkaSecurity:
+    """How every Kafka client authenticates and encrypts: librdkafka's ``security.protocol``, SASL and TLS."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    user: str | None = None
+    password: Secret | None = None
+    #: PEM files: the CA that signed the brokers' certificates; a client certificate and key (mutual TLS).
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol not in KAFKA_PROTOCOLS:
+            raise ConfigError(f"Kafka security protocol {self.protocol!r} is not one of {', '.join(KAFKA_PROTOCOLS)}")
+        sasl = self.protocol.startswith("SASL_")
+        if sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(f"Kafka security {self.protocol} needs a SASL mechanism, one of "
+                                  f"{', '.join(SASL_MECHANISMS)} (got {self.sasl_mechanism!r})")
+            if not self.user or self.password is None:
+                raise ConfigError(f"Kafka security {self.protocol} needs a user and a password (LDPSTREAM_KAFKA_USER "
+                                  "and LDPSTREAM_KAFKA_PASSWORD_FILE or LDPSTREAM_KAFKA_PASSWORD)")
+        elif self.sasl_mechanism or self.user or self.password is not None:
+            raise ConfigError(f"a Kafka SASL mechanism, user or password needs security SASL_SSL or SASL_PLAINTEXT, "
+                              f"not {self.protocol}")
+        if not self.protocol.endswith("SSL") and (self.ca or self.cert or self.key):
+            raise ConfigError(f"Kafka TLS files need security SSL or SASL_SSL, not {self.protocol}")
+        if bool(self.cert) != bool(self.key):
+            raise ConfigError("a Kafka client certificate needs its key and a key its certificate")
+        _check_files("Kafka", ca=self.ca, cert=self.cert, key=self.key)
+
+    def settings(self) -> dict[str, str]:
+        """The librdkafka settings (with the password revealed: give them only to a client)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        out = {"security.protocol": self.protocol}
+        if self.sasl_mechanism:
+            out["sasl.mechanism"] = self.sasl_mechanism
+        if self.user:
+            out["sasl.username"] = self.user
+        if self.password is not None:
+            out["sasl.password"] = self.password.reveal()
+        for setting, path in (("ssl.ca.location", self.ca), ("ssl.certificate.location", self.cert),
+                              ("ssl.key.location", self.key)):
+            if path:
+                out[setting] = path
+        return out
+
+
+def _check_files(service: str, **files: str | None) -> None:
+    for what, path in files.items():
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{service} TLS {what} file {path} does not exist")
+
+
+def read_secret(path: str | Path, what: str) -> Secret:
+    """The content of a secret file (one trailing newline stripped)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    value = text[:-1] if text.endswith("\n") else text
+    if not value:
+        raise ConfigError(f"the {what} file {path} is empty")
+    return Secret(value)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(SplitResult(parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True, repr=False)
 class KafkaConfig:
     """Where Kafka is and the librdkafka settings every client gets; builds each client's configuration."""
 
@@ -98,6 +263,12 @@ class KafkaConfig:
     settings: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings of the group consumer only.
     consumer_settings: Mapping[str, str] = field(default_factory=dict)
+    #: authentication and encryption of every client (its settings come before the user's own).
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+
+    def __repr__(self) -> str:
+        return (f"KafkaConfig(bootstrap={self.bootstrap!r}, settings={redact_settings(self.settings)!r}, "
+                f"consumer_settings={redact_settings(self.consumer_settings)!r}, security={self.security!r})")
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap, str) or not self.bootstrap.strip():
@@ -117,40 +288,169 @@ class KafkaConfig:
 
     def producer(self, **defaults: Any) -> dict[str, Any]:
         """A producer's configuration: ``defaults`` (the caller's), overridden by the user's settings."""
-        return {"bootstrap.servers": self.bootstrap, **defaults, **self.settings}
+        return {"bootstrap.servers": self.bootstrap, **defaults, **self.security.settings(), **self.settings}
 
     def consumer(self, group_id: str, **defaults: Any) -> dict[str, Any]:
         """A consumer's configuration; the group consumer's own settings apply last."""
-        return {"bootstrap.servers": self.bootstrap, **defaults, **self.settings, **self.consumer_settings,
-                "group.id": group_id}
+        return {"bootstrap.servers": self.bootstrap, **defaults, **self.security.settings(), **self.settings,
+                **self.consumer_settings, "group.id": group_id}
 
     def probe(self, group_id: str = "_ldpstream_probe") -> dict[str, Any]:
         """A consumer that only reads metadata and watermarks (no group settings of the user's)."""
-        return {"bootstrap.servers": self.bootstrap, **self.settings, "group.id": group_id,
-                "enable.auto.commit": False}
+        return {"bootstrap.servers": self.bootstrap, **self.security.settings(), **self.settings,
+                "group.id": group_id, "enable.auto.commit": False}
 
     def admin(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap, **self.settings}
+        return {"bootstrap.servers": self.bootstrap, **self.security.settings(), **self.settings}
+
+    def check_access(self, timeout: float = 10.0) -> None:
+        """Connect once, before a process starts its work: a broker that refuses the credentials or the TLS
+        handshake, or none that answers within ``timeout`` s, is a :class:`ServiceError` in one line (librdkafka
+        would otherwise retry for ever, printing its own lines, while the process waits)."""
+        import logging
+
+        from confluent_kafka import KafkaError, KafkaException, Producer
+
+        refused: list[str] = []
+        seen: list[str] = []
+
+        def on_error(error: KafkaError) -> None:
+            seen.append(error.str())
+            if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+                refused.append(error.str())
+
+        quiet = logging.getLogger("ldpstream.kafka.check_access")
+        quiet.propagate = False
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
+        probe = Producer({**self.admin(), "error_cb": on_error, "logger": quiet})
+        deadline = time.monotonic() + timeout
+        try:
+            while not refused:
+                try:
+                    probe.list_topics(timeout=1.0)
+                    return
+                except KafkaException:
+                    probe.poll(0.1)
+                if time.monotonic() > deadline:
+                    last = f"; last error: {seen[-1]}" if seen else ""
+                    raise ServiceError(f"Kafka at {self.bootstrap} did not answer within {timeout:.0f} s with "
+                                       f"security {self.security.protocol} (a TLS or SASL listener does not answer "
+                                       f"a client of another protocol){last}")
+        finally:
+            probe.flush(0)
+        raise ServiceError(f"Kafka at {self.bootstrap} refused the client "
+                           f"(security {self.security.protocol}): {refused[0]}")
+
+
+#: Redis Cluster URL schemes (this project's convention) and their plain twins; the store layer, which may not
+#: import this module, keeps the same table (``ldpstream.store.redis_store.CLUSTER_SCHEMES``).
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 @dataclass(frozen=True)
 class RedisConfig:
-    """Where Redis is and the key prefix; builds the Redis client and the sketch store."""
+    """Where Redis is, how to authenticate and encrypt, and the key prefix; builds the client and the store.
 
-    url: str
+    ``url`` is ``redis://`` (``rediss://`` over TLS, ``unix://``), or ``redis+cluster://host:port[,host:port]``
+    (``rediss+cluster://``) for Redis Cluster. A password in the URL is accepted from the environment or a
+    file (:meth:`ServiceConfig.load` refuses it in ``--redis``); ``password`` overrides it.
+    """
+
+    url: str = field(repr=False)
     prefix: str = DEFAULT_PREFIX
+    user: str | None = None
+    password: Secret | None = None
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
 
     def __post_init__(self) -> None:
         scheme = urlsplit(self.url).scheme
-        if scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError(f"Redis URL {self.url!r} must start with redis://, rediss:// or unix://")
+        if scheme not in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
+            raise ConfigError(f"Redis URL {redact_url(self.url)!r} must start with redis://, rediss://, unix://, "
+                              "redis+cluster:// or rediss+cluster://")
         if not self.prefix or any(c in self.prefix for c in "{} \t\n"):
             raise ConfigError(f"Redis key prefix {self.prefix!r} must be non-empty, without braces or spaces")
+        if not self.tls and (self.ca or self.cert or self.key):
+            raise ConfigError("Redis TLS files need a rediss:// (or rediss+cluster://) URL")
+        if bool(self.cert) != bool(self.key):
+            raise ConfigError("a Redis client certificate needs its key and a key its certificate")
+        if self.cluster:
+            path = urlsplit(self.url).path.strip("/")
+            if path not in ("", "0"):
+                raise ConfigError(f"Redis Cluster has only database 0, not {path!r} ({redact_url(self.url)})")
+        _check_files("Redis", ca=self.ca, cert=self.cert, key=self.key)
 
-    def client(self) -> redis.Redis:
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password (for display)."""
+        return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        return (f"RedisConfig(url={self.safe_url!r}, prefix={self.prefix!r}, user={self.user!r}, "
+                f"password={self.password!r}, ca={self.ca!r}, cert={self.cert!r}, key={self.key!r})")
+
+    @property
+    def cluster(self) -> bool:
+        return urlsplit(self.url).scheme in CLUSTER_SCHEMES
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme in ("rediss", "rediss+cluster")
+
+    def _options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.user:
+            options["username"] = self.user
+        if self.password is not None:
+            options["password"] = self.password.reveal()
+        if self.ca:
+            options["ssl_ca_certs"] = self.ca
+        if self.cert:
+            options["ssl_certfile"] = self.cert
+            options["ssl_keyfile"] = self.key
+        return options
+
+    def client(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """A client of the standalone Redis, or of the cluster (:class:`redis.cluster.RedisCluster`)."""
+        import redis
+        import redis.cluster
+
+        if not self.cluster:
+            return redis.Redis.from_url(self.url, **self._options())
+        parts = urlsplit(self.url)
+        nodes = parts.netloc.rsplit("@", 1)[-1].split(",")
+        options = self._options()
+        if parts.username and "username" not in options:
+            options["username"] = parts.username
+        if parts.password is not None and "password" not in options:
+            options["password"] = parts.password
+        if self.tls:
+            options["ssl"] = True
+        startup = []
+        for node in nodes:
+            host, _, port = node.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"Redis Cluster node {node!r} is not 'host:port' ({self.safe_url})")
+            startup.append(redis.cluster.ClusterNode(host.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
+        return redis.cluster.RedisCluster(startup_nodes=startup, **options)
+
+    def check_access(self) -> None:
+        """One PING before a process starts its work: refused credentials, a failed TLS handshake or no answer
+        is a :class:`ServiceError` in one line, naming the server (not the password)."""
         import redis
 
-        return redis.Redis.from_url(self.url)
+        try:
+            self.client().ping()
+        except redis.AuthenticationError as exc:
+            raise ServiceError(f"Redis at {self.safe_url} refused the client (user {self.user or 'default'}): "
+                               f"{exc}") from None
+        except redis.ResponseError as exc:
+            raise ServiceError(f"Redis at {self.safe_url} refused the client: {exc}") from None
+        except (redis.RedisError, OSError) as exc:
+            raise ServiceError(f"Redis at {self.safe_url} did not answer{' over TLS' if self.tls else ''}: "
+                               f"{exc}") from None
 
     def store(self) -> RedisSketchStore:
         from ldpstream.store.redis_store import RedisSketchStore
@@ -193,7 +493,35 @@ class ServiceConfig:
             DEFAULT_REGISTRY
         if path and "registry" in table and not flags.get("registry") and not env.get("LDPSTREAM_REGISTRY"):
             registry = str(Path(path).parent / str(registry))
-        return cls(KafkaConfig(str(bootstrap), settings, consumer), RedisConfig(str(url), str(prefix)), str(registry))
+        _refuse_secrets_in_flags(flags)
+        base = Path(path).parent if path else None
+        kafka_security = KafkaSecurity(
+            protocol=str(_setting(flags, env, kafka_table, "kafka_security", "LDPSTREAM_KAFKA_SECURITY", "security")
+                         or "PLAINTEXT").upper(),
+            sasl_mechanism=_upper(_setting(flags, env, kafka_table, "kafka_sasl_mechanism",
+                                           "LDPSTREAM_KAFKA_SASL_MECHANISM", "sasl_mechanism")),
+            user=_setting(flags, env, kafka_table, "kafka_user", "LDPSTREAM_KAFKA_USER", "user"),
+            password=_secret(flags, env, kafka_table, "kafka", base),
+            ca=_path(_setting(flags, env, kafka_table, "kafka_ca", "LDPSTREAM_KAFKA_CA", "ca"), base),
+            cert=_path(_setting(flags, env, kafka_table, "kafka_cert", "LDPSTREAM_KAFKA_CERT", "cert"), base),
+            key=_path(_setting(flags, env, kafka_table, "kafka_key", "LDPSTREAM_KAFKA_KEY", "key"), base),
+        )
+        redis_config = RedisConfig(
+            str(url), str(prefix),
+            user=_setting(flags, env, redis_table, "redis_user", "LDPSTREAM_REDIS_USER", "user"),
+            password=_secret(flags, env, redis_table, "redis", base),
+            ca=_path(_setting(flags, env, redis_table, "redis_ca", "LDPSTREAM_REDIS_CA", "ca"), base),
+            cert=_path(_setting(flags, env, redis_table, "redis_cert", "LDPSTREAM_REDIS_CERT", "cert"), base),
+            key=_path(_setting(flags, env, redis_table, "redis_key", "LDPSTREAM_REDIS_KEY", "key"), base),
+        )
+        return cls(KafkaConfig(str(bootstrap), settings, consumer, kafka_security), redis_config, str(registry))
+
+    def check_access(self, kafka: bool = True, redis: bool = True) -> None:
+        """:meth:`KafkaConfig.check_access` and :meth:`RedisConfig.check_access`: fail fast, in one line."""
+        if redis:
+            self.redis.check_access()
+        if kafka:
+            self.kafka.check_access()
 
     def uses_local_stack(self, environ: Mapping[str, str] | None = None) -> bool:
         """Whether Kafka or Redis is the local stack's (``ldpstream stack up`` must run first)."""
@@ -204,8 +532,72 @@ class ServiceConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServiceConfig:
         """The configuration of a command whose parser has :func:`add_service_arguments`."""
-        names = ("kafka", "kafka_config", "consumer_config", "redis", "prefix", "registry", "config")
+        names = ("kafka", "kafka_config", "consumer_config", "redis", "prefix", "registry", "config",
+                 *SECURITY_FLAGS)
         return cls.load({name: getattr(args, name, None) for name in names})
+
+
+#: The security flags of :func:`add_service_arguments` (their ``argparse`` destinations). No secret is among
+#: them: passwords come from files (``--kafka-password-file``) or the environment.
+SECURITY_FLAGS = ("kafka_security", "kafka_sasl_mechanism", "kafka_user", "kafka_password_file", "kafka_ca",
+                  "kafka_cert", "kafka_key", "redis_user", "redis_password_file", "redis_ca", "redis_cert",
+                  "redis_key", "kafka_password", "redis_password")
+
+
+def _refuse_secrets_in_flags(flags: Mapping[str, Any]) -> None:
+    """A password given on the command line alone shows in ``ps`` and shell histories: refuse it."""
+    for service in ("kafka", "redis"):
+        if flags.get(f"{service}_password"):
+            raise ConfigError(f"--{service}-password is not accepted (a password on the command line shows in ps "
+                              f"and shell histories): use --{service}-password-file FILE or "
+                              f"LDPSTREAM_{service.upper()}_PASSWORD(_FILE)")
+    for name in ("kafka_config", "consumer_config"):
+        given = parse_key_values(flags.get(name, []), f"--{name.replace('_', '-')}")
+        secret = sorted(SECRET_KAFKA_SETTINGS & set(given))
+        if secret:
+            raise ConfigError(f"--{name.replace('_', '-')} must not carry the secret {secret[0]}: give it in a file "
+                              "(--kafka-password-file, the configuration file) or the environment")
+    url = flags.get("redis")
+    if url and urlsplit(str(url)).password is not None:
+        raise ConfigError(f"--redis {redact_url(str(url))!r} must not carry a password: give it in a file "
+                          "(--redis-password-file, the configuration file) or LDPSTREAM_REDIS_PASSWORD")
+
+
+def _setting(flags: Mapping[str, Any], env: Mapping[str, str], table: Mapping[str, Any], flag: str, variable: str,
+             key: str) -> str | None:
+    value = flags.get(flag) or env.get(variable) or table.get(key)
+    return None if value in (None, "") else str(value)
+
+
+def _upper(value: str | None) -> str | None:
+    return None if value is None else value.upper()
+
+
+def _path(value: str | None, base: Path | None) -> str | None:
+    """A file named in the configuration file is relative to that file."""
+    if value is None or base is None or Path(value).is_absolute():
+        return value
+    return str(base / value)
+
+
+def _secret(flags: Mapping[str, Any], env: Mapping[str, str], table: Mapping[str, Any], service: str,
+            base: Path | None) -> Secret | None:
+    """``service``'s password: a file (flag, environment, configuration file) or the value itself (environment,
+    configuration file), in the usual order of sources."""
+    upper = service.upper()
+    for source, value, is_file in (
+        (f"--{service}-password-file", flags.get(f"{service}_password_file"), True),
+        (f"LDPSTREAM_{upper}_PASSWORD_FILE", env.get(f"LDPSTREAM_{upper}_PASSWORD_FILE"), True),
+        (f"LDPSTREAM_{upper}_PASSWORD", env.get(f"LDPSTREAM_{upper}_PASSWORD"), False),
+        (f"{service}.password_file", _path(table.get("password_file"), base), True),
+        (f"{service}.password", table.get("password"), False),
+    ):
+        if value in (None, ""):
+            continue
+        if is_file:
+            return read_secret(str(value), f"{service} password ({source})")
+        return Secret(str(value))
+    return None
 
 
 def _split(text: str) -> list[str]:
@@ -249,3 +641,32 @@ def add_service_arguments(parser: argparse.ArgumentParser, *, kafka: bool = True
     if registry:
         parser.add_argument("--registry", metavar="FILE", default=None,
                             help="metric registry TOML (default: $LDPSTREAM_REGISTRY or metrics.toml)")
+    if kafka or redis:
+        add_security_arguments(parser, kafka=kafka, redis=redis)
+
+
+def add_security_arguments(parser: argparse.ArgumentParser, *, kafka: bool = True, redis: bool = True) -> None:
+    """Authentication and TLS flags; passwords only as files (see the module's docstring)."""
+    group = parser.add_argument_group(
+        "security", "passwords come from files or the environment, never from a flag: see "
+        "LDPSTREAM_KAFKA_PASSWORD(_FILE), LDPSTREAM_REDIS_PASSWORD(_FILE)")
+    if kafka:
+        group.add_argument("--kafka-security", metavar="PROTOCOL", choices=KAFKA_PROTOCOLS, type=str.upper,
+                           default=None, help="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL "
+                           "(default: $LDPSTREAM_KAFKA_SECURITY or PLAINTEXT)")
+        group.add_argument("--kafka-sasl-mechanism", metavar="MECHANISM", choices=SASL_MECHANISMS, type=str.upper,
+                           default=None, help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        group.add_argument("--kafka-user", metavar="NAME", default=None, help="Kafka SASL user")
+        group.add_argument("--kafka-password-file", metavar="FILE", default=None, help="file holding its password")
+        # Present only to be refused (and so that argparse does not read it as an abbreviation of the above).
+        group.add_argument("--kafka-password", default=None, help=argparse.SUPPRESS)
+        group.add_argument("--kafka-ca", metavar="PEM", default=None, help="CA of the brokers' certificates")
+        group.add_argument("--kafka-cert", metavar="PEM", default=None, help="client certificate (mutual TLS)")
+        group.add_argument("--kafka-key", metavar="PEM", default=None, help="client key (mutual TLS)")
+    if redis:
+        group.add_argument("--redis-user", metavar="NAME", default=None, help="Redis ACL user")
+        group.add_argument("--redis-password-file", metavar="FILE", default=None, help="file holding its password")
+        group.add_argument("--redis-password", default=None, help=argparse.SUPPRESS)
+        group.add_argument("--redis-ca", metavar="PEM", default=None, help="CA of Redis's certificate (rediss://)")
+        group.add_argument("--redis-cert", metavar="PEM", default=None, help="client certificate (mutual TLS)")
+        group.add_argument("--redis-key", metavar="PEM", default=None, help="client key (mutual TLS)")

@@ -139,15 +139,14 @@ def redis_url(services: Services) -> str:
 
 @pytest.fixture
 def key_prefix(redis_url: str) -> Iterator[str]:
-    """A Redis key prefix of this test's own; its keys are deleted afterwards."""
-    import redis
-
+    """A Redis key prefix of this test's own; its keys are deleted afterwards (on every node of a cluster)."""
     prefix = f"test:{uuid.uuid4().hex[:10]}"
     yield prefix
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    client = RedisConfig(redis_url).client()
+    pipe = client.pipeline(transaction=False)
+    for key in client.scan_iter(f"{prefix}:*", count=1000):
+        pipe.delete(key)  # one command each: on a cluster the keys lie in many slots
+    pipe.execute()
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ def _consume(args: argparse.Namespace) -> int:
     config = ServiceConfig.from_args(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = Registry.load(config.registry)
+    config.check_access()
     ensure_topics(config.kafka, [*registry.topics, args.dead_letter_topic])
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_addr)

@@ -52,6 +52,7 @@ def _decode(args: argparse.Namespace) -> int:
     config = ServiceConfig.from_args(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = Registry.load(config.registry)
+    config.check_access(kafka=not args.no_kafka)
     producer = None
     if not args.no_kafka:
         ensure_topics(config.kafka, [args.estimates_topic], partitions=1)
@@ -74,5 +75,6 @@ def _watch(args: argparse.Namespace) -> int:
     from ldpstream.decoder.watch import watch
 
     config = ServiceConfig.from_args(args)
+    config.check_access(kafka=False)
     watch(config.redis.store(), args.metric, args.window, args.interval, args.top, args.iterations)
     return 0

@@ -9,6 +9,7 @@ true distribution. Each run uses its own topic and Redis prefix, so runs never m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import threading
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ldpstream.config import KafkaConfig, RedisConfig, ServiceConfig, add_service_arguments
+from ldpstream.config import KafkaConfig, ServiceConfig, add_service_arguments
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"(no Prometheus endpoint: port {args.metrics_port} is taken: {exc})")
 
-    store = RedisConfig(config.redis.url, f"{config.redis.prefix}demo:{run_id}").store()
+    store = dataclasses.replace(config.redis, prefix=f"{config.redis.prefix}demo:{run_id}").store()
     stop = threading.Event()
     consumer = SketchConsumer(registry, store, ConsumerSettings(kafka, group_id=f"ldp-demo-{run_id}"))
     decoder = DecoderService(registry, store)

@@ -54,6 +54,7 @@ def _produce(args: argparse.Namespace) -> int:
 
     config = ServiceConfig.from_args(args)
     registry = Registry.load(config.registry)
+    config.check_access(redis=False)
     if args.metric in registry.associations and args.metric not in registry.metrics:
         return _produce_association(args, config, registry)
     metric = registry[args.metric]

@@ -19,10 +19,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "engine up|down|status: a private Docker engine (Debian's dockerd) for container tests. "
         "images: builds the container images without a registry.",
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,engine,images}")
-    for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them"),
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,secrets,engine,images}")
+    for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them (and the extras below)"),
                        ("status", "show whether they answer (exit 3 if not)")):
-        actions.add_parser(name, help=text).set_defaults(func=_run_stack)
+        action = actions.add_parser(name, help=text)
+        action.set_defaults(func=_run_stack)
+        if name != "down":
+            _add_extras(action)
+    certs = actions.add_parser(
+        "secrets", help="make a CA, a server certificate and passwords for a secured deployment",
+        description="Writes into FOLDER (mode 700) ca.pem, ca.key, server.pem, server.key, server-keystore.pem "
+        "(key and certificate, Kafka's PEM keystore) for --hosts, and random kafka-password, "
+        "kafka-admin-password and redis-password: what deploy/compose.secure.yaml and deploy/k8s-secure mount. "
+        "Existing files are kept. For production, use your own PKI and secret store.")
+    certs.add_argument("folder", help="where to write them, e.g. deploy/secrets")
+    certs.add_argument("--hosts", default="kafka,redis,localhost,127.0.0.1",
+                       help="names and addresses the server certificate is valid for (comma-separated)")
+    certs.set_defaults(func=_run_secrets)
     engine = actions.add_parser(
         "engine", help="a private Docker engine (Debian's dockerd) with its own data root and socket",
         description="Starts, stops or inspects a private dockerd (Debian's docker.io, installed if missing) with "
@@ -43,16 +56,57 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     images.set_defaults(func=_run_images)
 
 
+def _add_extras(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--secure", action="store_true",
+        help="also Kafka over TLS with SASL/SCRAM and Redis over TLS with an ACL user (deploy/secure.py; its own "
+        "CA, certificates and passwords under LDPSTREAM_STACK_DIR/secure); prints LDPSTREAM_CONFIG=FILE, the "
+        "service configuration that reaches them. Ports: LDPSTREAM_STACK_SECURE_{KAFKA,CONTROLLER,REDIS}_PORT "
+        "(default 39192, 39193, 36479)")
+    parser.add_argument(
+        "--redis-cluster", action="store_true",
+        help="also a Redis Cluster of three masters (deploy/cluster.py) on LDPSTREAM_STACK_CLUSTER_PORT and the "
+        "next two (default 36501); prints its redis+cluster:// URL")
+
+
 def _run_stack(args: argparse.Namespace) -> int:
+    from ldpstream.deploy import cluster, secure
+
+    if args.action == "down":
+        stack.down()
+        secure.down()
+        cluster.down()
+        print("stack stopped")
+        return 0
     if args.action == "up":
         print(stack.up().describe())
-    elif args.action == "down":
-        stack.down()
-        print("stack stopped")
-    else:
-        current = stack.status()
-        print(current.describe())
-        return 0 if current.kafka and current.redis else 3
+        if args.secure:
+            print(secure.up().describe())
+        if args.redis_cluster:
+            print(cluster.describe(cluster.up()))
+        return 0
+    current = stack.status()
+    print(current.describe())
+    healthy = current.kafka and current.redis
+    if args.secure or secure.started():
+        extra = secure.status()
+        print(extra.describe())
+        healthy = healthy and extra.kafka and extra.redis
+    if args.redis_cluster or cluster.started():
+        cluster_cfg = cluster.ClusterStackConfig.from_env()
+        print(cluster.describe(cluster_cfg))
+        healthy = healthy and cluster.cluster_answers(cluster_cfg)
+    return 0 if healthy else 3
+
+
+def _run_secrets(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ldpstream.deploy import secure
+
+    hosts = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+    for path in secure.make_secrets(Path(args.folder), hosts):
+        print(path)
     return 0
 
 

@@ -24,6 +24,8 @@ def _status(args: argparse.Namespace) -> int:
     from ldpstream.registry import Registry
 
     config = ServiceConfig.from_args(args)
-    report = collect_status(Registry.load(config.registry), config.kafka, config.redis.store())
+    registry = Registry.load(config.registry)
+    config.check_access()
+    report = collect_status(registry, config.kafka, config.redis.store())
     print(json.dumps(report, indent=2) if args.json else format_status(report))
     return 0

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import redis
+import redis.cluster
+from redis.crc import key_slot
 
 from ldpstream.errors import ServiceError, StoreUnavailableError
 from ldpstream.estimators.pairs import PairPatterns
@@ -273,6 +275,26 @@ return 1
 """
 
 
+#: KEYS: keys of one slot; ARGV[i] 'get' or 'hgetall', the command that reads KEYS[i]. Their values as of one
+#: instant (a script is atomic).
+READ_SLOT_SCRIPT = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if ARGV[i] == 'hgetall' then
+    out[i] = redis.call('HGETALL', key)
+  else
+    out[i] = redis.call('GET', key) or false
+  end
+end
+return out
+"""
+
+#: URL schemes of Redis Cluster (this project's convention; see :mod:`ldpstream.config`) and their plain twins.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+RedisClient = redis.Redis | redis.cluster.RedisCluster
+
+
 #: Attempts of one batch whose rows segments changed under it (each re-reads them first).
 _SEGMENT_ATTEMPTS = 4
 #: Segments looked up per round trip, and last segments remembered before the memory is cleared.
@@ -281,20 +303,28 @@ _SEGMENTS_REMEMBERED = 65_536
 
 
 class RedisSketchStore:
-    """:class:`SketchStore` on Redis (standalone; the key layout also fits Redis Cluster)."""
+    """:class:`SketchStore` on Redis, standalone or Redis Cluster.
 
-    def __init__(self, client: redis.Redis, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> None:
+    On a cluster every script call already stays in one slot (its keys share the partition's hash tag). What
+    differs: reads that span partitions (a snapshot, the pair statistics) are made per slot, each slot's keys
+    in one atomic script, and checked against the index (:meth:`_read_indexed`); multi-key reads are pipelined
+    per key; a published estimate and its history are written one after the other (two slots).
+    """
+
+    def __init__(self, client: RedisClient, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> None:
         """``max_pair_bytes``: the most one rows segment of a pair statistic holds (:data:`MAX_PAIR_BYTES`, under
         Redis' 512 MiB string limit; tests give a tiny one to see the spill)."""
-        if not isinstance(client, redis.Redis):
-            raise TypeError("RedisSketchStore needs a redis.Redis client")
+        if not isinstance(client, redis.Redis | redis.cluster.RedisCluster):
+            raise TypeError("RedisSketchStore needs a redis.Redis or redis.cluster.RedisCluster client")
         if not 0 < max_pair_bytes <= MAX_PAIR_BYTES:
             raise ValueError(f"max_pair_bytes must be in 1..{MAX_PAIR_BYTES}, got {max_pair_bytes}")
         self._redis = client
+        self.cluster = isinstance(client, redis.cluster.RedisCluster)
         self.prefix = prefix
         self.max_pair_bytes = max_pair_bytes
         self._apply = client.register_script(APPLY_SCRIPT)
         self._mark_rebuild = client.register_script(MARK_REBUILD_SCRIPT)
+        self._read_slot = client.register_script(READ_SLOT_SCRIPT)
         #: The last rows segment this store wrote of each pair statistic ((topic, partition, key) → segment):
         #: where the next batch starts. A guess the script checks (another consumer may have written since, or
         #: the bucket expired); a wrong one costs a look-up and a retry.
@@ -302,11 +332,27 @@ class RedisSketchStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> RedisSketchStore:
-        return cls(redis.Redis.from_url(url), prefix, max_pair_bytes)
+        """A store on ``url``: ``redis://``, ``rediss://``, ``unix://``, or ``redis+cluster://host:port`` (one
+        node; the client finds the others). Credentials and TLS files: :class:`ldpstream.config.RedisConfig`."""
+        scheme, sep, rest = url.partition("://")
+        if sep and scheme in CLUSTER_SCHEMES:
+            client: RedisClient = redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        else:
+            client = redis.Redis.from_url(url)
+        return cls(client, prefix, max_pair_bytes)
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> RedisClient:
         return self._redis
+
+    def _get_many(self, names: list[str]) -> list[Any]:
+        """GET of each name (one round trip per node; names may lie in different slots)."""
+        if not names:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        return list(pipe.execute())
 
     def check_safe(self) -> None:
         """Refuse a Redis whose ``maxmemory-policy`` may evict keys: eviction drops keys one by one, so it could
@@ -438,8 +484,7 @@ class RedisSketchStore:
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         partitions = list(partitions)
         with _unavailable_as_store_error():
-            names = [keys.offset_key(self.prefix, topic, p) for p in partitions]
-            values = self._redis.mget(names) if partitions else []
+            values = self._get_many([keys.offset_key(self.prefix, topic, p) for p in partitions])
         return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
 
     def mark_rebuild(self, topic: str, partition: int, until_offset: int) -> None:
@@ -452,7 +497,7 @@ class RedisSketchStore:
             partitions = sorted(int(p) for p in self._redis.smembers(keys.partitions_key(self.prefix, topic)))
             if not partitions:
                 return {}
-            values = self._redis.mget([keys.rebuild_key(self.prefix, topic, p) for p in partitions])
+            values = self._get_many([keys.rebuild_key(self.prefix, topic, p) for p in partitions])
         return {p: int(v) for p, v in zip(partitions, values, strict=True) if v is not None}
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
@@ -487,8 +532,12 @@ class RedisSketchStore:
         ``read`` names the command that reads a key (``get``, ``hgetall``). The index is WATCHed while it is
         read and the values are read in one MULTI/EXEC: a consumer batch that adds a new key in between (it SADDs
         the index before applying) aborts the EXEC, and the read starts over, so a batch is never seen half
-        applied (a batch that spills into a new pair segment among them).
+        applied (a batch that spills into a new pair segment among them). On Redis Cluster:
+        :meth:`_read_per_slot`.
         """
+        if self.cluster:
+            return self._read_per_slot(index, chosen, read)
+        assert isinstance(self._redis, redis.Redis)
         with self._redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
@@ -502,6 +551,39 @@ class RedisSketchStore:
                     return keys, pipe.execute() if keys else []
                 except redis.WatchError:
                     continue
+
+    def _read_per_slot(self, index: str, chosen: Callable[[str], bool] | None,
+                       read: Callable[[str], str]) -> tuple[list[str], list[Any]]:
+        """:meth:`_read_indexed` on Redis Cluster, where one transaction cannot span slots (nor WATCH a key of
+        another slot): the keys of each slot (one partition's, by their hash tag) are read in one atomic script,
+        then the index is read again, and the whole read starts over if it changed.
+
+        Why no batch is seen half applied: a batch touches one partition's keys only (one slot, one atomic
+        script), so each slot's read sees it whole or not at all, except for a key the batch creates and the
+        first index read missed. The batch adds that key to the index before its script runs; so if the slot's
+        read saw the batch, the second index read lists the new key, differs from the first, and the read is
+        made again. Partitions are not read at one common instant (nor are they on a single Redis, where the
+        consumers of different partitions are independent anyway): the snapshot is a set of whole batches.
+        """
+        while True:
+            before = sorted(k.decode() if isinstance(k, bytes) else k for k in self._redis.smembers(index))
+            names = [k for k in before if chosen is None or chosen(k)]
+            by_slot: dict[int, list[str]] = {}
+            for name in names:
+                by_slot.setdefault(key_slot(name.encode()), []).append(name)
+            values: dict[str, Any] = {}
+            for members in by_slot.values():
+                commands = [read(name) for name in members]
+                raw = self._read_slot(keys=members, args=commands)
+                for name, command, value in zip(members, commands, raw, strict=True):
+                    if command == "hgetall":
+                        flat = list(value or [])
+                        values[name] = dict(zip(flat[0::2], flat[1::2], strict=True))
+                    else:
+                        values[name] = value
+            after = sorted(k.decode() if isinstance(k, bytes) else k for k in self._redis.smembers(index))
+            if after == before:
+                return names, [values[name] for name in names]
 
     def stats(self, topic: str, partitions: Iterable[int]) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -594,7 +676,9 @@ class RedisSketchStore:
         """``body`` as the latest under ``latest_key`` and pushed on ``history_key``, in one transaction."""
         if history < 1:  # LTRIM 0 -1 would keep the whole history
             raise ValueError(f"history must keep at least one estimate, got {history}")
-        pipe = self._redis.pipeline(transaction=True)
+        # On Redis Cluster the two keys lie in different slots: the latest first, then the history (a reader may
+        # see the new latest a moment before its history entry).
+        pipe = self._redis.pipeline(transaction=not self.cluster)
         pipe.set(latest_key, body)
         pipe.lpush(history_key, body)
         pipe.ltrim(history_key, 0, history - 1)
@@ -616,7 +700,7 @@ class RedisSketchStore:
         return None if raw is None else dict(json.loads(raw))
 
     def publish_dictionary(self, name: str, body: str) -> None:
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self._redis.pipeline(transaction=not self.cluster)  # two slots on a cluster: in this order
         pipe.set(keys.dictionary_key(self.prefix, name), body)
         pipe.sadd(keys.dictionaries_key(self.prefix), name)
         pipe.execute()
@@ -625,7 +709,7 @@ class RedisSketchStore:
         names = sorted(_text(n) for n in self._redis.smembers(keys.dictionaries_key(self.prefix)))
         if not names:
             return {}
-        bodies = self._redis.mget([keys.dictionary_key(self.prefix, n) for n in names])
+        bodies = self._get_many([keys.dictionary_key(self.prefix, n) for n in names])
         return {n: dict(json.loads(b)) for n, b in zip(names, bodies, strict=True) if b is not None}
 
     def add_truth(self, name: str, counts: np.ndarray) -> None:

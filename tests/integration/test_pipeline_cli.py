@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import redis
 
 from ldpstream.cli import main
+from ldpstream.config import RedisConfig
 from ldpstream.registry import Registry
 from ldpstream.store import SketchKey, keys
 from tests.integration.helpers import write_registry
@@ -69,7 +69,7 @@ def test_decode_once_exits_non_zero_naming_the_metrics_that_failed(redis_url, ke
     registry_path = write_registry(tmp_path / "metrics.toml", "t", METRICS)
     metric = Registry.load(registry_path)["app_language"]
     # A sketch key that is not a sketch (someone wrote into the prefix): the metric cannot be decoded.
-    client = redis.Redis.from_url(redis_url)
+    client = RedisConfig(redis_url).client()  # standalone or cluster
     name = keys.sketch_key(key_prefix, "t", 0, SketchKey(metric.name, metric.fingerprint, 7))
     client.hset(name, "not", "a sketch")
     client.sadd(keys.index_key(key_prefix, metric.name, metric.fingerprint), name)

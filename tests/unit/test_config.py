@@ -164,7 +164,7 @@ def test_a_bad_bootstrap_in_the_environment_is_refused():
 
 @pytest.mark.parametrize("url", ["http://redis:6379", "localhost:6379", "", "redis-server"])
 def test_a_bad_redis_url_is_refused(url):
-    with pytest.raises(ConfigError, match=r"must start with redis://, rediss:// or unix://"):
+    with pytest.raises(ConfigError, match=r"must start with redis://, rediss://, unix://, redis\+cluster://"):
         RedisConfig(url)
 
 
