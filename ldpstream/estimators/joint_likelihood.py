@@ -51,12 +51,14 @@ __all__ = [
     "MIN_OTHER_REPORTS",
     "OtherLaw",
     "VariableLikelihood",
+    "VariableModel",
     "candidate_frequencies",
     "candidate_truth",
     "other_bit_rates",
     "other_symbol_rates",
     "pattern_sketch",
     "variable_likelihood",
+    "variable_model",
 ]
 
 #: Below this many reports left to "Other" in a cohort, its likelihood is the uniformly-hashed fallback.
@@ -85,6 +87,9 @@ class OtherLaw:
     rates: np.ndarray
     frequencies: np.ndarray
     freq_jacobian: np.ndarray
+    #: ``f`` are the fitted table's own margins (docs/math/joint.md#self-consistent-candidate-frequencies):
+    #: ``freq_jacobian`` is zero and ``f``'s influence enters the sandwich's bread instead.
+    self_consistent: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,6 +236,118 @@ def _cohort_groups(cohorts: np.ndarray, C: int) -> list[np.ndarray]:
     return [order[bounds[c]:bounds[c + 1]] for c in range(C)]
 
 
+@dataclass(frozen=True)
+class VariableModel:
+    """What one variable's likelihoods need that does not depend on the candidate frequencies ``f``: the
+    candidates' truth ``(C, k, S)``, the patterns' sketch, and the candidates' log-likelihoods ``(D, S)``
+    (built once; :meth:`likelihood` adds the Other column for a given ``f``, so that the self-consistent
+    frequencies of docs/math/joint.md#self-consistent-candidate-frequencies rebuild only that column)."""
+
+    mechanism: Any
+    values: Sequence[Any]
+    cohorts: np.ndarray
+    reports: np.ndarray
+    other: bool
+    truth: np.ndarray
+    sketch: np.ndarray | None
+    candidate_log: np.ndarray
+    groups: list[np.ndarray]
+
+    @property
+    def bits(self) -> bool:
+        return _is_bits(self.mechanism)
+
+    @property
+    def refinable(self) -> bool:
+        """Whether the self-consistent frequencies apply: an Other category of a hashed bit mechanism (O-RAPPOR,
+        RAPPOR). Direct mechanisms' frequencies are exactly unbiased; a symbol report identifies nothing beyond
+        the cohort means, so for symbols every ``f`` is a fixed point (docs)."""
+        return self.other and self.bits and bool(getattr(self.mechanism, "needs_value_table", True))
+
+    def default_frequencies(self) -> np.ndarray:
+        """:func:`candidate_frequencies` of the patterns' own sketch."""
+        assert self.sketch is not None
+        return candidate_frequencies(self.mechanism, self.values, self.sketch)
+
+    def likelihood(self, frequencies: np.ndarray | None = None, *, self_consistent: bool = False
+                   ) -> VariableLikelihood:
+        """The ``(D, S[+1])`` scaled likelihoods with the Other column built from ``frequencies`` (default:
+        :meth:`default_frequencies`). ``self_consistent``: ``frequencies`` are the fitted table's own margins
+        (a fixed point), so the Other law's influence carries no least-squares Jacobian
+        (:attr:`OtherLaw.self_consistent`)."""
+        mechanism, truth = self.mechanism, self.truth
+        S = truth.shape[2]
+        D = len(self.cohorts)
+        freq: np.ndarray | None = None
+        if self.other:
+            freq = (self.default_frequencies() if frequencies is None
+                    else np.clip(np.asarray(frequencies, dtype=np.float64).ravel()[:S], 0.0, 1.0))
+            if freq.shape != (S,):
+                raise ParameterError(f"{S} candidates but {freq.size} frequencies")
+        width = S + int(self.other)
+        logL = np.empty((D, width))
+        logL[:, :S] = self.candidate_log
+        law: OtherLaw | None = None
+        if self.other:
+            assert freq is not None and self.sketch is not None
+            sketch = self.sketch
+            if not self.bits:
+                hi, lo = mechanism.response_rates
+                g = other_symbol_rates(truth, freq, sketch, hi, lo)
+                logL[:, S] = np.log(g[self.cohorts, np.asarray(self.reports, dtype=np.int64)])
+                law = _other_law(mechanism, self.values, truth, freq, sketch.astype(np.float64),
+                                 sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo),
+                                 float(hi), g, self_consistent)
+            else:
+                qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+                t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
+                law = _other_law(mechanism, self.values, truth, freq, sketch[:, 1:].astype(np.float64),
+                                 sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other,
+                                 self_consistent)
+                for c, group in enumerate(self.groups):
+                    logit = np.log(t_other[c] / (1.0 - t_other[c]))
+                    const = np.log(1.0 - t_other[c]).sum()
+                    for start in range(0, len(group), CHUNK_ROWS):
+                        idx = group[start:start + CHUNK_ROWS]
+                        logL[idx, S] = self.reports[idx].astype(np.float32) @ logit + const
+        log_scale = logL.max(axis=1) if D else np.zeros(0)
+        matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
+        return VariableLikelihood(matrix, log_scale, self.other, freq, law)
+
+
+def variable_model(mechanism: Any, values: Sequence[Any], cohorts: np.ndarray, reports: np.ndarray,
+                   counts: np.ndarray, *, other: bool = True) -> VariableModel:
+    """The candidates' log-likelihoods (module docstring), vectorized, and what the Other column needs."""
+    truth = candidate_truth(mechanism, values)  # (C, k, S)
+    C, k, S = truth.shape
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    D = len(cohorts)
+    sketch = pattern_sketch(mechanism, cohorts, reports, counts) if other else None
+    logL = np.empty((D, S))
+    groups: list[np.ndarray] = []
+    if not _is_bits(mechanism):
+        hi, lo = mechanism.response_rates
+        y = np.asarray(reports, dtype=np.int64)
+        logL[:] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
+    else:
+        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+        if not (0.0 < ps < qs < 1.0):
+            raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
+        bits = np.asarray(reports)
+        A, B = np.log(qs / ps), np.log((1.0 - qs) / (1.0 - ps))
+        set_bits = truth.sum(axis=1).astype(np.float64)  # (C, S)
+        popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+        base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
+        groups = _cohort_groups(cohorts, C)
+        for c, group in enumerate(groups):
+            weights = truth[c].astype(np.float32)
+            for start in range(0, len(group), CHUNK_ROWS):
+                idx = group[start:start + CHUNK_ROWS]
+                match = (bits[idx].astype(np.float32) @ weights).astype(np.float64)  # exact: sums of 0/1 products
+                logL[idx] = base[idx, None] + A * match + B * (set_bits[c] - match)
+    return VariableModel(mechanism, values, cohorts, np.asarray(reports), other, truth, sketch, logL, groups)
+
+
 def variable_likelihood(
     mechanism: Any,
     values: Sequence[Any],
@@ -245,64 +362,14 @@ def variable_likelihood(
 
     ``frequencies``: the candidates' frequencies among all reports for the Other rule (default:
     :func:`candidate_frequencies` of the patterns' own sketch)."""
-    truth = candidate_truth(mechanism, values)  # (C, k, S)
-    C, k, S = truth.shape
-    cohorts = np.asarray(cohorts, dtype=np.int64)
-    D = len(cohorts)
-    freq: np.ndarray | None = None
-    if other:
-        sketch = pattern_sketch(mechanism, cohorts, reports, counts)
-        freq = (candidate_frequencies(mechanism, values, sketch) if frequencies is None
-                else np.clip(np.asarray(frequencies, dtype=np.float64).ravel()[:S], 0.0, 1.0))
-        if freq.shape != (S,):
-            raise ParameterError(f"{S} candidates but {freq.size} frequencies")
-    width = S + int(other)
-    law: OtherLaw | None = None
-    if not _is_bits(mechanism):
-        hi, lo = mechanism.response_rates
-        y = np.asarray(reports, dtype=np.int64)
-        logL = np.empty((D, width))
-        logL[:, :S] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
-        if other:
-            assert freq is not None
-            g = other_symbol_rates(truth, freq, sketch, hi, lo)
-            logL[:, S] = np.log(g[cohorts, y])
-            law = _other_law(mechanism, values, truth, freq, sketch.astype(np.float64),
-                             sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo), float(hi), g)
-    else:
-        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
-        if not (0.0 < ps < qs < 1.0):
-            raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
-        bits = np.asarray(reports)
-        A, B = np.log(qs / ps), np.log((1.0 - qs) / (1.0 - ps))
-        set_bits = truth.sum(axis=1).astype(np.float64)  # (C, S)
-        t_other = None
-        if other:
-            assert freq is not None
-            t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
-            law = _other_law(mechanism, values, truth, freq, sketch[:, 1:].astype(np.float64),
-                             sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other)
-        logL = np.empty((D, width))
-        popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
-        base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
-        for c, group in enumerate(_cohort_groups(cohorts, C)):
-            weights = truth[c].astype(np.float32)
-            logit = None if t_other is None else np.log(t_other[c] / (1.0 - t_other[c]))
-            for start in range(0, len(group), CHUNK_ROWS):
-                idx = group[start:start + CHUNK_ROWS]
-                b = bits[idx].astype(np.float32)
-                match = (b @ weights).astype(np.float64)  # exact: sums of 0/1 products
-                logL[idx, :S] = base[idx, None] + A * match + B * (set_bits[c] - match)
-                if logit is not None and t_other is not None:
-                    logL[idx, S] = b @ logit + np.log(1.0 - t_other[c]).sum()
-    log_scale = logL.max(axis=1) if D else np.zeros(0)
-    matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
-    return VariableLikelihood(matrix, log_scale, other, freq, law)
+    return variable_model(mechanism, values, cohorts, reports, counts, other=other).likelihood(frequencies)
 
 
 def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray, cell_counts: np.ndarray,
-               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray) -> OtherLaw:
-    """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas)."""
+               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray,
+               self_consistent: bool = False) -> OtherLaw:
+    """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas); with
+    ``self_consistent`` frequencies (the fitted margins) no least-squares Jacobian."""
     safe = np.where(n_c > 0, n_c, 1.0)
     means = cell_counts / safe[:, None]
     left = 1.0 - float(freq.sum())
@@ -312,5 +379,7 @@ def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: n
     clipped_sum = np.where(enough[:, 0], np.clip(raw, lo, hi).sum(axis=1), 1.0)
     if _is_bits(mechanism):
         clipped_sum = np.ones_like(clipped_sum)
-    return OtherLaw(_is_bits(mechanism), raw, law, free, clipped_sum, means, n_c, rates, freq,
-                    frequency_jacobian(mechanism, values, truth, freq, n_c))
+    jacobian = (np.zeros((len(freq), *means.shape)) if self_consistent
+                else frequency_jacobian(mechanism, values, truth, freq, n_c))
+    return OtherLaw(_is_bits(mechanism), raw, law, free, clipped_sum, means, n_c, rates, freq, jacobian,
+                    self_consistent)
