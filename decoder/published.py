@@ -114,8 +114,9 @@ def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> Join
     window ranks highest (:func:`~ldpstream.estimators.joint.top_values`), named as the marginal names them:
     the candidate strings of a metric decoded against a candidate list, else the alphabet's indices.
 
-    The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares), so the
-    joint table depends on the window's report pairs alone. A closed alphabet keeps at least one value out of
+    The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares, made
+    self-consistent with the fitted table for hashed bit mechanisms: docs/math/joint.md), so the joint table
+    depends on the window's report pairs alone. A closed alphabet keeps at least one value out of
     its candidates: "Other" with no value behind it would be a category the reports cannot identify (a
     singular information matrix, degenerate intervals)."""
     names = metric.value_names()

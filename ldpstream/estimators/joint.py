@@ -107,6 +107,7 @@ class JointEstimate:
     y_given_x: ConditionalTable
     independence: IndependenceTest
     n: int
+    #: EM iterations, summed over the refits of self-consistent frequencies (``info["frequency_refits"]``).
     iterations: int
     converged: bool
     seconds: float
@@ -115,7 +116,7 @@ class JointEstimate:
     stopping_rule: str = ""
     #: Seconds spent building the per-pattern likelihoods (included in ``seconds``).
     likelihood_seconds: float = 0.0
-    #: Seconds spent in the EM iterations alone (included in ``seconds``).
+    #: Seconds spent in the EM iterations and the refits of self-consistent frequencies (included in ``seconds``).
     em_seconds: float = 0.0
     patterns: int = 0
     info: dict[str, Any] = field(default_factory=dict)
@@ -168,17 +169,18 @@ def _self_consistent_fit(fit: JointFit, mx: VariableModel | None, my: VariableMo
                          lx: VariableLikelihood, ly: VariableLikelihood, counts: np.ndarray,
                          patterns: PairPatterns, shape: tuple[int, int], *, tolerance: float, max_iterations: int,
                          accelerate: bool, frequency_tolerance: float, max_refits: int
-                         ) -> tuple[JointFit, VariableLikelihood, VariableLikelihood, PairChannel, int, float]:
+                         ) -> tuple[JointFit, VariableLikelihood, VariableLikelihood, PairChannel, int, float, int]:
     """The fixed point ``f = G p̂(f)`` of docs/math/joint.md#self-consistent-candidate-frequencies for the
     variables given a model (``None``: that variable's ``f`` stays), by Newton's method on ``G p̂(f) − f``, each
     refit's EM warm-started from the last table. The Jacobian is ``G ∂p̂/∂f − I`` with
     ``∂p̂/∂f_V = −J I_θ⁻¹ Jᵀ F_V/(1 − Σf_V)`` (the implicit function theorem on the EM's score equations;
     :func:`~ldpstream.estimators.joint_sandwich.frequency_score_jacobian`). Stops when no frequency differs from
     its margin by ``frequency_tolerance``. Returns the last fit, likelihoods and channel (whose Other laws are
-    built from ``f`` equal to that fit's margins within the tolerance), the refits done and the last gap."""
+    built from ``f`` equal to that fit's margins within the tolerance), the refits done, the last gap and the EM
+    iterations of every fit (the first one's included)."""
     r, c = shape
     varying = [(axis, model) for axis, model in ((0, mx), (1, my)) if model is not None]
-    refits, gap = 0, float("inf")
+    refits, gap, iterations = 0, float("inf"), fit.iterations
     channel = PairChannel(lx.matrix, ly.matrix)
     while True:
         likelihoods = (lx, ly)
@@ -219,11 +221,12 @@ def _self_consistent_fit(fit: JointFit, mx: VariableModel | None, my: VariableMo
         fit = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=fit.p, tolerance=tolerance,
                         max_iterations=max_iterations, accelerate=accelerate)
         refits += 1
+        iterations += fit.iterations
     if mx is not None and not (lx.other_law is not None and lx.other_law.self_consistent):
         lx = mx.likelihood(lx.frequencies, self_consistent=True)
     if my is not None and not (ly.other_law is not None and ly.other_law.self_consistent):
         ly = my.likelihood(ly.frequencies, self_consistent=True)
-    return fit, lx, ly, PairChannel(lx.matrix, ly.matrix), refits, gap
+    return fit, lx, ly, PairChannel(lx.matrix, ly.matrix), refits, gap, iterations
 
 
 def estimate_joint(
@@ -280,9 +283,9 @@ def estimate_joint(
                     tolerance=tolerance, max_iterations=max_iterations, accelerate=accelerate)
     refine_x = self_consistent and fx is None and mx.refinable
     refine_y = self_consistent and fy is None and my.refinable
-    refits, refit_change = 0, 0.0
+    refits, refit_change, iterations = 0, 0.0, fit.iterations
     if refine_x or refine_y:
-        fit, lx, ly, channel, refits, refit_change = _self_consistent_fit(
+        fit, lx, ly, channel, refits, refit_change, iterations = _self_consistent_fit(
             fit, mx if refine_x else None, my if refine_y else None, lx, ly, counts, patterns, (r, c),
             tolerance=tolerance, max_iterations=max_iterations, accelerate=accelerate,
             frequency_tolerance=frequency_tolerance, max_refits=max_refits)
@@ -307,7 +310,7 @@ def estimate_joint(
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
         interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
-        n=int(patterns.total), iterations=fit.iterations, converged=fit.converged, seconds=seconds,
+        n=int(patterns.total), iterations=iterations, converged=fit.converged, seconds=seconds,
         log_likelihood=fit.log_likelihood,
         stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"
                       + (" (SQUAREM)" if accelerate else " (plain EM)"),
