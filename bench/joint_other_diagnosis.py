@@ -12,14 +12,17 @@ Modes (what the Other rule of ``joint_likelihood`` is given; docs/math/joint.md#
 - ``ls``: candidate frequencies f by least squares on the patterns' sketch (the candidates and a uniform
   "other" regressor), Other's per-bit rates from the sketch (the default before the self-consistent
   frequencies: ``estimate_joint(..., self_consistent=False)``);
-- ``est``: as shipped: ``ls``, then f refitted until it equals the fitted table's margins (the fixed point
-  of docs/math/joint.md#self-consistent-candidate-frequencies, with its sandwich);
+- ``est``: ``ls``, then f refitted until it equals the fitted table's margins (the experimental fixed point
+  of docs/math/joint.md, ``estimate_joint(self_consistent=True)``, with its sandwich);
 - ``oracle_f``: the true f (``JointVariable.frequencies``), Other's rates still estimated from the sketch;
 - ``oracle``: the true f and the true per-cohort Other rates (the population law of a report of a value
   outside the candidates), i.e. no nuisance estimated at all; what remains is the product-of-bits
   approximation of the Other law;
 - ``dict``: f from the marginal least squares against the whole 100-value dictionary (what
   ``JointVariable.frequencies`` is for), Other's rates from the sketch;
+- ``dictionary``: as shipped for a metric with a candidate list (``JointVariable.dictionary``): the same
+  frequencies as ``dict``, with their own Jacobian in the sandwich, when the dictionary's design is
+  well-determined; else the least squares on the candidates (``ls``);
 - ``refineN``: ``ls``, then N times: f ← the fitted table's margins, Other rebuilt, EM warm-started (the
   sandwich of ``ls``: what was measured before the fixed point was shipped).
 
@@ -64,7 +67,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
         jl.other_bit_rates = lambda *a, **kw: true_rates  # type: ignore[assignment]
     freq = z[:5].tolist() if mode in ("oracle", "oracle_f") else None
     rng = np.random.default_rng(seed)
-    err, cov, zs, refits = [], [], [], []
+    err, cov, zs, refits, sources = [], [], [], [], []
     began = time.perf_counter()
     try:
         for _ in range(trials):
@@ -74,6 +77,9 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
                                         frequencies=dictionary_frequencies(mech, names, cohorts, r, pat.counts))
                           for cohorts, r in ((pat.cohort_x, pat.reports_x), (pat.cohort_y, pat.reports_y)))
                 est = estimate_joint(pat, vx, vy)
+            elif mode == "dictionary":
+                var = JointVariable(mech, names[:5], dictionary=names)
+                est = estimate_joint(pat, var, var)
             else:
                 var = JointVariable(mech, names[:5], frequencies=freq)
                 est = estimate_joint(pat, var, var, self_consistent=mode == "est")
@@ -82,6 +88,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
                 fx, fy = est.table.sum(axis=1)[:5], est.table.sum(axis=0)[:5]
                 est = estimate_joint(pat, JointVariable(mech, names[:5], frequencies=fx.tolist()),
                                      JointVariable(mech, names[:5], frequencies=fy.tolist()), start=est.table)
+            sources.append(est.info["frequencies_x"])
             err.append(est.table - truth)
             cov.append((est.low <= truth) & (truth <= est.high))
             zs.append((est.table - truth) / est.std_error)
@@ -92,7 +99,8 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
     print(f"k={bits} h={hashes} C={cohorts} n={n:,} {mode:<9} coverage {per.mean():.3f} "
           f"(cluster SE {per.std(ddof=1) / np.sqrt(trials):.4f}); z mean {zz.mean():+.2f} sd {zz.std():.2f}; "
           f"max|bias| {np.abs(e.mean(axis=0)).max():.4f}, Other×Other {e.mean(axis=0)[-1, -1]:+.4f} "
-          f"({time.perf_counter() - began:.0f} s{f', mean refits {np.mean(refits):.1f}' if mode == 'est' else ''})",
+          f"({time.perf_counter() - began:.0f} s{f', mean refits {np.mean(refits):.1f}' if mode == 'est' else ''}; "
+          f"frequencies {'/'.join(sorted(set(sources)))})",
           flush=True)
 
 

@@ -59,10 +59,11 @@ class JointVariable:
     alphabet indices for closed or direct ones) and the ``labels`` to publish (default ``str(value)``).
 
     ``frequencies``: the candidates' frequencies among all reports from the marginal decoder, used by the
-    "Other" rule; ``None``: least squares on the patterns' own sketch
-    (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`), then, for hashed bit mechanisms
-    (O-RAPPOR, RAPPOR), made self-consistent with the fitted table's margins
-    (docs/math/joint.md#self-consistent-candidate-frequencies).
+    "Other" rule; ``None``: the candidates' rows of the least squares against ``dictionary`` on the patterns'
+    own sketch when it is given and well-determined (hashed mechanisms; the metric's candidate list:
+    :func:`~ldpstream.estimators.joint_likelihood.dictionary_frequencies`), else least squares on the
+    candidates alone (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`;
+    docs/math/joint.md#candidate-frequencies-from-the-dictionary).
 
     ``other``: whether this variable gets an "Other" category; ``None`` (default): :func:`estimate_joint`'s
     ``other``. ``False`` for a variable whose candidates are its whole alphabet (e.g. a boolean): nothing is
@@ -73,6 +74,7 @@ class JointVariable:
     labels: Sequence[str] = ()
     frequencies: Sequence[float] | None = None
     other: bool | None = None
+    dictionary: Sequence[Any] | None = None
 
     def names(self) -> tuple[str, ...]:
         if len(self.labels) == 0:
@@ -155,9 +157,11 @@ FREQUENCY_TOLERANCE = 1e-5
 MAX_REFITS = 200
 
 
-def _frequency_source(v: JointVariable, refined: bool) -> str:
+def _frequency_source(v: JointVariable, model: VariableModel, refined: bool) -> str:
     if v.frequencies is not None:
         return "given"
+    if model.dictionary is not None:
+        return "dictionary"
     return "self-consistent" if refined else "least-squares"
 
 
@@ -240,7 +244,7 @@ def estimate_joint(
     max_iterations: int = 1000,
     accelerate: bool = True,
     nuisance_sandwich: bool = True,
-    self_consistent: bool = True,
+    self_consistent: bool = False,
     frequency_tolerance: float = FREQUENCY_TOLERANCE,
     max_refits: int = MAX_REFITS,
 ) -> JointEstimate:
@@ -255,11 +259,13 @@ def estimate_joint(
     information on the ``rc − 1`` free parameters; cells and conditionals with clipped Wald 95% intervals;
     independence by the Wald test of the interaction contrasts (docs/math/joint.md).
 
-    Candidate frequencies of the Other rule: a variable's :attr:`JointVariable.frequencies` when given; else
-    least squares on the patterns' sketch, then (``self_consistent``, hashed bit mechanisms only) refitted until
-    they equal the fitted table's candidate margins: ``f ← G p̂(f)``, EM warm-started, until no frequency moves by
-    ``frequency_tolerance`` or after ``max_refits`` refits (docs/math/joint.md#self-consistent-candidate-frequencies;
-    the least-squares frequencies are biased when few bits or cohorts spread the hidden mass unevenly).
+    Candidate frequencies of the Other rule: a variable's :attr:`JointVariable.frequencies` when given; else the
+    least squares against its ``dictionary`` when well-determined; else least squares on the candidates alone
+    (docs/math/joint.md#candidate-frequencies-from-the-dictionary). ``self_consistent`` (off by default, an
+    experiment: measured harmful at 16 and 128 bits) then refits the last ones, for hashed bit mechanisms,
+    until they equal the fitted table's candidate margins: ``f ← G p̂(f)`` by Newton, EM warm-started, until no
+    frequency moves by ``frequency_tolerance`` or after ``max_refits`` refits
+    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment).
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -269,8 +275,10 @@ def estimate_joint(
     counts = np.asarray(patterns.counts, dtype=np.float64)
     other_x = other if x.other is None else x.other
     other_y = other if y.other is None else y.other
-    mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x)
-    my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y)
+    mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
+                        dictionary=x.dictionary)
+    my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
+                        dictionary=y.dictionary)
     fx = None if x.frequencies is None else np.asarray(x.frequencies, dtype=np.float64)
     fy = None if y.frequencies is None else np.asarray(y.frequencies, dtype=np.float64)
     lx, ly = mx.likelihood(fx), my.likelihood(fy)
@@ -281,8 +289,8 @@ def estimate_joint(
     channel = PairChannel(lx.matrix, ly.matrix)
     fit = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=warm_start(start, (r, c)),
                     tolerance=tolerance, max_iterations=max_iterations, accelerate=accelerate)
-    refine_x = self_consistent and fx is None and mx.refinable
-    refine_y = self_consistent and fy is None and my.refinable
+    refine_x = self_consistent and fx is None and mx.dictionary is None and mx.refinable
+    refine_y = self_consistent and fy is None and my.dictionary is None and my.refinable
     refits, refit_change, iterations = 0, 0.0, fit.iterations
     if refine_x or refine_y:
         fit, lx, ly, channel, refits, refit_change, iterations = _self_consistent_fit(
@@ -317,6 +325,6 @@ def estimate_joint(
         likelihood_seconds=built - began, em_seconds=fitted - built, patterns=len(patterns),
         info={"candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
               "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist(),
-              "frequencies_x": _frequency_source(x, refine_x), "frequencies_y": _frequency_source(y, refine_y),
+              "frequencies_x": _frequency_source(x, mx, refine_x), "frequencies_y": _frequency_source(y, my, refine_y),
               "frequency_refits": refits, "frequency_change": refit_change},
     )

@@ -181,15 +181,16 @@ def test_interaction_wald_statistic_does_not_depend_on_the_contrasts_chosen(krr_
 
 def test_rappor_with_other_matches_scipy_on_the_same_likelihoods() -> None:
     """RAPPOR × RAPPOR with Other: the EM's point is the optimizer's on the estimator's (brute-force-checked)
-    likelihood matrices, built with the candidate frequencies the estimator settled on; those are self-consistent
-    (docs/math/joint.md#self-consistent-candidate-frequencies): the fitted table's candidate margins."""
+    likelihood matrices, built with the candidate frequencies the estimator settled on; asked for self-consistent
+    ones (docs/math/joint.md, the experiment), they are the fitted table's candidate margins."""
     mech = Rappor(k=16, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.0)
     names = value_names(12)
     joint = zipf_association(12, 1.0, 0.6)
     patterns = sample_pairs(joint, mech, mech, 20_000, np.random.default_rng(11), mech.value_table(names),
                             mech.value_table(names))
     vx = JointVariable(mech, names[:3], labels=["a", "b", "c"])
-    est = estimate_joint(patterns, vx, vx, tolerance=1e-11, max_iterations=20_000, frequency_tolerance=1e-9)
+    est = estimate_joint(patterns, vx, vx, tolerance=1e-11, max_iterations=20_000, self_consistent=True,
+                         frequency_tolerance=1e-9)
     assert est.info["frequencies_x"] == est.info["frequencies_y"] == "self-consistent"
     fx, fy = np.array(est.info["candidate_frequencies_x"]), np.array(est.info["candidate_frequencies_y"])
     np.testing.assert_allclose(est.table[:3].sum(axis=1), fx, atol=1e-8)

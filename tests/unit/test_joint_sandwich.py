@@ -60,11 +60,12 @@ def _influence(p: PairPatterns, var: JointVariable, self_consistent: bool) -> tu
     fx = np.array(est.info["candidate_frequencies_x"])
     fy = np.array(est.info["candidate_frequencies_y"])
     refined = est.info["frequencies_x"] == "self-consistent"
-    assert refined == (self_consistent and str(var.mechanism.report_kind) == "bits")
-    lx = variable_model(var.mechanism, var.values, p.cohort_x, p.reports_x, p.counts).likelihood(
-        fx, self_consistent=refined)
-    ly = variable_model(var.mechanism, var.values, p.cohort_y, p.reports_y, p.counts).likelihood(
-        fy, self_consistent=refined)
+    assert refined == (self_consistent and str(var.mechanism.report_kind) == "bits" and var.dictionary is None)
+    assert (est.info["frequencies_x"] == "dictionary") == (var.dictionary is not None)
+    mx = variable_model(var.mechanism, var.values, p.cohort_x, p.reports_x, p.counts, dictionary=var.dictionary)
+    my = variable_model(var.mechanism, var.values, p.cohort_y, p.reports_y, p.counts, dictionary=var.dictionary)
+    lx = mx.likelihood(None if var.dictionary else fx, self_consistent=refined)
+    ly = my.likelihood(None if var.dictionary else fy, self_consistent=refined)
     ch = PairChannel(lx.matrix, ly.matrix)
     table = est.table.ravel()
     counts = p.counts.astype(np.float64)
@@ -79,13 +80,17 @@ def _influence(p: PairPatterns, var: JointVariable, self_consistent: bool) -> tu
     return table, (J @ np.linalg.inv(bread) @ J.T @ s.T).T
 
 
-@pytest.mark.parametrize(("mech", "self_consistent"), [
-    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), True),
-    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), False),
-    (ORR(k=8, epsilon=2.0, cohorts=4), True)], ids=["rappor-self-consistent", "rappor-least-squares", "orr"])
-def test_influence_is_the_derivative_of_the_whole_estimator(mech: Any, self_consistent: bool) -> None:
+@pytest.mark.parametrize(("mech", "self_consistent", "dictionary"), [
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), True, None),
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), False, None),
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), False, NAMES),
+    (ORR(k=8, epsilon=2.0, cohorts=4), False, NAMES),
+    (ORR(k=8, epsilon=2.0, cohorts=4), True, None)],
+    ids=["rappor-self-consistent", "rappor-least-squares", "rappor-dictionary", "orr-dictionary", "orr"])
+def test_influence_is_the_derivative_of_the_whole_estimator(mech: Any, self_consistent: bool,
+                                                            dictionary: list[str] | None) -> None:
     p = _patterns(mech, 20_000, 3)
-    var = JointVariable(mech, NAMES[:2])
+    var = JointVariable(mech, NAMES[:2], dictionary=dictionary)
     table, infl = _influence(p, var, self_consistent)
     interior = table > 1e-3  # the first-order expansion holds at interior cells (a cell on the boundary stays there)
     order = np.argsort(-p.counts)
