@@ -8,9 +8,10 @@ sd, the largest |mean error| and the Other × Other mean error with its Monte Ca
 
 Modes (what the Other rule of ``joint_likelihood`` is given):
 
-- ``est``: as shipped: f by least squares on the patterns' sketch (the five candidates and a uniform "other"
-  regressor), Other's per-cohort symbol law from the sketch;
-- ``dict``: f by least squares against the whole 100-value dictionary;
+- ``est``: f by least squares on the patterns' sketch (the five candidates and a uniform "other" regressor),
+  Other's per-cohort symbol law from the sketch: ``estimate_joint`` without a dictionary;
+- ``dict``: f by least squares against the whole 100-value dictionary (the point of the live decoder, which
+  passes the metric's candidate list as ``JointVariable.dictionary``), given as ``JointVariable.frequencies``;
 - ``oracle``: the true f and the true per-cohort Other law g_c(y) = Σ_{v hidden} z_v Q(y | h_c(v)) / Σ z_hidden,
   i.e. no nuisance estimated at all.
 

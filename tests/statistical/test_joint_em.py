@@ -102,8 +102,8 @@ def test_rappor_paper_simulation() -> None:
     """RAPPOR as in the paper (128-bit Bloom filters, h = 2, p = 0.25, q = 0.75, f = 0: ε₁ = 2 ln 9 = 4.39), 8
     cohorts. Measured (30 trials, least-squares frequencies): largest |mean error| 0.0026, coverage 0.945 with
     cluster SE 0.0054. With 32-bit filters the least-squares candidate frequencies are biased (Other × Other off
-    by 0.014, coverage 0.905); the shipped self-consistent frequencies bring that to 0.002 and 0.939
-    (tests/statistical/test_joint_self_consistent.py, docs/math/joint.md#self-consistent-candidate-frequencies)."""
+    by 0.014, coverage 0.905); against the metric's candidate list (``JointVariable.dictionary``) 0.0004 and 0.949
+    (tests/statistical/test_joint_dictionary_frequencies.py, docs/math/joint.md)."""
     mech = Rappor(k=128, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)
     result = run_trials(mech, NAMES[:5], trials=30, seed=20161, without_other=3)
     check_unbiased(result["errors"])
