@@ -14,11 +14,12 @@ Criteria:
   the 36 cells at a family-wise 1% (z = Φ⁻¹(1 − 0.01/72) = 3.81), so an unbiased estimator fails with
   probability < 1%. Power check: the least-squares frequencies on the candidates alone fail it in Other × Other
   (−0.014, ≈ 3.5 cell SEs; 12 trials suffice).
-- **Coverage.** The T × 36 intervals would give a binomial count with SD √(0.95 · 0.05 / (36 T)) = 0.0074 of
-  the share if they were independent; the cells of one trial are dependent (they sum to 1 and share the Other
-  law), so the share's SE is taken as the larger of that and the cluster SE, sd(per-trial share)/√T, which the
-  test measures. The band is 0.95 ± 3 such SEs (a correct 95% interval fails it with probability < 0.3%), and
-  its half-width must stay below 0.035, so that it excludes the 0.905 of the candidates-only frequencies.
+- **Coverage** (the cells, and the conditional tables Y | X and X | Y alike). The T × 36 intervals would give a
+  binomial count with SD √(0.95 · 0.05 / (36 T)) = 0.0074 of the share if they were independent; the cells of one
+  trial are dependent (they sum to 1 and share the Other law), so the share's SE is taken as the larger of that
+  and the cluster SE, sd(per-trial share)/√T, which the test measures. The band is 0.95 ± 3 such SEs (a correct
+  95% interval fails it with probability < 0.3%), and its half-width must stay below 0.035, so that it excludes
+  the 0.905 of the candidates-only frequencies.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def trials(dictionary: bool, count: int = TRIALS) -> dict[str, Any]:
     table = mech.value_table(names)
     var = JointVariable(mech, names[:5], dictionary=names if dictionary else None)
     rng = np.random.default_rng(20260)
-    errors, ses, covered = [], [], []
+    errors, ses, covered, conditionals = [], [], [], []
+    y_given_x = truth / truth.sum(axis=1, keepdims=True)
+    x_given_y = truth / truth.sum(axis=0, keepdims=True)
     for _ in range(count):
         pat = sample_pairs(joint, mech, mech, PAIRS, rng, table, table)
         est = estimate_joint(pat, var, var)
@@ -59,8 +62,13 @@ def trials(dictionary: bool, count: int = TRIALS) -> dict[str, Any]:
         errors.append(est.table - truth)
         ses.append(est.std_error)
         covered.append((est.low <= truth) & (truth <= est.high))
+        conditionals.append(np.stack([
+            (est.y_given_x.low <= y_given_x) & (y_given_x <= est.y_given_x.high),
+            (est.x_given_y.low <= x_given_y) & (x_given_y <= est.x_given_y.high)]))
         assert est.info["frequencies_x"] == ("dictionary" if dictionary else "least-squares")
-    return {"errors": np.array(errors), "se": np.array(ses), "covered": np.array(covered)}
+    both = np.array(conditionals)
+    return {"errors": np.array(errors), "se": np.array(ses), "covered": np.array(covered),
+            "y_given_x": both[:, 0], "x_given_y": both[:, 1]}
 
 
 def biased_cells(result: dict[str, Any]) -> np.ndarray:
@@ -72,9 +80,9 @@ def biased_cells(result: dict[str, Any]) -> np.ndarray:
     return out
 
 
-def coverage_band(result: dict[str, Any]) -> tuple[float, float]:
+def coverage_band(result: dict[str, Any], key: str = "covered") -> tuple[float, float]:
     """(pooled share, its SE: the larger of the binomial and the cluster one)."""
-    covered = result["covered"]
+    covered = result[key]
     per_trial = covered.reshape(len(covered), -1).mean(axis=1)
     binomial = np.sqrt(0.95 * 0.05 / covered.size)
     cluster = per_trial.std(ddof=1) / np.sqrt(len(per_trial))
@@ -92,10 +100,13 @@ def test_dictionary_frequencies_are_unbiased(shipped: dict[str, Any]) -> None:
     assert not bad.any(), f"biased cells: {np.round(mean[bad], 4)}"
 
 
-def test_dictionary_intervals_cover(shipped: dict[str, Any]) -> None:
-    share, se = coverage_band(shipped)
+@pytest.mark.parametrize("key", ["covered", "y_given_x", "x_given_y"])
+def test_dictionary_intervals_cover(shipped: dict[str, Any], key: str) -> None:
+    """The cells' intervals, and those of the two conditional tables (delta method on the same covariance),
+    with the band of the module docstring. Measured: 0.949 (cells, 30 trials), 0.961 (Y | X), 0.964 (X | Y)."""
+    share, se = coverage_band(shipped, key)
     assert 3 * se <= 0.035, f"too few trials for the band: SE {se:.4f}"
-    assert abs(share - 0.95) <= 3 * se, f"coverage {share:.4f} outside 0.95 ± {3 * se:.4f}"
+    assert abs(share - 0.95) <= 3 * se, f"{key}: coverage {share:.4f} outside 0.95 ± {3 * se:.4f}"
 
 
 def test_candidates_only_frequencies_fail_the_bias_criterion() -> None:
