@@ -20,7 +20,9 @@ mechanisms k-RR and k-RAPPOR, whose values are alphabet indices):
 
 "Other" (§4.B, the rule of the paper, per cohort c, from the patterns' own per-cohort counts):
 ``f_s`` are the candidates' frequencies among all reports (the marginal decoder's, or least squares on the
-patterns' sketch), ``N_c`` the cohort's reports, ``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
+patterns' sketch: against the metric's candidate list when well-determined, :func:`dictionary_frequencies`,
+else against the candidates alone, :func:`candidate_frequencies`), ``N_c`` the cohort's reports,
+``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
 
 - bits: ``t^O_{c,j} = (Y_{c,j} − Σ_s N_c f_s t_{c,j,s}) / N_c^O`` clipped to ``[p*, q*]`` (any mixture of
   values sets bit j with a probability in that range), and ``P(b | Other, c) = Π_j (t^O)^{b_j}
