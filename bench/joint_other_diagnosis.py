@@ -9,15 +9,22 @@ Cell intervals as published (``interval_method``; the stacked sandwich once it e
 
 Modes (what the Other rule of ``joint_likelihood`` is given; docs/math/joint.md#the-other-category):
 
-- ``est``: as shipped: candidate frequencies f by least squares on the patterns' sketch, Other's per-bit
-  rates from the sketch;
+- ``ls``: candidate frequencies f by least squares on the patterns' sketch (the candidates and a uniform
+  "other" regressor), Other's per-bit rates from the sketch (the default before the self-consistent
+  frequencies: ``estimate_joint(..., self_consistent=False)``);
+- ``est``: ``ls``, then f refitted until it equals the fitted table's margins (the experimental fixed point
+  of docs/math/joint.md, ``estimate_joint(self_consistent=True)``, with its sandwich);
 - ``oracle_f``: the true f (``JointVariable.frequencies``), Other's rates still estimated from the sketch;
 - ``oracle``: the true f and the true per-cohort Other rates (the population law of a report of a value
   outside the candidates), i.e. no nuisance estimated at all; what remains is the product-of-bits
   approximation of the Other law;
 - ``dict``: f from the marginal least squares against the whole 100-value dictionary (what
   ``JointVariable.frequencies`` is for), Other's rates from the sketch;
-- ``refineN``: ``est``, then N times: f ← the fitted table's margins, Other rebuilt, EM warm-started.
+- ``dictionary``: as shipped for a metric with a candidate list (``JointVariable.dictionary``): the same
+  frequencies as ``dict``, with their own Jacobian in the sandwich, when the dictionary's design is
+  well-determined; else the least squares on the candidates (``ls``);
+- ``refineN``: ``ls``, then N times: f ← the fitted table's margins, Other rebuilt, EM warm-started (the
+  sandwich of ``ls``: what was measured before the fixed point was shipped).
 
 Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_other_diagnosis.py --bits 32 --hashes 2``
 """
@@ -60,7 +67,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
         jl.other_bit_rates = lambda *a, **kw: true_rates  # type: ignore[assignment]
     freq = z[:5].tolist() if mode in ("oracle", "oracle_f") else None
     rng = np.random.default_rng(seed)
-    err, cov, zs = [], [], []
+    err, cov, zs, refits, sources = [], [], [], [], []
     began = time.perf_counter()
     try:
         for _ in range(trials):
@@ -70,13 +77,18 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
                                         frequencies=dictionary_frequencies(mech, names, cohorts, r, pat.counts))
                           for cohorts, r in ((pat.cohort_x, pat.reports_x), (pat.cohort_y, pat.reports_y)))
                 est = estimate_joint(pat, vx, vy)
+            elif mode == "dictionary":
+                var = JointVariable(mech, names[:5], dictionary=names)
+                est = estimate_joint(pat, var, var)
             else:
                 var = JointVariable(mech, names[:5], frequencies=freq)
-                est = estimate_joint(pat, var, var)
+                est = estimate_joint(pat, var, var, self_consistent=mode == "est")
+                refits.append(est.info["frequency_refits"])
             for _ in range(int(mode[6:]) if mode.startswith("refine") else 0):
                 fx, fy = est.table.sum(axis=1)[:5], est.table.sum(axis=0)[:5]
                 est = estimate_joint(pat, JointVariable(mech, names[:5], frequencies=fx.tolist()),
                                      JointVariable(mech, names[:5], frequencies=fy.tolist()), start=est.table)
+            sources.append(est.info["frequencies_x"])
             err.append(est.table - truth)
             cov.append((est.low <= truth) & (truth <= est.high))
             zs.append((est.table - truth) / est.std_error)
@@ -87,7 +99,9 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
     print(f"k={bits} h={hashes} C={cohorts} n={n:,} {mode:<9} coverage {per.mean():.3f} "
           f"(cluster SE {per.std(ddof=1) / np.sqrt(trials):.4f}); z mean {zz.mean():+.2f} sd {zz.std():.2f}; "
           f"max|bias| {np.abs(e.mean(axis=0)).max():.4f}, Other×Other {e.mean(axis=0)[-1, -1]:+.4f} "
-          f"({time.perf_counter() - began:.0f} s)", flush=True)
+          f"({time.perf_counter() - began:.0f} s{f', mean refits {np.mean(refits):.1f}' if mode == 'est' else ''}; "
+          f"frequencies {'/'.join(sorted(set(sources)))})",
+          flush=True)
 
 
 if __name__ == "__main__":
@@ -98,7 +112,7 @@ if __name__ == "__main__":
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--modes", default="est,oracle_f,oracle,refine5")
+    ap.add_argument("--modes", default="ls,est,oracle_f,oracle")
     a = ap.parse_args()
     for m in a.modes.split(","):
         run(a.bits, a.hashes, a.cohorts, a.trials, a.n, m, a.seed)

@@ -121,16 +121,19 @@ def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> Join
     window ranks highest (:func:`~ldpstream.estimators.joint.top_values`), named as the marginal names them:
     the candidate strings of a metric decoded against a candidate list, else the alphabet's indices.
 
-    The "Other" rule takes the candidates' frequencies from the pairs' own sketch (least squares), so the
-    joint table depends on the window's report pairs alone. A closed alphabet keeps at least one value out of
-    its candidates: "Other" with no value behind it would be a category the reports cannot identify (a
-    singular information matrix, degenerate intervals)."""
+    The "Other" rule takes the candidates' frequencies from the pairs' own sketch, so the joint table depends
+    on the window's report pairs alone: the least squares against the metric's whole candidate list when it
+    has one and its design is well-determined (``JointVariable.dictionary``), else against the candidates
+    alone (docs/math/joint.md#candidate-frequencies-from-the-dictionary). A closed alphabet keeps at least one
+    value out of its candidates: "Other" with no value behind it would be a category the reports cannot
+    identify (a singular information matrix, degenerate intervals)."""
     names = metric.value_names()
     if metric.candidates is None:
         count = min(count, len(names) - 1)
     top = top_values(marginal, count)
     values: list[Any] = [metric.candidates[v] for v in top] if metric.candidates is not None else top
-    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top))
+    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top),
+                         dictionary=None if metric.candidates is None else list(metric.candidates))
 
 
 @dataclass(frozen=True)

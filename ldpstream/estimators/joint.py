@@ -22,7 +22,7 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
 
 from .estimate import Estimate
-from .joint_em import PairChannel, fit_joint, warm_start
+from .joint_em import JointFit, PairChannel, fit_joint, warm_start
 from .joint_inference import (
     ConditionalTable,
     IndependenceTest,
@@ -31,8 +31,8 @@ from .joint_inference import (
     independence_test,
     wald_clipped,
 )
-from .joint_likelihood import variable_likelihood
-from .joint_sandwich import nuisance_corrections, sandwich_covariance
+from .joint_likelihood import VariableLikelihood, VariableModel, variable_model
+from .joint_sandwich import frequency_score_jacobian, margin_matrix, nuisance_terms, sandwich_covariance
 from .pairs import PairPatterns
 
 __all__ = [
@@ -59,8 +59,11 @@ class JointVariable:
     alphabet indices for closed or direct ones) and the ``labels`` to publish (default ``str(value)``).
 
     ``frequencies``: the candidates' frequencies among all reports from the marginal decoder, used by the
-    "Other" rule; ``None``: least squares on the patterns' own sketch
-    (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`).
+    "Other" rule; ``None``: the candidates' rows of the least squares against ``dictionary`` on the patterns'
+    own sketch when it is given and well-determined (hashed mechanisms; the metric's candidate list:
+    :func:`~ldpstream.estimators.joint_likelihood.dictionary_frequencies`), else least squares on the
+    candidates alone (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`;
+    docs/math/joint.md#candidate-frequencies-from-the-dictionary).
 
     ``other``: whether this variable gets an "Other" category; ``None`` (default): :func:`estimate_joint`'s
     ``other``. ``False`` for a variable whose candidates are its whole alphabet (e.g. a boolean): nothing is
@@ -71,6 +74,7 @@ class JointVariable:
     labels: Sequence[str] = ()
     frequencies: Sequence[float] | None = None
     other: bool | None = None
+    dictionary: Sequence[Any] | None = None
 
     def names(self) -> tuple[str, ...]:
         if len(self.labels) == 0:
@@ -105,6 +109,7 @@ class JointEstimate:
     y_given_x: ConditionalTable
     independence: IndependenceTest
     n: int
+    #: EM iterations, summed over the refits of self-consistent frequencies (``info["frequency_refits"]``).
     iterations: int
     converged: bool
     seconds: float
@@ -113,7 +118,7 @@ class JointEstimate:
     stopping_rule: str = ""
     #: Seconds spent building the per-pattern likelihoods (included in ``seconds``).
     likelihood_seconds: float = 0.0
-    #: Seconds spent in the EM iterations alone (included in ``seconds``).
+    #: Seconds spent in the EM iterations and the refits of self-consistent frequencies (included in ``seconds``).
     em_seconds: float = 0.0
     patterns: int = 0
     info: dict[str, Any] = field(default_factory=dict)
@@ -145,6 +150,89 @@ class JointEstimate:
         }
 
 
+#: Self-consistent frequencies stop when no candidate frequency moves by this much in one refit.
+FREQUENCY_TOLERANCE = 1e-5
+#: At most this many refits of the self-consistent frequencies (``info["frequency_change"]`` says how far the
+#: last one moved).
+MAX_REFITS = 200
+
+
+def _frequency_source(v: JointVariable, model: VariableModel, refined: bool) -> str:
+    if v.frequencies is not None:
+        return "given"
+    if model.dictionary is not None:
+        return "dictionary"
+    return "self-consistent" if refined else "least-squares"
+
+
+def _count(likelihood: VariableLikelihood) -> int:
+    return 0 if likelihood.frequencies is None else len(likelihood.frequencies)
+
+
+def _self_consistent_fit(fit: JointFit, mx: VariableModel | None, my: VariableModel | None,
+                         lx: VariableLikelihood, ly: VariableLikelihood, counts: np.ndarray,
+                         patterns: PairPatterns, shape: tuple[int, int], *, tolerance: float, max_iterations: int,
+                         accelerate: bool, frequency_tolerance: float, max_refits: int
+                         ) -> tuple[JointFit, VariableLikelihood, VariableLikelihood, PairChannel, int, float, int]:
+    """The fixed point ``f = G p̂(f)`` of docs/math/joint.md#self-consistent-candidate-frequencies for the
+    variables given a model (``None``: that variable's ``f`` stays), by Newton's method on ``G p̂(f) − f``, each
+    refit's EM warm-started from the last table. The Jacobian is ``G ∂p̂/∂f − I`` with
+    ``∂p̂/∂f_V = −J I_θ⁻¹ Jᵀ F_V/(1 − Σf_V)`` (the implicit function theorem on the EM's score equations;
+    :func:`~ldpstream.estimators.joint_sandwich.frequency_score_jacobian`). Stops when no frequency differs from
+    its margin by ``frequency_tolerance``. Returns the last fit, likelihoods and channel (whose Other laws are
+    built from ``f`` equal to that fit's margins within the tolerance), the refits done, the last gap and the EM
+    iterations of every fit (the first one's included)."""
+    r, c = shape
+    varying = [(axis, model) for axis, model in ((0, mx), (1, my)) if model is not None]
+    refits, gap, iterations = 0, float("inf"), fit.iterations
+    channel = PairChannel(lx.matrix, ly.matrix)
+    while True:
+        likelihoods = (lx, ly)
+        current = np.concatenate([np.asarray(likelihoods[axis].frequencies) for axis, _ in varying])
+        G = np.vstack([margin_matrix(r, c, axis, _count(likelihoods[axis])) for axis, _ in varying])
+        residual = G @ fit.p - current
+        gap = float(np.abs(residual).max())
+        if gap < frequency_tolerance or refits >= max_refits:
+            break
+        m = np.maximum(channel.forward(fit.p), 1e-300)
+        response = covariance_from_information(channel.information(counts / (m * m)))  # J I_θ⁻¹ Jᵀ
+        columns = []
+        for axis, _ in varying:
+            vl = likelihoods[axis]
+            assert vl.other_law is not None and vl.frequencies is not None
+            cohorts, reports = ((patterns.cohort_x, patterns.reports_x) if axis == 0
+                                else (patterns.cohort_y, patterns.reports_y))
+            F = frequency_score_jacobian(channel, fit.p, counts, vl.other_law, cohorts, reports, axis)
+            columns.append(-response @ F / max(1.0 - float(vl.frequencies.sum()), 1e-12))
+        jacobian = G @ np.hstack(columns) - np.eye(len(current))
+        try:
+            step = -np.linalg.solve(jacobian, residual)
+        except np.linalg.LinAlgError:
+            step = residual  # a plain fixed-point step
+        proposal = np.clip(current + step, 0.0, 1.0)
+        offset = 0
+        for axis, model in varying:
+            size = _count(likelihoods[axis])
+            f_new = proposal[offset:offset + size]
+            offset += size
+            if f_new.sum() >= 1.0:
+                f_new = f_new / (f_new.sum() + 1e-6)
+            if axis == 0:
+                lx = model.likelihood(f_new, self_consistent=True)
+            else:
+                ly = model.likelihood(f_new, self_consistent=True)
+        channel = PairChannel(lx.matrix, ly.matrix)
+        fit = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=fit.p, tolerance=tolerance,
+                        max_iterations=max_iterations, accelerate=accelerate)
+        refits += 1
+        iterations += fit.iterations
+    if mx is not None and not (lx.other_law is not None and lx.other_law.self_consistent):
+        lx = mx.likelihood(lx.frequencies, self_consistent=True)
+    if my is not None and not (ly.other_law is not None and ly.other_law.self_consistent):
+        ly = my.likelihood(ly.frequencies, self_consistent=True)
+    return fit, lx, ly, PairChannel(lx.matrix, ly.matrix), refits, gap, iterations
+
+
 def estimate_joint(
     patterns: PairPatterns,
     x: JointVariable,
@@ -156,6 +244,9 @@ def estimate_joint(
     max_iterations: int = 1000,
     accelerate: bool = True,
     nuisance_sandwich: bool = True,
+    self_consistent: bool = False,
+    frequency_tolerance: float = FREQUENCY_TOLERANCE,
+    max_refits: int = MAX_REFITS,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
@@ -167,6 +258,14 @@ def estimate_joint(
     frequencies' estimation noise (:mod:`ldpstream.estimators.joint_sandwich`); otherwise from the observed
     information on the ``rc − 1`` free parameters; cells and conditionals with clipped Wald 95% intervals;
     independence by the Wald test of the interaction contrasts (docs/math/joint.md).
+
+    Candidate frequencies of the Other rule: a variable's :attr:`JointVariable.frequencies` when given; else the
+    least squares against its ``dictionary`` when well-determined; else least squares on the candidates alone
+    (docs/math/joint.md#candidate-frequencies-from-the-dictionary). ``self_consistent`` (off by default, an
+    experiment: measured harmful at 16 and 128 bits) then refits the last ones, for hashed bit mechanisms,
+    until they equal the fitted table's candidate margins: ``f ← G p̂(f)`` by Newton, EM warm-started, until no
+    frequency moves by ``frequency_tolerance`` or after ``max_refits`` refits
+    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment).
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -176,29 +275,39 @@ def estimate_joint(
     counts = np.asarray(patterns.counts, dtype=np.float64)
     other_x = other if x.other is None else x.other
     other_y = other if y.other is None else y.other
-    lx = variable_likelihood(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts,
-                             other=other_x, frequencies=None if x.frequencies is None else np.asarray(x.frequencies))
-    ly = variable_likelihood(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts,
-                             other=other_y, frequencies=None if y.frequencies is None else np.asarray(y.frequencies))
+    mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
+                        dictionary=x.dictionary)
+    my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
+                        dictionary=y.dictionary)
+    fx = None if x.frequencies is None else np.asarray(x.frequencies, dtype=np.float64)
+    fy = None if y.frequencies is None else np.asarray(y.frequencies, dtype=np.float64)
+    lx, ly = mx.likelihood(fx), my.likelihood(fy)
     built = time.perf_counter()
     rows = x.names() + ((OTHER_LABEL,) if other_x else ())
     cols = y.names() + ((OTHER_LABEL,) if other_y else ())
     r, c = len(rows), len(cols)
     channel = PairChannel(lx.matrix, ly.matrix)
-    log_scale = lx.log_scale + ly.log_scale
-    fit = fit_joint(channel, counts, log_scale, start=warm_start(start, (r, c)), tolerance=tolerance,
-                    max_iterations=max_iterations, accelerate=accelerate)
+    fit = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=warm_start(start, (r, c)),
+                    tolerance=tolerance, max_iterations=max_iterations, accelerate=accelerate)
+    refine_x = self_consistent and fx is None and mx.dictionary is None and mx.refinable
+    refine_y = self_consistent and fy is None and my.dictionary is None and my.refinable
+    refits, refit_change, iterations = 0, 0.0, fit.iterations
+    if refine_x or refine_y:
+        fit, lx, ly, channel, refits, refit_change, iterations = _self_consistent_fit(
+            fit, mx if refine_x else None, my if refine_y else None, lx, ly, counts, patterns, (r, c),
+            tolerance=tolerance, max_iterations=max_iterations, accelerate=accelerate,
+            frequency_tolerance=frequency_tolerance, max_refits=max_refits)
     fitted = time.perf_counter()
     p = fit.p
     m = np.maximum(channel.forward(p), 1e-300)
     information = channel.information(counts / (m * m))
-    corrections = None
+    corrections, bread_shift = None, None
     if nuisance_sandwich:
-        corrections = nuisance_corrections(channel, p, counts, [
+        corrections, bread_shift = nuisance_terms(channel, p, counts, [
             (lx.other_law, patterns.cohort_x, patterns.reports_x),
             (ly.other_law, patterns.cohort_y, patterns.reports_y)])
     cov = (covariance_from_information(information) if corrections is None
-           else sandwich_covariance(channel, p, counts, information, corrections))
+           else sandwich_covariance(channel, p, counts, information, corrections, bread_shift))
     table = p.reshape(r, c)
     se = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(r, c)
     low, high = wald_clipped(table, se)
@@ -209,11 +318,13 @@ def estimate_joint(
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
         interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
-        n=int(patterns.total), iterations=fit.iterations, converged=fit.converged, seconds=seconds,
+        n=int(patterns.total), iterations=iterations, converged=fit.converged, seconds=seconds,
         log_likelihood=fit.log_likelihood,
         stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"
                       + (" (SQUAREM)" if accelerate else " (plain EM)"),
         likelihood_seconds=built - began, em_seconds=fitted - built, patterns=len(patterns),
         info={"candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
-              "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist()},
+              "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist(),
+              "frequencies_x": _frequency_source(x, mx, refine_x), "frequencies_y": _frequency_source(y, my, refine_y),
+              "frequency_refits": refits, "frequency_change": refit_change},
     )

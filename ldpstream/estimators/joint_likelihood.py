@@ -20,7 +20,9 @@ mechanisms k-RR and k-RAPPOR, whose values are alphabet indices):
 
 "Other" (§4.B, the rule of the paper, per cohort c, from the patterns' own per-cohort counts):
 ``f_s`` are the candidates' frequencies among all reports (the marginal decoder's, or least squares on the
-patterns' sketch), ``N_c`` the cohort's reports, ``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
+patterns' sketch: against the metric's candidate list when well-determined, :func:`dictionary_frequencies`,
+else against the candidates alone, :func:`candidate_frequencies`), ``N_c`` the cohort's reports,
+``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
 
 - bits: ``t^O_{c,j} = (Y_{c,j} − Σ_s N_c f_s t_{c,j,s}) / N_c^O`` clipped to ``[p*, q*]`` (any mixture of
   values sets bit j with a probability in that range), and ``P(b | Other, c) = Π_j (t^O)^{b_j}
@@ -49,14 +51,18 @@ from .dispatch import design_matrix, estimate
 
 __all__ = [
     "MIN_OTHER_REPORTS",
+    "DictionaryFit",
     "OtherLaw",
     "VariableLikelihood",
+    "VariableModel",
     "candidate_frequencies",
     "candidate_truth",
+    "dictionary_frequencies",
     "other_bit_rates",
     "other_symbol_rates",
     "pattern_sketch",
     "variable_likelihood",
+    "variable_model",
 ]
 
 #: Below this many reports left to "Other" in a cohort, its likelihood is the uniformly-hashed fallback.
@@ -85,6 +91,9 @@ class OtherLaw:
     rates: np.ndarray
     frequencies: np.ndarray
     freq_jacobian: np.ndarray
+    #: ``f`` are the fitted table's own margins (docs/math/joint.md#self-consistent-candidate-frequencies):
+    #: ``freq_jacobian`` is zero and ``f``'s influence enters the sandwich's bread instead.
+    self_consistent: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,13 +173,15 @@ def candidate_frequencies(mechanism: Any, values: Sequence[Any], sketch: np.ndar
 
 
 def frequency_jacobian(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray,
-                       n_c: np.ndarray) -> np.ndarray:
+                       n_c: np.ndarray, dictionary: DictionaryFit | None = None) -> np.ndarray:
     """``(S, C, k)``: ∂f_s/∂ȳ_{c,j} of :func:`candidate_frequencies` at ``freq`` (its linearization,
     docs/math/joint.md#the-other-categorys-uncertainty). Direct mechanisms: ``f_s = (ȳ_{v_s} − lo)/Δ``.
     Hashed: the weighted least squares of the candidate decoders, ``f = [(XaᵀWXa)⁻¹XaᵀW]_{1..S} (ȳ − lo)/Δ``
     with ``Xa = [X, o]`` (``o``: the "other" regressor, ``h̄/k`` per bit or ``1/k`` per symbol) and
-    ``W = N_c / (r (1 − r))`` at the fitted rates ``r`` (the weights held fixed). Rows of clipped
-    frequencies are zero."""
+    ``W = N_c / (r (1 − r))`` at the fitted rates ``r`` (the weights held fixed). With a ``dictionary`` (the
+    frequencies are the candidates' rows of a least squares against a larger candidate list,
+    :func:`dictionary_frequencies`), ``X`` is that list's design and the rows kept are the candidates'.
+    Rows of clipped frequencies are zero."""
     C, k, S = truth.shape
     bits = _is_bits(mechanism)
     if bits:
@@ -182,16 +193,68 @@ def frequency_jacobian(mechanism: Any, values: Sequence[Any], truth: np.ndarray,
     if not getattr(mechanism, "needs_value_table", True):
         out[np.arange(S), 0, np.asarray(values, dtype=np.int64)] = 1.0 / delta
     else:
-        X = truth.reshape(C * k, S).astype(np.float64)
-        o = X.sum() / max(S * C, 1) / k if bits else 1.0 / k
+        design, fitted, rows = ((truth, freq, np.arange(S)) if dictionary is None
+                                else (dictionary.truth, dictionary.frequencies, dictionary.positions))
+        M = design.shape[2]
+        X = design.reshape(C * k, M).astype(np.float64)
+        o = X.sum() / max(M * C, 1) / k if bits else 1.0 / k
         Xa = np.column_stack([X, np.full(C * k, o)])
-        beta = np.concatenate([freq, [max(1.0 - float(freq.sum()), 0.0)]])
+        beta = np.concatenate([fitted, [max(1.0 - float(fitted.sum()), 0.0)]])
         r = np.clip(lo + delta * (Xa @ beta), 1e-9, 1.0 - 1e-9)
         w = np.repeat(np.asarray(n_c, dtype=np.float64), k) / (r * (1.0 - r))
         gram = Xa.T @ (w[:, None] * Xa)
-        out = (np.linalg.pinv(gram) @ (Xa.T * w))[:S].reshape(S, C, k) / delta
+        out = (np.linalg.pinv(gram) @ (Xa.T * w))[rows].reshape(S, C, k) / delta
     out[(freq <= 0.0) | (freq >= 1.0)] = 0.0
     return out
+
+
+@dataclass(frozen=True)
+class DictionaryFit:
+    """The candidates' frequencies from a least squares against a larger candidate list (the metric's
+    dictionary): the list's truth ``(C, k, M)``, its fitted frequencies ``(M,)`` (clipped to [0, 1]) and the
+    candidates' positions in it ``(S,)``."""
+
+    truth: np.ndarray
+    frequencies: np.ndarray
+    positions: np.ndarray
+
+
+#: A dictionary design is used only when its columns (plus the "other" regressor) are at most this share of
+#: the cohorts' cells and its scaled Gram matrix's condition number is below :data:`DICTIONARY_COND_MAX`
+#: (the thresholds of the detection's well-determined design, ``detection.py``).
+DICTIONARY_MAX_FRACTION = 0.5
+DICTIONARY_COND_MAX = 1e6
+
+
+def dictionary_frequencies(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None,
+                           sketch: np.ndarray) -> DictionaryFit | None:
+    """The candidates' frequencies as rows of the unbiased least squares (``"ls"``) against ``dictionary``
+    on the patterns' sketch (docs/math/joint.md#candidate-frequencies-from-the-dictionary), or ``None`` when
+    that does not apply: a direct mechanism (its frequencies are exact already), no dictionary, a candidate
+    outside it, or a design that is not well-determined (more columns than half the cells, or ill-conditioned:
+    there the least squares is worse than the candidates' own)."""
+    if dictionary is None or not getattr(mechanism, "needs_value_table", True):
+        return None
+    words = list(dictionary)
+    index = {str(v): i for i, v in enumerate(words)}
+    if any(str(v) not in index for v in values):
+        return None
+    truth = candidate_truth(mechanism, words)
+    C, k, M = truth.shape
+    if DICTIONARY_MAX_FRACTION * C * k < M + 1:
+        return None
+    X = truth.reshape(C * k, M).astype(np.float64)
+    Xa = np.column_stack([X, np.full(C * k, X.sum() / max(M * C, 1) / k if _is_bits(mechanism) else 1.0 / k)])
+    gram = Xa.T @ Xa
+    d = np.sqrt(np.diag(gram))
+    if np.any(d <= 0):
+        return None
+    eig = np.linalg.eigvalsh(gram / np.outer(d, d))
+    if not (eig[0] > 0 and eig[-1] / eig[0] < DICTIONARY_COND_MAX):
+        return None
+    est = estimate(sketch, mechanism, "ls", candidates=words)
+    fitted = np.clip(np.asarray(est.frequencies, dtype=np.float64)[:M], 0.0, 1.0)
+    return DictionaryFit(truth, fitted, np.array([index[str(v)] for v in values], dtype=np.int64))
 
 
 def other_bit_rates(truth: np.ndarray, freq: np.ndarray, sketch: np.ndarray, q_star: float, p_star: float,
@@ -231,6 +294,129 @@ def _cohort_groups(cohorts: np.ndarray, C: int) -> list[np.ndarray]:
     return [order[bounds[c]:bounds[c + 1]] for c in range(C)]
 
 
+@dataclass(frozen=True)
+class VariableModel:
+    """What one variable's likelihoods need that does not depend on the candidate frequencies ``f``: the
+    candidates' truth ``(C, k, S)``, the patterns' sketch, and the candidates' log-likelihoods ``(D, S)``
+    (built once; :meth:`likelihood` adds the Other column for a given ``f``, so that the self-consistent
+    frequencies of docs/math/joint.md#self-consistent-candidate-frequencies rebuild only that column)."""
+
+    mechanism: Any
+    values: Sequence[Any]
+    cohorts: np.ndarray
+    reports: np.ndarray
+    other: bool
+    truth: np.ndarray
+    sketch: np.ndarray | None
+    candidate_log: np.ndarray
+    groups: list[np.ndarray]
+    #: The least squares against the metric's dictionary when it applies (:func:`dictionary_frequencies`).
+    dictionary: DictionaryFit | None = None
+
+    @property
+    def bits(self) -> bool:
+        return _is_bits(self.mechanism)
+
+    @property
+    def refinable(self) -> bool:
+        """Whether the self-consistent frequencies apply: an Other category of a hashed bit mechanism (O-RAPPOR,
+        RAPPOR). Direct mechanisms' frequencies are exactly unbiased; a symbol report identifies nothing beyond
+        the cohort means, so for symbols every ``f`` is a fixed point (docs)."""
+        return self.other and self.bits and bool(getattr(self.mechanism, "needs_value_table", True))
+
+    def default_frequencies(self) -> np.ndarray:
+        """The candidates' rows of the dictionary's least squares when it applies, else
+        :func:`candidate_frequencies` of the patterns' own sketch."""
+        assert self.sketch is not None
+        if self.dictionary is not None:
+            f: np.ndarray = self.dictionary.frequencies[self.dictionary.positions]
+            total = float(f.sum())
+            return f / total if total > 1.0 else f
+        return candidate_frequencies(self.mechanism, self.values, self.sketch)
+
+    def likelihood(self, frequencies: np.ndarray | None = None, *, self_consistent: bool = False
+                   ) -> VariableLikelihood:
+        """The ``(D, S[+1])`` scaled likelihoods with the Other column built from ``frequencies`` (default:
+        :meth:`default_frequencies`). ``self_consistent``: ``frequencies`` are the fitted table's own margins
+        (a fixed point), so the Other law's influence carries no least-squares Jacobian
+        (:attr:`OtherLaw.self_consistent`)."""
+        mechanism, truth = self.mechanism, self.truth
+        S = truth.shape[2]
+        D = len(self.cohorts)
+        freq: np.ndarray | None = None
+        dictionary = self.dictionary if frequencies is None and not self_consistent else None
+        if self.other:
+            freq = (self.default_frequencies() if frequencies is None
+                    else np.clip(np.asarray(frequencies, dtype=np.float64).ravel()[:S], 0.0, 1.0))
+            if freq.shape != (S,):
+                raise ParameterError(f"{S} candidates but {freq.size} frequencies")
+        width = S + int(self.other)
+        logL = np.empty((D, width))
+        logL[:, :S] = self.candidate_log
+        law: OtherLaw | None = None
+        if self.other:
+            assert freq is not None and self.sketch is not None
+            sketch = self.sketch
+            if not self.bits:
+                hi, lo = mechanism.response_rates
+                g = other_symbol_rates(truth, freq, sketch, hi, lo)
+                logL[:, S] = np.log(g[self.cohorts, np.asarray(self.reports, dtype=np.int64)])
+                law = _other_law(mechanism, self.values, truth, freq, sketch.astype(np.float64),
+                                 sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo),
+                                 float(hi), g, self_consistent, dictionary)
+            else:
+                qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+                t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
+                law = _other_law(mechanism, self.values, truth, freq, sketch[:, 1:].astype(np.float64),
+                                 sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other,
+                                 self_consistent, dictionary)
+                for c, group in enumerate(self.groups):
+                    logit = np.log(t_other[c] / (1.0 - t_other[c]))
+                    const = np.log(1.0 - t_other[c]).sum()
+                    for start in range(0, len(group), CHUNK_ROWS):
+                        idx = group[start:start + CHUNK_ROWS]
+                        logL[idx, S] = self.reports[idx].astype(np.float32) @ logit + const
+        log_scale = logL.max(axis=1) if D else np.zeros(0)
+        matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
+        return VariableLikelihood(matrix, log_scale, self.other, freq, law)
+
+
+def variable_model(mechanism: Any, values: Sequence[Any], cohorts: np.ndarray, reports: np.ndarray,
+                   counts: np.ndarray, *, other: bool = True, dictionary: Sequence[Any] | None = None
+                   ) -> VariableModel:
+    """The candidates' log-likelihoods (module docstring), vectorized, and what the Other column needs
+    (``dictionary``: the metric's candidate list, for :func:`dictionary_frequencies`)."""
+    truth = candidate_truth(mechanism, values)  # (C, k, S)
+    C, k, S = truth.shape
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    D = len(cohorts)
+    sketch = pattern_sketch(mechanism, cohorts, reports, counts) if other else None
+    logL = np.empty((D, S))
+    groups: list[np.ndarray] = []
+    if not _is_bits(mechanism):
+        hi, lo = mechanism.response_rates
+        y = np.asarray(reports, dtype=np.int64)
+        logL[:] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
+    else:
+        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+        if not (0.0 < ps < qs < 1.0):
+            raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
+        bits = np.asarray(reports)
+        A, B = np.log(qs / ps), np.log((1.0 - qs) / (1.0 - ps))
+        set_bits = truth.sum(axis=1).astype(np.float64)  # (C, S)
+        popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
+        base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
+        groups = _cohort_groups(cohorts, C)
+        for c, group in enumerate(groups):
+            weights = truth[c].astype(np.float32)
+            for start in range(0, len(group), CHUNK_ROWS):
+                idx = group[start:start + CHUNK_ROWS]
+                match = (bits[idx].astype(np.float32) @ weights).astype(np.float64)  # exact: sums of 0/1 products
+                logL[idx] = base[idx, None] + A * match + B * (set_bits[c] - match)
+    fit = None if sketch is None else dictionary_frequencies(mechanism, values, dictionary, sketch)
+    return VariableModel(mechanism, values, cohorts, np.asarray(reports), other, truth, sketch, logL, groups, fit)
+
+
 def variable_likelihood(
     mechanism: Any,
     values: Sequence[Any],
@@ -245,64 +431,14 @@ def variable_likelihood(
 
     ``frequencies``: the candidates' frequencies among all reports for the Other rule (default:
     :func:`candidate_frequencies` of the patterns' own sketch)."""
-    truth = candidate_truth(mechanism, values)  # (C, k, S)
-    C, k, S = truth.shape
-    cohorts = np.asarray(cohorts, dtype=np.int64)
-    D = len(cohorts)
-    freq: np.ndarray | None = None
-    if other:
-        sketch = pattern_sketch(mechanism, cohorts, reports, counts)
-        freq = (candidate_frequencies(mechanism, values, sketch) if frequencies is None
-                else np.clip(np.asarray(frequencies, dtype=np.float64).ravel()[:S], 0.0, 1.0))
-        if freq.shape != (S,):
-            raise ParameterError(f"{S} candidates but {freq.size} frequencies")
-    width = S + int(other)
-    law: OtherLaw | None = None
-    if not _is_bits(mechanism):
-        hi, lo = mechanism.response_rates
-        y = np.asarray(reports, dtype=np.int64)
-        logL = np.empty((D, width))
-        logL[:, :S] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
-        if other:
-            assert freq is not None
-            g = other_symbol_rates(truth, freq, sketch, hi, lo)
-            logL[:, S] = np.log(g[cohorts, y])
-            law = _other_law(mechanism, values, truth, freq, sketch.astype(np.float64),
-                             sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo), float(hi), g)
-    else:
-        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
-        if not (0.0 < ps < qs < 1.0):
-            raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
-        bits = np.asarray(reports)
-        A, B = np.log(qs / ps), np.log((1.0 - qs) / (1.0 - ps))
-        set_bits = truth.sum(axis=1).astype(np.float64)  # (C, S)
-        t_other = None
-        if other:
-            assert freq is not None
-            t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
-            law = _other_law(mechanism, values, truth, freq, sketch[:, 1:].astype(np.float64),
-                             sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other)
-        logL = np.empty((D, width))
-        popcount = bits.sum(axis=1, dtype=np.int64).astype(np.float64)
-        base = popcount * np.log(ps) + (k - popcount) * np.log(1.0 - ps)
-        for c, group in enumerate(_cohort_groups(cohorts, C)):
-            weights = truth[c].astype(np.float32)
-            logit = None if t_other is None else np.log(t_other[c] / (1.0 - t_other[c]))
-            for start in range(0, len(group), CHUNK_ROWS):
-                idx = group[start:start + CHUNK_ROWS]
-                b = bits[idx].astype(np.float32)
-                match = (b @ weights).astype(np.float64)  # exact: sums of 0/1 products
-                logL[idx, :S] = base[idx, None] + A * match + B * (set_bits[c] - match)
-                if logit is not None and t_other is not None:
-                    logL[idx, S] = b @ logit + np.log(1.0 - t_other[c]).sum()
-    log_scale = logL.max(axis=1) if D else np.zeros(0)
-    matrix = np.exp(logL - log_scale[:, None]) if D else np.zeros((0, width))
-    return VariableLikelihood(matrix, log_scale, other, freq, law)
+    return variable_model(mechanism, values, cohorts, reports, counts, other=other).likelihood(frequencies)
 
 
 def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray, cell_counts: np.ndarray,
-               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray) -> OtherLaw:
-    """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas)."""
+               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray,
+               self_consistent: bool = False, dictionary: DictionaryFit | None = None) -> OtherLaw:
+    """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas); with
+    ``self_consistent`` frequencies (the fitted margins) no least-squares Jacobian."""
     safe = np.where(n_c > 0, n_c, 1.0)
     means = cell_counts / safe[:, None]
     left = 1.0 - float(freq.sum())
@@ -312,5 +448,7 @@ def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: n
     clipped_sum = np.where(enough[:, 0], np.clip(raw, lo, hi).sum(axis=1), 1.0)
     if _is_bits(mechanism):
         clipped_sum = np.ones_like(clipped_sum)
-    return OtherLaw(_is_bits(mechanism), raw, law, free, clipped_sum, means, n_c, rates, freq,
-                    frequency_jacobian(mechanism, values, truth, freq, n_c))
+    jacobian = (np.zeros((len(freq), *means.shape)) if self_consistent
+                else frequency_jacobian(mechanism, values, truth, freq, n_c, dictionary))
+    return OtherLaw(_is_bits(mechanism), raw, law, free, clipped_sum, means, n_c, rates, freq, jacobian,
+                    self_consistent)

@@ -100,10 +100,10 @@ def check_other_matters(result: dict[str, Any], min_bias: float) -> None:
 
 def test_rappor_paper_simulation() -> None:
     """RAPPOR as in the paper (128-bit Bloom filters, h = 2, p = 0.25, q = 0.75, f = 0: ε₁ = 2 ln 9 = 4.39), 8
-    cohorts. Measured (30 trials): largest |mean error| 0.0026, coverage 0.945 with cluster SE 0.0054. With
-    32-bit filters the default candidate frequencies (least squares on the five candidates) are biased (Other ×
-    Other off by 0.014, coverage 0.905); with the true frequencies the product-of-bits Other covers 0.945
-    (bench/joint_other_diagnosis.py, docs/math/joint.md#the-other-categorys-uncertainty)."""
+    cohorts. Measured (30 trials, least-squares frequencies): largest |mean error| 0.0026, coverage 0.945 with
+    cluster SE 0.0054. With 32-bit filters the least-squares candidate frequencies are biased (Other × Other off
+    by 0.014, coverage 0.905); against the metric's candidate list (``JointVariable.dictionary``) 0.0004 and 0.949
+    (tests/statistical/test_joint_dictionary_frequencies.py, docs/math/joint.md)."""
     mech = Rappor(k=128, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)
     result = run_trials(mech, NAMES[:5], trials=30, seed=20161, without_other=3)
     check_unbiased(result["errors"])

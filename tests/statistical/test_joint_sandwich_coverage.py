@@ -7,13 +7,14 @@ are dependent, so the share's standard error is the cluster one, sd(per-trial sh
 and requires to be at most 0.02/3 (the band is then ≥ ±3 SE around 0.95: correct intervals fail with
 probability < 0.3%). Measured on these seeds, sandwich / observed information alone: few-bit RAPPOR 0.954 /
 0.953 (cluster SE 0.005: with dictionary frequencies the nuisance's noise is small here, and the test checks
-that the sandwich does not over-cover; the shipped default frequencies fail this regime by *bias*, 0.905, which
-no variance fixes: docs); string × boolean 0.954 / 0.912 (cluster SE 0.0055 / 0.0072).
+that the sandwich does not over-cover; the least-squares frequencies failed this regime by *bias*, 0.905, which
+no variance fixes; a ``JointVariable.dictionary`` reaches 0.949: test_joint_dictionary_frequencies.py);
+string × boolean 0.954 / 0.912 (cluster SE 0.0055 / 0.0072).
 
 - Few-bit RAPPOR (k = 32 bits, h = 2, 8 cohorts, p = .25, q = .75), the paper's 100 Zipf(1) values, ρ = 0.5,
   top 5 + Other, 50,000 pairs; the candidates' frequencies from the marginal least squares against the whole
-  dictionary (``JointVariable.frequencies``: the shipped default, least squares on the five candidates alone,
-  is biased here, docs).
+  dictionary (``JointVariable.frequencies``: least squares on the five candidates alone is biased here;
+  ``JointVariable.dictionary`` does the same with its own Jacobian, test_joint_dictionary_frequencies.py).
 - Google's association regime (``bench/decode_assoc.py``): a domain (RAPPOR k = 32, h = 2, m = 32, p = .25,
   q = .75, f = .5; 4 candidates + one value outside) × a boolean (one bit, same rates), 40,000 clients; the
   domain's frequencies from least squares against its 5-string map, as ``decode-assoc`` takes them from its

@@ -181,16 +181,22 @@ def test_interaction_wald_statistic_does_not_depend_on_the_contrasts_chosen(krr_
 
 def test_rappor_with_other_matches_scipy_on_the_same_likelihoods() -> None:
     """RAPPOR × RAPPOR with Other: the EM's point is the optimizer's on the estimator's (brute-force-checked)
-    likelihood matrices."""
+    likelihood matrices, built with the candidate frequencies the estimator settled on; asked for self-consistent
+    ones (docs/math/joint.md, the experiment), they are the fitted table's candidate margins."""
     mech = Rappor(k=16, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.0)
     names = value_names(12)
     joint = zipf_association(12, 1.0, 0.6)
     patterns = sample_pairs(joint, mech, mech, 20_000, np.random.default_rng(11), mech.value_table(names),
                             mech.value_table(names))
     vx = JointVariable(mech, names[:3], labels=["a", "b", "c"])
-    est = estimate_joint(patterns, vx, vx, tolerance=1e-11, max_iterations=20_000)
-    lx = variable_likelihood(mech, names[:3], patterns.cohort_x, patterns.reports_x, patterns.counts)
-    ly = variable_likelihood(mech, names[:3], patterns.cohort_y, patterns.reports_y, patterns.counts)
+    est = estimate_joint(patterns, vx, vx, tolerance=1e-11, max_iterations=20_000, self_consistent=True,
+                         frequency_tolerance=1e-9)
+    assert est.info["frequencies_x"] == est.info["frequencies_y"] == "self-consistent"
+    fx, fy = np.array(est.info["candidate_frequencies_x"]), np.array(est.info["candidate_frequencies_y"])
+    np.testing.assert_allclose(est.table[:3].sum(axis=1), fx, atol=1e-8)
+    np.testing.assert_allclose(est.table[:, :3].sum(axis=0), fy, atol=1e-8)
+    lx = variable_likelihood(mech, names[:3], patterns.cohort_x, patterns.reports_x, patterns.counts, frequencies=fx)
+    ly = variable_likelihood(mech, names[:3], patterns.cohort_y, patterns.reports_y, patterns.counts, frequencies=fy)
     cells = (lx.matrix[:, :, None] * ly.matrix[:, None, :]).reshape(len(patterns), -1)
     ref = slsqp_mle(cells, patterns.counts.astype(float))
     np.testing.assert_allclose(est.table.ravel(), ref, atol=3e-4)
@@ -220,7 +226,10 @@ def test_top_values_and_bad_inputs() -> None:
 
 
 def test_specialized_squarem_matches_the_generic_multinomial_em(krr_orr_case: Any) -> None:
-    """fit_joint's loop against em_multinomial (the package's generic EM) on the same pair channel."""
+    """fit_joint's loop against em_multinomial (the package's generic EM) on the same pair channel: in float64
+    step for step; with the default float32 steps (then float64 below 1e-6) the same log-likelihood, and the same
+    point up to the likelihood's flat direction here (4 strings in 2 cohorts of 4 symbols: 1e-4 apart at equal
+    likelihood)."""
     from ldpstream.estimators.em import em_multinomial
     from ldpstream.estimators.joint_em import PairChannel, fit_joint
 
@@ -230,10 +239,41 @@ def test_specialized_squarem_matches_the_generic_multinomial_em(krr_orr_case: An
     channel = PairChannel(lx.matrix, ly.matrix)
     counts = patterns.counts.astype(float)
     for accelerate in (True, False):
-        ours = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=None, tolerance=1e-12,
-                         max_iterations=50_000, accelerate=accelerate)
         generic = em_multinomial(counts, channel, tol=1e-12, max_iter=50_000, accelerate=accelerate)
-        assert ours.converged and generic.converged
-        np.testing.assert_allclose(ours.p, generic.p, atol=1e-6)  # both stop on a step below 1e-12, not at p*
-        assert ours.log_likelihood == pytest.approx(
-            generic.log_likelihood + counts @ (lx.log_scale + ly.log_scale), rel=1e-12)
+        assert generic.converged
+        for precision, atol in (("float64", 1e-6), ("auto", 2e-4)):
+            ours = fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=None, tolerance=1e-12,
+                             max_iterations=50_000, accelerate=accelerate, precision=precision)
+            assert ours.converged
+            np.testing.assert_allclose(ours.p, generic.p, atol=atol)  # both stop on a step below 1e-12, not at p*
+            assert ours.log_likelihood == pytest.approx(
+                generic.log_likelihood + counts @ (lx.log_scale + ly.log_scale), rel=1e-12)
+
+
+def test_float32_steps_reach_the_float64_point() -> None:
+    """The default EM (float32 block products down to the 1e-6 tolerance) against every step in float64, on
+    RAPPOR × RAPPOR with Other: the same stopping rule lands within a few tolerances of the same point (two
+    stopping points of one rule; the step itself agrees to ~1e-8, plain EM below)."""
+    from ldpstream.estimators.joint_em import PairChannel, fit_joint
+
+    mech = Rappor(k=32, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.0)
+    names = value_names(20)
+    table = mech.value_table(names)
+    patterns = sample_pairs(zipf_association(20, 1.0, 0.5), mech, mech, 30_000, np.random.default_rng(12), table,
+                            table)
+    lx = variable_likelihood(mech, names[:4], patterns.cohort_x, patterns.reports_x, patterns.counts)
+    ly = variable_likelihood(mech, names[:4], patterns.cohort_y, patterns.reports_y, patterns.counts)
+    channel = PairChannel(lx.matrix, ly.matrix)
+    counts = patterns.counts.astype(float)
+    step32 = channel.em_step(np.full(25, 0.04), counts, counts.sum(), True, np.float32)
+    step64 = channel.em_step(np.full(25, 0.04), counts, counts.sum(), True, np.float64)
+    np.testing.assert_allclose(step32[0], step64[0], rtol=0, atol=1e-7)
+    # each m_u is rounded to float32 (relative 6e-8) before its log is summed in float64
+    assert step32[1] == pytest.approx(step64[1], rel=1e-7)
+    for accelerate, atol in ((False, 1e-6), (True, 5e-5)):
+        fits = [fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=None, tolerance=1e-6,
+                          max_iterations=5000, accelerate=accelerate, precision=precision)
+                for precision in ("auto", "float64")]
+        assert all(f.converged for f in fits)
+        np.testing.assert_allclose(fits[0].p, fits[1].p, rtol=0, atol=atol)
+        assert fits[0].log_likelihood == pytest.approx(fits[1].log_likelihood, abs=0.05)

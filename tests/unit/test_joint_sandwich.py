@@ -27,8 +27,9 @@ from ldpstream.estimators.joint_likelihood import (
     frequency_jacobian,
     pattern_sketch,
     variable_likelihood,
+    variable_model,
 )
-from ldpstream.estimators.joint_sandwich import nuisance_corrections, sandwich_covariance
+from ldpstream.estimators.joint_sandwich import nuisance_terms, sandwich_covariance
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor
@@ -47,30 +48,50 @@ def _with_counts(p: PairPatterns, counts: np.ndarray) -> PairPatterns:
     return PairPatterns(p.cohort_x, p.reports_x, p.cohort_y, p.reports_y, counts)
 
 
-def _influence(p: PairPatterns, var: JointVariable) -> tuple[np.ndarray, np.ndarray]:
-    """``(p̂, IF)``: IF[u] = J I_θ⁻¹ Jᵀ s_u (rows: patterns)."""
-    lx = variable_likelihood(var.mechanism, var.values, p.cohort_x, p.reports_x, p.counts)
-    ly = variable_likelihood(var.mechanism, var.values, p.cohort_y, p.reports_y, p.counts)
-    est = estimate_joint(p, var, var, tolerance=1e-12, max_iterations=20000)
+def _estimate(p: PairPatterns, var: JointVariable, self_consistent: bool) -> Any:
+    return estimate_joint(p, var, var, tolerance=1e-12, max_iterations=20000, self_consistent=self_consistent,
+                          frequency_tolerance=1e-11, max_refits=2000)
+
+
+def _influence(p: PairPatterns, var: JointVariable, self_consistent: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(p̂, IF)``: IF[u] = J B⁻¹ Jᵀ s_u (rows: patterns), B = I_θ (least-squares frequencies) or
+    I_θ + Jᵀ Σ_V F_V G_V/(1 − Σf_V) J (self-consistent frequencies)."""
+    est = _estimate(p, var, self_consistent)
+    fx = np.array(est.info["candidate_frequencies_x"])
+    fy = np.array(est.info["candidate_frequencies_y"])
+    refined = est.info["frequencies_x"] == "self-consistent"
+    assert refined == (self_consistent and str(var.mechanism.report_kind) == "bits" and var.dictionary is None)
+    assert (est.info["frequencies_x"] == "dictionary") == (var.dictionary is not None)
+    mx = variable_model(var.mechanism, var.values, p.cohort_x, p.reports_x, p.counts, dictionary=var.dictionary)
+    my = variable_model(var.mechanism, var.values, p.cohort_y, p.reports_y, p.counts, dictionary=var.dictionary)
+    lx = mx.likelihood(None if var.dictionary else fx, self_consistent=refined)
+    ly = my.likelihood(None if var.dictionary else fy, self_consistent=refined)
     ch = PairChannel(lx.matrix, ly.matrix)
     table = est.table.ravel()
     counts = p.counts.astype(np.float64)
     m = ch.forward(table)
     info = ch.information(counts / (m * m))
-    corr = nuisance_corrections(ch, table, counts, [(lx.other_law, p.cohort_x, p.reports_x),
-                                                    (ly.other_law, p.cohort_y, p.reports_y)])
-    assert corr is not None
+    corr, shift = nuisance_terms(ch, table, counts, [(lx.other_law, p.cohort_x, p.reports_x),
+                                                     (ly.other_law, p.cohort_y, p.reports_y)])
+    assert corr is not None and (shift is not None) == refined
     s = (lx.matrix[:, :, None] * ly.matrix[:, None, :]).reshape(len(counts), -1) / m[:, None] + corr
     J = free_jacobian(table.size)
-    return table, (J @ np.linalg.inv(J.T @ info @ J) @ J.T @ s.T).T
+    bread = J.T @ info @ J + (0.0 if shift is None else J.T @ shift @ J)
+    return table, (J @ np.linalg.inv(bread) @ J.T @ s.T).T
 
 
-@pytest.mark.parametrize("mech", [Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0),
-                                  ORR(k=8, epsilon=2.0, cohorts=4)], ids=["rappor", "orr"])
-def test_influence_is_the_derivative_of_the_whole_estimator(mech: Any) -> None:
+@pytest.mark.parametrize(("mech", "self_consistent", "dictionary"), [
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), True, None),
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), False, None),
+    (Rappor(k=16, hashes=1, cohorts=4, p=0.25, q=0.75, f=0.0), False, NAMES),
+    (ORR(k=8, epsilon=2.0, cohorts=4), False, NAMES),
+    (ORR(k=8, epsilon=2.0, cohorts=4), True, None)],
+    ids=["rappor-self-consistent", "rappor-least-squares", "rappor-dictionary", "orr-dictionary", "orr"])
+def test_influence_is_the_derivative_of_the_whole_estimator(mech: Any, self_consistent: bool,
+                                                            dictionary: list[str] | None) -> None:
     p = _patterns(mech, 20_000, 3)
-    var = JointVariable(mech, NAMES[:2])
-    table, infl = _influence(p, var)
+    var = JointVariable(mech, NAMES[:2], dictionary=dictionary)
+    table, infl = _influence(p, var, self_consistent)
     interior = table > 1e-3  # the first-order expansion holds at interior cells (a cell on the boundary stays there)
     order = np.argsort(-p.counts)
     for u in order[[0, 5, 20]]:
@@ -78,8 +99,8 @@ def test_influence_is_the_derivative_of_the_whole_estimator(mech: Any) -> None:
         plus, minus = p.counts.astype(np.float64).copy(), p.counts.astype(np.float64).copy()
         plus[u] += h
         minus[u] -= h
-        fp = estimate_joint(_with_counts(p, plus), var, var, tolerance=1e-12, max_iterations=20000).table.ravel()
-        fm = estimate_joint(_with_counts(p, minus), var, var, tolerance=1e-12, max_iterations=20000).table.ravel()
+        fp = _estimate(_with_counts(p, plus), var, self_consistent).table.ravel()
+        fm = _estimate(_with_counts(p, minus), var, self_consistent).table.ravel()
         numeric = (fp - fm) / (2 * h)
         # Adding a report also rescales every share by N/(N+1): the influence is the change of the M-estimator
         # with the pattern's weight, whose numeric counterpart is the change of the table itself.
