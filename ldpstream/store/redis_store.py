@@ -43,7 +43,8 @@ from ldpstream.store.pair_layout import empty_patterns, layout_of, patterns_from
 
 log = logging.getLogger(__name__)
 
-#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4..3+K] sketch keys, then pair keys.
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4] sketch versions hash, KEYS[5..4+K] sketch
+#: keys, then pair keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then the number K of sketch
 #: keys, then for each sketch key: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment)
