@@ -226,8 +226,9 @@ return 1
 """
 
 
-#: Default bound of :attr:`RedisSketchStore.sketch_cache_bytes` (100 metrics of the refresh benchmark hold ~85 MB).
-DEFAULT_SKETCH_CACHE_BYTES = 512 * 2**20
+#: Default bound of :attr:`RedisSketchStore.sketch_cache_bytes` (100 metrics of ``bench/decoder_scaling.py``, 27
+#: buckets each, hold 80 MB).
+DEFAULT_SKETCH_CACHE_BYTES = 256 * 2**20
 
 
 def _group(names: Iterable[str], key_of: Callable[[str], str]) -> dict[str, list[str]]:
