@@ -407,7 +407,8 @@ class RedisSketchStore:
         :meth:`_read_indexed`. The cache keeps at most ``sketch_cache_bytes`` (least recently read metrics
         leave first); 0 reads every sketch every time.
         """
-        if self.sketch_cache_bytes <= 0:
+        if self.sketch_cache_bytes <= 0 or getattr(self, "cluster", False):
+            # (on Redis Cluster one transaction cannot span the partitions' slots: every sketch is read, per slot)
             names, all_raws = self._read_indexed(index)
             return names, list(all_raws)
         cached = self._sketch_cache.pop(index, {})
