@@ -411,6 +411,7 @@ class RedisSketchStore:
             # (on Redis Cluster one transaction cannot span the partitions' slots: every sketch is read, per slot)
             names, all_raws = self._read_indexed(index)
             return names, list(all_raws)
+        assert isinstance(self._redis, redis.Redis)  # a standalone server (a cluster client reads above)
         cached = self._sketch_cache.pop(index, {})
         self._cache_bytes -= sum(len(v[1]) for v in cached.values())
         with self._redis.pipeline(transaction=True) as pipe:
