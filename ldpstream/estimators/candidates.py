@@ -43,13 +43,15 @@ Methods:
   composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
   to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
-  exact); bits: the least-squares sandwich (the Godambe covariance, above). EM starts from the uniform
-  distribution (or from a previous solution, ``start``: docs/math/estimators.md#warm-starts-of-the-iterative-decoders;
-  so does ``"nnls"``, instead of the least-squares fit), runs SQUAREM
-  (:func:`ldpstream.estimators.em.em_multinomial`, stopping on steps below ``tol`` in p or gains below
-  1e-7 nats), and works on a channel whose (cohort, bit) cells with no candidate are merged into one cell per
-  block (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that
-  removes 94% of the outputs.
+  exact); bits: the least-squares sandwich (the Godambe covariance, above). Solved by
+  :func:`ldpstream.estimators.newton_mle.newton_multinomial`: SQUAREM EM from the uniform distribution (stopping
+  on steps below ``tol`` in p or gains below 1e-7 nats), then projected Newton steps on the information until
+  the duality-gap certificate is below 5e-7 nats (docs/math/estimators.md#maximum-likelihood-by-projected-newton);
+  from a previous solution (``start``: docs/math/estimators.md#warm-starts-of-the-iterative-decoders; ``"nnls"``
+  takes one too, instead of the least-squares fit), Newton alone. Both work on a channel whose (cohort, bit)
+  cells with no candidate are merged into one cell per block
+  (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that removes
+  94% of the outputs.
 
 Cost and memory. ``G = XᵀWX`` (and the information matrix of ``"mle"``) are handled by
 :class:`ldpstream.estimators.gram.WeightedGram`: dense, exact Cholesky up to ``exact_se_max`` candidates
@@ -89,10 +91,10 @@ from ldpstream.mechanisms import check_epsilon
 from ldpstream.mechanisms.base import CANDIDATE_METHODS
 
 from .channels import AffineChannel, compressed_affine_channel
-from .em import em_multinomial
 from .estimate import ConfidenceInterval, Estimate, detection_floor
 from .factor_cache import CachedLeastSquares, FactorCache
 from .least_squares import WeightedLeastSquares, fista_constrained_ls
+from .newton_mle import newton_multinomial
 from .sandwich import bits_meat, orr_meat
 from .simplex import project_capped_simplex, project_simplex
 from .variance import affine_constrained_variances, bit_variance, krr_variance
@@ -123,10 +125,6 @@ def _top(values: np.ndarray, S: int, n_top: int) -> np.ndarray:
     if n_top <= 0:
         return np.zeros(0, dtype=np.int64)
     return np.argpartition(-values[:S], n_top - 1)[:n_top]
-
-
-#: Share of the uniform distribution mixed into an EM warm start (:func:`_decode`'s ``start``).
-WARM_MIX = 1e-6
 
 
 def _warm_start(start: ArrayLike | None, size: int) -> np.ndarray | None:
@@ -187,17 +185,19 @@ def _decode(
         info["warm_start"] = True
     if method == "mle":
         ch, counts, ll_shift = channel_fn(other)
-        # Uniform start by default. Starting from the projected least-squares fit (mixed with 1-30% uniform so
-        # that no coordinate starts at 0) was measured at S = 256 (k = 4096, ε = 1) and S = 4096 (k = 128, ε = 4):
-        # 421-665 SQUAREM iterations against 309-578 from uniform, with no consistent gain and the cost of
-        # the least-squares fit on top, so it is not used. A previous solution (``start``: the same window
-        # decoded a refresh earlier, from nearly the same counts) is a far better start
-        # (docs/math/estimators.md#warm-starts-of-the-iterative-decoders); it is mixed with WARM_MIX of the
-        # uniform distribution so that no coordinate starts at 0, where EM could not move it.
-        p0 = None if x0 is None else (1 - WARM_MIX) * _on_simplex(x0) + WARM_MIX / x0.size
-        res = em_multinomial(counts, ch, p0=p0, tol=tol, max_iter=max_iter, ll_tol=1e-7)
+        # Uniform start for the EM by default. Starting it from the projected least-squares fit (mixed with 1-30%
+        # uniform) was measured at S = 256 (k = 4096, ε = 1) and S = 4096 (k = 128, ε = 4): 421-665 SQUAREM
+        # iterations against 309-578 from uniform, no consistent gain, so it is not used.
+        # EM (SQUAREM) from the uniform distribution, then projected Newton steps on the information until the
+        # duality-gap certificate is below 5e-7 nats (every coordinate within 1e-3 model-based standard errors of
+        # the maximizer); from a previous solution (``start``), Newton alone, which moves coordinates away
+        # from 0 as well (docs/math/estimators.md#maximum-likelihood-by-projected-newton).
+        res = newton_multinomial(counts, ch, p0=None if x0 is None else _on_simplex(x0), em_tol=tol,
+                                 em_max_iter=max_iter)
         est = res.p
-        info.update(n_iter=res.n_iter, converged=res.converged, log_likelihood=res.log_likelihood + ll_shift)
+        # converged: the gap certificate (Newton), or else EM's own rule, as before Newton
+        info.update(n_iter=res.n_iter, em_iter=res.em_iter, converged=res.converged or res.em_converged,
+                    certified=res.converged, gap=res.gap, log_likelihood=res.log_likelihood + ll_shift)
     elif method == "ls":
         est = beta
     elif method == "project":

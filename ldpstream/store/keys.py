@@ -22,6 +22,10 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     bucket's end.
     P:{T:N}:sk:<metric>:<fp>:all            string  the same for every report ever (the all-time rollup,
                                                     updated in the same call; never expires)
+    P:{T:N}:skv                             hash    field = a sketch key of partition N, value = the number of
+                                                    batches that wrote it (incremented in the same call): the
+                                                    decoder re-reads a sketch only when this moved; fields of
+                                                    expired buckets are removed with their index entries
     P:index:<metric>:<fp>                   set     every sketch key of the metric (the decoder's index)
     P:{T:N}:pr:<assoc>:<fp>:cells:<bucket>  hash    the pair statistic of association <assoc> (fingerprint fp)
                                                     from partition N in time bucket <bucket>, when every member
@@ -87,6 +91,17 @@ def dlq_replayed_key(prefix: str, dead_letter_topic: str) -> str:
 
 def stats_key(prefix: str, topic: str, partition: int) -> str:
     return f"{partition_tag(prefix, topic, partition)}:stats"
+
+
+def sketch_versions_key(prefix: str, topic: str, partition: int) -> str:
+    """The hash of the partition's sketch keys → how many batches have written each (the decoder re-reads a
+    sketch only when its count moved)."""
+    return f"{partition_tag(prefix, topic, partition)}:skv"
+
+
+def versions_key_of(sketch_key_name: str) -> str:
+    """The :func:`sketch_versions_key` of the partition a sketch key belongs to."""
+    return sketch_key_name.split(":sk:", 1)[0] + ":skv"
 
 
 def sketch_key(prefix: str, topic: str, partition: int, key: SketchKey) -> str:

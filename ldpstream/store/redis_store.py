@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -45,7 +46,8 @@ from ldpstream.store.pair_layout import CELLS_FORM, layout_of, parse_form, read_
 
 log = logging.getLogger(__name__)
 
-#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4..3+K] sketch keys, then pair keys.
+#: KEYS[1] offset key, KEYS[2] stats hash, KEYS[3] rebuild marker, KEYS[4] sketch versions hash, KEYS[5..4+K] sketch
+#: keys, then pair keys.
 #: ARGV[1] the next offset the consumer expects Redis to hold ('' for none), ARGV[2] the next offset after
 #: the batch, ARGV[3] number of stats pairs S, then S (field, increment) pairs, then the number K of sketch
 #: keys, then for each sketch key: cell count M, expiry (Unix seconds, 0 for none) and M (cell, increment)
@@ -89,6 +91,10 @@ t = redis.call('TYPE', KEYS[3]).ok
 if t ~= 'none' and t ~= 'string' then
   return {-1, 'rebuild marker holds a ' .. t}
 end
+t = redis.call('TYPE', KEYS[4]).ok
+if t ~= 'none' and t ~= 'hash' then
+  return {-1, 'sketch versions key holds a ' .. t}
+end
 local a = 4
 local nstats = tonumber(ARGV[3])
 if nstats == nil then
@@ -100,13 +106,13 @@ for s = 1, nstats do
   end
   a = a + 2
 end
-if not is_int(ARGV[a], 0, #KEYS - 3) then
+if not is_int(ARGV[a], 0, #KEYS - 4) then
   return {-1, 'sketch key count out of range'}
 end
-local last_sketch = 3 + tonumber(ARGV[a])
+local last_sketch = 4 + tonumber(ARGV[a])
 a = a + 1
 local first_arg = a
-for i = 4, last_sketch do
+for i = 5, last_sketch do
   t = redis.call('TYPE', KEYS[i]).ok
   if t ~= 'none' and t ~= 'string' then
     return {-1, 'sketch key holds a ' .. t}
@@ -185,7 +191,8 @@ for s = 1, nstats do
   a = a + 2
 end
 a = first_arg
-for i = 4, last_sketch do
+for i = 5, last_sketch do
+  redis.call('HINCRBY', KEYS[4], KEYS[i], 1)
   local cells = tonumber(ARGV[a])
   local expire_at = tonumber(ARGV[a + 1])
   a = a + 2
@@ -289,6 +296,19 @@ end
 return out
 """
 
+#: Default bound of :attr:`RedisSketchStore.sketch_cache_bytes` (100 metrics of ``bench/decoder_scaling.py``, 27
+#: buckets each, hold 80 MB).
+DEFAULT_SKETCH_CACHE_BYTES = 256 * 2**20
+
+
+def _group(names: Iterable[str], key_of: Callable[[str], str]) -> dict[str, list[str]]:
+    """``names`` grouped by ``key_of(name)``, in order."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(key_of(name), []).append(name)
+    return groups
+
+
 #: URL schemes of Redis Cluster (this project's convention; see :mod:`ldpstream.config`) and their plain twins.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -329,6 +349,11 @@ class RedisSketchStore:
         #: where the next batch starts. A guess the script checks (another consumer may have written since, or
         #: the bucket expired); a wrong one costs a look-up and a retry.
         self._last_segment: dict[tuple[str, int, PairKey], int] = {}
+        #: Bytes of sketch values :meth:`snapshot` keeps to read again only what changed (0: read everything).
+        self.sketch_cache_bytes = DEFAULT_SKETCH_CACHE_BYTES
+        #: index key → {sketch key: (version, value)}, least recently read first.
+        self._sketch_cache: OrderedDict[str, dict[str, tuple[bytes, bytes]]] = OrderedDict()
+        self._cache_bytes = 0
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> RedisSketchStore:
@@ -383,7 +408,8 @@ class RedisSketchStore:
         was written, and the segments of that batch are looked up again)."""
         script_keys = [keys.offset_key(self.prefix, batch.topic, batch.partition),
                        keys.stats_key(self.prefix, batch.topic, batch.partition),
-                       keys.rebuild_key(self.prefix, batch.topic, batch.partition)]
+                       keys.rebuild_key(self.prefix, batch.topic, batch.partition),
+                       keys.sketch_versions_key(self.prefix, batch.topic, batch.partition)]
         expected = "" if batch.expected_offset is None else str(batch.expected_offset)
         args: list[int | str | bytes] = [expected, batch.next_offset, len(batch.stats)]
         for name, value in batch.stats.items():
@@ -403,7 +429,7 @@ class RedisSketchStore:
             pairs[1::2] = flat[cells]
             sketch_args += [int(cells.size), int(batch.expire_at.get(key, 0))]
             sketch_args.extend(pairs.tolist())
-        args.append(len(script_keys) - 3)
+        args.append(len(script_keys) - 4)
         args += sketch_args
         segmented: list[tuple[str, int, PairKey]] = []  # each rows statistic, in script order
         for pair_key, increment in batch.pairs.items():
@@ -502,13 +528,24 @@ class RedisSketchStore:
 
     def snapshot(self, metric: str, fingerprint: int, shape: tuple[int, int],
                  expired_before: int | None = None) -> MetricSnapshot:
-        """``expired_before``: buckets below it have expired; their index entries are removed."""
+        """``expired_before``: buckets below it have expired; their index entries (and version fields) are
+        removed. Sketches whose version (``P:{T:N}:skv``) has not moved since this store last read them are
+        taken from its cache (:meth:`_read_sketches`)."""
         index = keys.index_key(self.prefix, metric, fingerprint)
-        names, raws = self._read_indexed(index)
-        if expired_before is not None:
-            gone = [k for k in names if 0 <= keys.bucket_of(k) < expired_before]
-            if gone:
-                self._redis.srem(index, *gone)
+        with _unavailable_as_store_error():
+            names, raws = self._read_sketches(index)
+            if expired_before is not None:
+                gone = [k for k in names if 0 <= keys.bucket_of(k) < expired_before]
+                if gone:
+                    pipe = self._redis.pipeline(transaction=False)
+                    pipe.srem(index, *gone)
+                    for versions, fields in _group(gone, keys.versions_key_of).items():
+                        pipe.hdel(versions, *fields)
+                    pipe.execute()
+                    cached = self._sketch_cache.get(index)
+                    for name in gone:
+                        if cached is not None and name in cached:
+                            self._cache_bytes -= len(cached.pop(name)[1])
         size = shape[0] * shape[1]
         buckets: dict[int, np.ndarray] = {}
         total: np.ndarray | None = None
@@ -524,6 +561,74 @@ class RedisSketchStore:
             elif expired_before is None or bucket >= expired_before:
                 buckets[bucket] = buckets.get(bucket, 0) + counts.reshape(shape)
         return MetricSnapshot(buckets, total)
+
+    def _read_sketches(self, index: str) -> tuple[list[str], list[bytes | None]]:
+        """Every sketch key listed in ``index`` and its value, as of one instant, reading again only the sketches
+        whose version moved since this store last read them.
+
+        Each batch's script increments, in the same atomic call, the version of every sketch key it writes
+        (``P:{T:N}:skv``). One MULTI/EXEC reads the versions of every key of the index, whether each cached key
+        still exists (a key can expire), and the values of the keys whose version a first, plain read found
+        moved (or missing: a key no consumer has versioned is always read). A cached value whose version at
+        the EXEC is still the cached one is the key's value at that instant (every write moves the version);
+        if a batch moved one in between the two reads, the read starts over. The index is WATCHed as in
+        :meth:`_read_indexed`. The cache keeps at most ``sketch_cache_bytes`` (least recently read metrics
+        leave first); 0 reads every sketch every time.
+        """
+        if self.sketch_cache_bytes <= 0 or getattr(self, "cluster", False):
+            # (on Redis Cluster one transaction cannot span the partitions' slots: every sketch is read, per slot)
+            names, all_raws = self._read_indexed(index)
+            return names, list(all_raws)
+        assert isinstance(self._redis, redis.Redis)  # a standalone server (a cluster client reads above)
+        cached = self._sketch_cache.pop(index, {})
+        self._cache_bytes -= sum(len(v[1]) for v in cached.values())
+        with self._redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(index)  # type: ignore[no-untyped-call]
+                    names = sorted(k.decode() if isinstance(k, bytes) else k for k in pipe.smembers(index))
+                    groups = _group(names, keys.versions_key_of)
+                    seen: dict[str, Any] = {}
+                    for versions, fields in groups.items():
+                        seen.update(zip(fields, pipe.hmget(versions, fields), strict=True))
+                    fresh = [n for n in names if n not in cached or seen[n] is None or cached[n][0] != seen[n]]
+                    fresh_set = set(fresh)
+                    kept = [n for n in names if n not in fresh_set]
+                    pipe.multi()
+                    for versions, fields in groups.items():
+                        pipe.hmget(versions, fields)
+                    for name in kept:
+                        pipe.exists(name)
+                    for name in fresh:
+                        pipe.get(name)
+                    replies = pipe.execute() if names else []
+                except redis.WatchError:
+                    continue
+                now_versions: dict[str, bytes | None] = {}
+                for (_, fields), values in zip(groups.items(), replies[:len(groups)], strict=True):
+                    now_versions.update(zip(fields, values, strict=True))
+                exists = replies[len(groups):len(groups) + len(kept)]
+                values = replies[len(groups) + len(kept):]
+                if any(now_versions[n] != cached[n][0] for n in kept):
+                    continue  # a batch wrote a cached key between the two reads
+                break
+        out: dict[str, tuple[bytes, bytes]] = {}
+        raws: dict[str, bytes | None] = {}
+        for name, there in zip(kept, exists, strict=True):
+            raws[name] = cached[name][1] if there else None
+            if there:
+                out[name] = cached[name]
+        for name, raw in zip(fresh, values, strict=True):
+            raws[name] = raw
+            version = now_versions[name]
+            if raw is not None and version is not None:
+                out[name] = (version, raw)
+        self._sketch_cache[index] = out
+        self._cache_bytes += sum(len(v[1]) for v in out.values())
+        while self._cache_bytes > self.sketch_cache_bytes and self._sketch_cache:
+            _, evicted = self._sketch_cache.popitem(last=False)
+            self._cache_bytes -= sum(len(v[1]) for v in evicted.values())
+        return names, [raws[n] for n in names]
 
     def _read_indexed(self, index: str, chosen: Callable[[str], bool] | None = None,
                       read: Callable[[str], str] = lambda _name: "get") -> tuple[list[str], list[Any]]:

@@ -230,6 +230,72 @@ def test_on_redis_expire_at_sets_a_ttl_on_the_bucket_sketch_only(redis_url, key_
     assert client.ttl(key_schema.offset_key(key_prefix, topic, 0)) == -1
 
 
+def _snapshot_equal(a: MetricSnapshot, b: MetricSnapshot) -> None:
+    assert sorted(a.buckets) == sorted(b.buckets)
+    for bucket in a.buckets:
+        np.testing.assert_array_equal(a.buckets[bucket], b.buckets[bucket])
+    np.testing.assert_array_equal(a.all_time(SHAPE), b.all_time(SHAPE))
+
+
+@pytest.mark.integration
+def test_on_redis_a_cached_snapshot_equals_a_fresh_read_through_changes_expiry_and_retention(
+        redis_url, key_prefix, topic):
+    """The store that re-reads only sketches whose version moved returns what a store without a cache reads,
+    after new batches (two partitions), a bucket whose key expired by itself, and buckets past retention."""
+    cached = RedisSketchStore.from_url(redis_url, key_prefix)
+    offsets = {0: None, 1: None}
+
+    def write(partition: int, increments: dict[SketchKey, np.ndarray], expire_at: dict[SketchKey, int] | None = None,
+              ) -> None:
+        start = offsets[partition] or 0
+        cached.apply(batch(topic, partition, offsets[partition], start + 1, increments, expire_at=expire_at))
+        offsets[partition] = start + 1
+
+    def check(expired_before: int | None = None) -> None:
+        uncached = RedisSketchStore.from_url(redis_url, key_prefix)
+        uncached.sketch_cache_bytes = 0
+        # the uncached read first: the cached store's own read may remove expired index entries
+        expected = uncached.snapshot("m", FP, SHAPE, expired_before)
+        _snapshot_equal(cached.snapshot("m", FP, SHAPE, expired_before), expected)
+
+    for bucket in (10, 11, 12):
+        write(0, with_rollup("m", bucket, counts(bucket, 1, 0, 0, 0, 0)))
+    check()
+    write(1, with_rollup("m", 12, counts(0, 0, 7, 0, 0, 0)))
+    check()
+    write(0, with_rollup("m", 11, counts(0, 0, 0, 2, 0, 0)))
+    check()
+    short = SketchKey("m", FP, 13)
+    write(0, {short: counts(1, 1, 1, 0, 0, 0)}, expire_at={short: int(time.time()) + 1})
+    check()
+    time.sleep(2.1)  # the key expires by itself; its version field stays until retention removes it
+    check()
+    check(expired_before=12)
+    write(0, with_rollup("m", 12, counts(0, 0, 0, 0, 0, 9)))
+    check(expired_before=12)
+    versions = cached.client.hgetall(key_schema.sketch_versions_key(key_prefix, topic, 0))
+    assert not any(key_schema.bucket_of(k.decode()) in (10, 11) for k in versions)  # removed with retention
+
+
+@pytest.mark.integration
+def test_on_redis_a_sketch_whose_version_did_not_move_is_not_read_again(redis_url, key_prefix, topic):
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    store.apply(batch(topic, 0, None, 1, with_rollup("m", 1, counts(1, 0, 0, 0, 0, 0))))
+    store.apply(batch(topic, 0, 1, 2, {SketchKey("m", FP, 2): counts(0, 1, 0, 0, 0, 0)}))
+    store.snapshot("m", FP, SHAPE)
+    index = key_schema.index_key(key_prefix, "m", FP)
+    bucket_1 = key_schema.sketch_key(key_prefix, topic, 0, SketchKey("m", FP, 1))
+    version, _ = store._sketch_cache[index][bucket_1]
+    marker = np.array([42, 0, 0, 0, 0, 0], dtype=">i8").tobytes()
+    store._sketch_cache[index][bucket_1] = (version, marker)  # what the cache holds is what is returned
+    store.apply(batch(topic, 0, 2, 3, {SketchKey("m", FP, 2): counts(0, 1, 0, 0, 0, 0)}))
+    snap = store.snapshot("m", FP, SHAPE)
+    np.testing.assert_array_equal(snap.buckets[1], counts(42, 0, 0, 0, 0, 0))
+    np.testing.assert_array_equal(snap.buckets[2], counts(0, 2, 0, 0, 0, 0))  # its version moved: read again
+    store.sketch_cache_bytes = 0
+    np.testing.assert_array_equal(store.snapshot("m", FP, SHAPE).buckets[1], counts(1, 0, 0, 0, 0, 0))
+
+
 # ------------------------------------------------------------------------------------ published estimates
 
 

@@ -44,7 +44,8 @@ def test_the_script_itself_checks_expiry_and_cell_range_before_writing(redis_url
     client = redis.Redis.from_url(redis_url)
     script = client.register_script(APPLY_SCRIPT)
     names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
-             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
+             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_versions_key(key_prefix, "t", 0),
+             keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
              keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 1))]
     args = ["", 5, 1, "reports_applied", 5, 2, 1, 0, 0, 5, 1, expire_at, cell, 5]  # 2 sketch keys
     status, reason = script(keys=names, args=args)
@@ -73,7 +74,8 @@ def test_the_script_checks_pair_statistics_before_writing(redis_url, key_prefix,
     client = redis.Redis.from_url(redis_url)
     script = client.register_script(APPLY_SCRIPT)
     names = [keys.offset_key(key_prefix, "t", 0), keys.stats_key(key_prefix, "t", 0),
-             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
+             keys.rebuild_key(key_prefix, "t", 0), keys.sketch_versions_key(key_prefix, "t", 0),
+             keys.sketch_key(key_prefix, "t", 0, SketchKey("m", 1, 0)),
              keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0), "rows.1"),
              keys.pair_key(key_prefix, "t", 0, PairKey("a", 1, 0), "rows.2")]
     args = ["", 5, 1, "reports_applied", 5, 1, 1, 0, 0, 5, *pair_args]  # one sketch key: one cell, no expiry

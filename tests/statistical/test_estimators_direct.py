@@ -127,7 +127,16 @@ def test_mle_and_significance_direct(decoder):
     z = stats.norm.isf(1e-3 / (2 * 3))
     assert np.all(np.abs(e.frequencies[:3] - p[:3]) <= z * e.std_errors[:3])
     assert e.significant()[:3].all()
-    assert 0 < e.detection_floor < 0.2
+    # the floor is its formula, Φ⁻¹(1 − 0.05/k) times the SD of the unbiased estimate of a zero frequency,
+    # computed here from the channel: k-RR m = 1/(e^ε + k − 1), slope a = (e^ε − 1)/(e^ε + k − 1),
+    # sd = sqrt(m(1 − m)/n)/a; k-RAPPOR (ε/2 per bit) p* = 1/(1 + e^{ε/2}), sd = sqrt(p*(1 − p*)/n)/(1 − 2p*)
+    if decoder == "krr":
+        m, a = 1 / (np.exp(eps) + k - 1), (np.exp(eps) - 1) / (np.exp(eps) + k - 1)
+        sd0 = np.sqrt(m * (1 - m) / n) / a
+    else:
+        ps = 1 / (1 + np.exp(eps / 2))
+        sd0 = np.sqrt(ps * (1 - ps) / n) / (1 - 2 * ps)
+    assert e.detection_floor == pytest.approx(stats.norm.isf(0.05 / k) * sd0, rel=1e-9)
 
 
 def _slsqp(neg_ll, k):

@@ -488,6 +488,11 @@ def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechani
     # cohort mix from the point too, so they move with it (by less).
     se = cold.estimate.std_errors
     assert np.max(np.abs(warm.estimate.frequencies - cold.estimate.frequencies) / se) < WARM_TOLERANCE
+    if estimator == "mle":
+        # both end on the gap certificate (≤ 5e-7 nats: within 1e-3 model-based SE of the maximizer, each)
+        assert warm.estimate.info["certified"] and cold.estimate.info["certified"]
+        assert warm.estimate.info["em_iter"] == 0 and cold.estimate.info["em_iter"] > 0
+        assert np.max(np.abs(warm.estimate.frequencies - cold.estimate.frequencies) / se) < 2e-3
     np.testing.assert_allclose(warm.estimate.std_errors, se, rtol=WARM_TOLERANCE)
     for bound in ("low", "high"):
         moved = np.abs(getattr(warm.estimate.interval, bound) - getattr(cold.estimate.interval, bound))
