@@ -361,7 +361,12 @@ class RedisSketchStore:
         node; the client finds the others). Credentials and TLS files: :class:`ldpstream.config.RedisConfig`."""
         scheme, sep, rest = url.partition("://")
         if sep and scheme in CLUSTER_SCHEMES:
-            client: RedisClient = redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+            # ``host:port[,host:port...]`` as ``stack status`` prints it: the first node, the client finds the rest
+            # (:meth:`ldpstream.config.RedisConfig.client` gives every node as a startup node)
+            netloc, slash, path = rest.partition("/")
+            auth, at, hosts = netloc.rpartition("@")
+            first = f"{auth}{at}{hosts.split(',')[0]}{slash}{path}"
+            client: RedisClient = redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{first}")
         else:
             client = redis.Redis.from_url(url)
         return cls(client, prefix, max_pair_bytes)

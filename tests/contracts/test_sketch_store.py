@@ -280,6 +280,8 @@ def test_on_redis_a_cached_snapshot_equals_a_fresh_read_through_changes_expiry_a
 @pytest.mark.integration
 def test_on_redis_a_sketch_whose_version_did_not_move_is_not_read_again(redis_url, key_prefix, topic):
     store = RedisSketchStore.from_url(redis_url, key_prefix)
+    if store.cluster:
+        pytest.skip("on Redis Cluster the decoder reads every sketch, per slot (no transaction spans the slots)")
     store.apply(batch(topic, 0, None, 1, with_rollup("m", 1, counts(1, 0, 0, 0, 0, 0))))
     store.apply(batch(topic, 0, 1, 2, {SketchKey("m", FP, 2): counts(0, 1, 0, 0, 0, 0)}))
     store.snapshot("m", FP, SHAPE)
