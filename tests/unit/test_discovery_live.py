@@ -17,6 +17,7 @@ from ldpstream.decoder.discovery import PublishedDictionary, update_dictionary
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.decoder.watch import render
+from ldpstream.deploy.serve import LiveView, finite
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.estimators.discovery import draw_slots, scheme_of
 from ldpstream.estimators.discovery.client import SLOT_DOMAIN
@@ -27,6 +28,7 @@ from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry, discovery_pair_name, discovery_slot_name
 from ldpstream.store import InMemorySketchStore, PartitionBatch
 from ldpstream.wire import decode_messages
+from tests.published_schema import validate
 
 NOW = 1_700_000_000
 BUCKET = 3600
@@ -316,6 +318,29 @@ def test_the_decoder_publishes_a_dictionary_like_a_marginal():
         assert abs(v["frequency"] - share) < 5 * v["std_error"]  # within its noise (Bonferroni-safe z for 4)
     assert [v["value"] for v in body["values"]] == sorted(values, key=lambda s: -values[s]["frequency"])
     assert store.latest_estimate("word.ngram0", "all") is None and service.last_failed == []
+    for window in ("all", "1h"):  # the live dictionary follows its schema, as published and in the history
+        for published in [store.latest_estimate("word", window), *store.estimate_history("word", window)]:
+            validate(published, "dictionary/2")
+            assert published["discovery"]["source"] == "live"
+
+
+def test_serve_shows_the_live_dictionary_with_the_strings_drawn_and_not_its_internal_metrics():
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    sent = simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], publisher, clients=20_000,
+                                          strings=["ab", "ba", "abab"], seed=6, event_time=NOW, per_message=100)
+    _fold_into(store, publisher.sent, REGISTRY, 0, NOW)
+    store.add_string_truth("word", dict(zip(["ab", "ba", "abab"], sent.true_counts.tolist(), strict=True)))
+    _service(store).run_once(now=NOW + 60)
+    served = finite(LiveView(REGISTRY, store, clock=lambda: NOW + 61).estimates())
+    assert set(served["metrics"]) == {"word"}  # not word.ngram0/1 nor word.pair0-1: they have no estimate
+    assert set(served["metrics"]["word"]) == {"all", "1h"}
+    for published in served["metrics"]["word"].values():
+        validate(published, "dictionary/2")
+    truth = served["truth"]["word"]
+    assert truth["kind"] == "truth" and truth["n"] == 20_000
+    assert {v["value"]: v["count"] for v in truth["values"]} == dict(zip(["ab", "ba", "abab"],
+                                                                        sent.true_counts.tolist(), strict=True))
 
 
 def test_a_permanent_response_bounds_repeated_records_and_the_strings_are_still_found():
@@ -369,3 +394,4 @@ def test_a_window_where_nothing_is_found_publishes_an_empty_dictionary():
     body = store.latest_estimate("word", "all")
     assert service.last_failed == [] and body["values"] == [] and body["n_reports"] == 30
     assert body["discovery"]["dictionary"] == [] and "0 strings" in render(body)
+    validate(body, "dictionary/2")
