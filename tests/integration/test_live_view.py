@@ -86,12 +86,8 @@ class Pipeline:
         self.estimates_topic = f"test-serve-estimates-{run}"
         ensure_topics(kafka, [self.topic], partitions=2)
         ensure_topics(kafka, [self.estimates_topic], partitions=1)
-        self.registry_file = write_registry(tmp / "metrics.toml", self.topic, METRICS, ASSOCIATIONS)
-        name, table = DISCOVERY
-        lines = [f"[metrics.{name}]"] + [f"{k} = {v!r}" for k, v in table.items() if k != "discovery"]
-        lines += [f"[metrics.{name}.discovery]"] + [f"{k} = {v!r}" for k, v in table["discovery"].items()]
-        with self.registry_file.open("a") as registry_text:
-            registry_text.write("\n" + "\n".join(lines).replace("'", '"') + "\n")
+        self.registry_file = write_registry(tmp / "metrics.toml", self.topic, {**METRICS, DISCOVERY[0]: DISCOVERY[1]},
+                                            ASSOCIATIONS)
         self.registry = Registry.load(self.registry_file)
         self.store = RedisSketchStore.from_url(redis_url, self.prefix)
         self.stop = threading.Event()

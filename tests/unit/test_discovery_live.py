@@ -251,6 +251,23 @@ def _service(store, registry=REGISTRY) -> DecoderService:
     return DecoderService(registry, store, metrics=DecoderMetrics(registry=CollectorRegistry()))
 
 
+def test_the_failure_counters_are_declared_under_the_names_each_decode_counts_in():
+    """Before any pass: the discovery metric's failures under the dictionary's counter at 0; no marginal
+    counter for it nor for its n-gram metrics (decoded with it, never as marginals); a marginal's as before."""
+    registry = make_registry(lang={"id": 1, "mechanism": "krr", "k": 3, "epsilon": 1.0})
+    prometheus = CollectorRegistry()
+    DecoderService(registry, InMemorySketchStore(clock=lambda: NOW), metrics=DecoderMetrics(registry=prometheus))
+    value = prometheus.get_sample_value
+    assert value("ldpstream_dictionary_decode_failures_total", {"metric": "word"}) == 0
+    for other in ("word.ngram0", "word.ngram1", "lang"):
+        assert value("ldpstream_dictionary_decode_failures_total", {"metric": other}) is None
+    assert value("ldpstream_decode_failures_total", {"metric": "lang"}) == 0
+    for name in ("word", "word.ngram0", "word.ngram1"):
+        assert value("ldpstream_decode_failures_total", {"metric": name}) is None
+    assert value("ldpstream_joint_decode_failures_total", {"association": "word.pair0-1"}) is None
+    assert value("ldpstream_estimates_withheld", {"metric": "word"}) == 0
+
+
 def test_a_string_that_fades_out_is_kept_while_it_lasts_then_retired_and_a_restart_keeps_the_dictionary():
     """Bucket 0: "ab", "ba", "bb" (geometric: .66, .25, .09); bucket 2: "ab" and "ba" only. At ε = 12 each present
     string stands tens of standard errors above zero and an absent one is called significant with probability
@@ -378,6 +395,23 @@ def test_a_refresh_starts_each_slot_pair_from_its_last_table():
     service.run_once(now=NOW + 61)
     block = store.latest_estimate("word", "all")["discovery"]
     assert block["pair_em_warm_starts"] == 1  # the one slot pair, its n-grams unchanged
+
+
+def test_a_slot_without_reports_yet_is_not_a_failed_pass():
+    """Four slots, one client: it reports two of them, the other two hold no report yet (as a live window's first
+    records may): the pass publishes a dictionary instead of failing (no n-gram kept there, so no clique)."""
+    registry = make_registry(discovery_table(length=8))
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    simulate_discovery_and_publish(registry, registry["word"], publisher, clients=1, strings=["abab"], seed=1,
+                                   event_time=NOW)
+    _fold_into(store, publisher.sent, registry, 0, NOW)
+    service = _service(store, registry)
+    service.run_once(now=NOW + 60)
+    body = store.latest_estimate("word", "all")
+    assert service.last_failed == [] and body["n_reports"] == 1
+    assert body["discovery"]["ngrams"].count(0) >= 2
+    validate(body, "dictionary/2")
 
 
 def test_a_window_where_nothing_is_found_publishes_an_empty_dictionary():
