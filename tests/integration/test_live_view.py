@@ -304,6 +304,19 @@ def test_the_api_serves_every_estimate_by_the_schemas_with_the_truth_as_drawn(fi
     assert first_load.get("/api/metrics/nope")[0] == 404
 
 
+def test_watch_and_report_read_the_live_and_the_offline_dictionary_alike(first_load: Pipeline, tmp_path: Path):
+    for name, truth in (("word", True), ("urls", False)):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["report", name, "--out", str(tmp_path / f"{name}.png"), "--redis", first_load.redis_url,
+                         "--prefix", first_load.prefix]) == 0
+            assert main(["watch", name, "--iterations", "1", "--redis", first_load.redis_url, "--prefix",
+                         first_load.prefix]) == 0
+        text = printed.getvalue()
+        assert ("with the simulation's truth" in text) is truth, text  # produce drew word's strings
+        assert "discovered dictionary" in text and (tmp_path / f"{name}.png").stat().st_size > 0
+
+
 def test_the_api_needs_the_token_and_the_page_does_not(first_load: Pipeline):
     assert first_load.get("/api/estimates", token=None)[0] == 401
     assert first_load.get("/api/status", token="wrong")[0] == 401
