@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpstream.decoder.published import PublishedEstimate, window_buckets
+from ldpstream.decoder.published import DICTIONARY_SCHEMA, PublishedEstimate, window_buckets
 from ldpstream.estimators import Estimate
 from ldpstream.estimators.discovery import DiscoveryCollection, DiscoveryResult, discover, scheme_of
 from ldpstream.estimators.discovery.decode import PairTable
@@ -51,14 +51,43 @@ RETIREMENT_RULE = ("a string enters the dictionary when the final decode calls i
 @dataclass(frozen=True)
 class PublishedDictionary(PublishedEstimate):
     """A discovery metric's dictionary over one window, published like a marginal (the values are the
-    dictionary's strings) plus what the discovery found (``discovery``)."""
+    dictionary's strings) plus what the discovery found (``discovery``): schema ``dictionary/2``
+    (``docs/schema/dictionary.v2.schema.json``), the one form of every dictionary in the store, live or offline
+    (:func:`offline_dictionary`)."""
 
     discovery: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
+        out["schema"] = DICTIONARY_SCHEMA
         out["discovery"] = dict(self.discovery)
         return out
+
+
+def offline_dictionary(name: str, found: list[Mapping[str, Any]], n_reports: int, when: float, candidates: int,
+                       ngrams: list[int], seconds: Mapping[str, float],
+                       parameters: Mapping[str, Any] | None = None) -> PublishedDictionary:
+    """What ``ldpstream discover --publish NAME`` stores: the strings an offline discovery found (``found``:
+    ``{"string", "estimate", "std_error"}`` each) as the dictionary ``NAME`` over window ``all``, in the live
+    decoder's form, each with the Wald interval estimate ± 1.96 standard errors (clipped to [0, 1] when
+    published), largest estimate first. No retirement rule applies: every string is significant."""
+    found = sorted(found, key=lambda d: (-float(d["estimate"]), str(d["string"])))
+    names = tuple(str(d["string"]) for d in found)
+    frequencies = np.array([float(d["estimate"]) for d in found])
+    se = np.array([float(d["std_error"]) for d in found])
+    interval = ConfidenceInterval(frequencies - 1.96 * se, frequencies + 1.96 * se)
+    estimate = Estimate(frequencies, se, int(n_reports), "discovery/detect", labels=list(names), interval=interval,
+                        interval_method="wald-refit")
+    block: dict[str, Any] = {
+        "source": "offline",
+        "dictionary": [{"value": text, "significant": True, "misses": 0} for text in names],
+        "retired": [], "ngrams": [int(n) for n in ngrams], "candidates": int(candidates),
+        "seconds": {stage: float(t) for stage, t in seconds.items()},
+    }
+    if parameters is not None:
+        block["parameters"] = dict(parameters)
+    return PublishedDictionary(name, "all", when, float(seconds.get("decode", 0.0)), 0, estimate, names, None,
+                               discovery=block)
 
 
 def update_dictionary(dictionary: Mapping[str, int], significant: set[str], retire_after: int
@@ -200,7 +229,9 @@ class DictionaryDecoder:
                                 info={"null_fraction": float(getattr(final, "null_fraction", 1.0))})
         else:
             estimate = Estimate(np.zeros(0), np.zeros(0), clients, "discovery/detect", labels=[])
+        alpha_edge = float(result.info.get("alpha_edge", float("nan")))
         block = {
+            "source": "live",
             "rule": RETIREMENT_RULE,
             "retire_after": config.retire_after,
             "dictionary": [{"value": text, "significant": text in significant, "misses": dictionary[text]}
@@ -210,7 +241,7 @@ class DictionaryDecoder:
             "edges": {f"{a},{b}": e for (a, b), e in result.edges.items()},
             "candidates": len(result.candidates),
             "seconds": {stage: float(t) for stage, t in result.seconds.items()},
-            "alpha_edge": float(result.info.get("alpha_edge", float("nan"))),
+            "alpha_edge": alpha_edge if np.isfinite(alpha_edge) else None,  # JSON has no NaN
             "pair_em_iterations": int(result.info.get("pair_em_iterations", 0)),
             "pair_em_warm_starts": int(result.info.get("pair_em_warm_starts", 0)),
             "correction": result.info.get("correction"),

@@ -101,15 +101,22 @@ class DecoderMetrics:
                                               ["metric", "window", "stage"], registry=registry)
         self._shown_strings: dict[tuple[str, str], set[str]] = {}
 
-    def declare(self, metrics: Iterable[str], associations: Iterable[str]) -> None:
-        """Export the failure counters at 0 (and no withheld estimates) for every metric and association before
-        the first pass: a counter series that appears only at its first increment hides that increment from
-        ``increase()``, so an alert on failures would miss the first ones."""
+    def declare(self, metrics: Iterable[str], associations: Iterable[str], dictionaries: Iterable[str] = ()
+                ) -> None:
+        """Export the failure counters at 0 (and no withheld estimates) before the first pass, each under the name
+        its decode counts failures in: ``metrics`` decoded as marginals (``ldpstream_decode_failures_total``),
+        ``associations`` decoded as joint tables, ``dictionaries`` the discovery metrics
+        (``ldpstream_dictionary_decode_failures_total``; their n-gram metrics and slot pairs are decoded with
+        them and have no counter of their own). A counter series that appears only at its first increment hides
+        that increment from ``increase()``, so an alert on failures would miss the first ones."""
         for metric in metrics:
             self.decode_failures.labels(metric)
             self.withheld.labels(metric).set(0)
         for association in associations:
             self.joint_failures.labels(association)
+        for metric in dictionaries:
+            self.dictionary_decode_failures.labels(metric)
+            self.withheld.labels(metric).set(0)
 
     def observe(self, result: PublishedEstimate, top_n: int) -> None:
         est = result.estimate
@@ -152,9 +159,8 @@ class DecoderMetrics:
         if result.reused:
             return
         self.dictionary_decode_seconds.labels(result.metric).observe(result.decode_seconds)
-        retired = len(discovery.get("retired", []))
-        if retired:
-            self.dictionary_retired.labels(*key).inc(retired)
+        # at 0 from the window's first decode, so that increase() sees the first retirement
+        self.dictionary_retired.labels(*key).inc(len(discovery.get("retired", [])))
         for stage, seconds in discovery.get("seconds", {}).items():
             self.dictionary_stage_seconds.labels(*key, stage).set(float(seconds))
 

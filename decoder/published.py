@@ -21,6 +21,8 @@ from ldpstream.store.contract import MetricSnapshot
 MARGINAL_SCHEMA = "marginal-estimate/1"
 JOINT_SCHEMA = "joint-estimate/1"
 RETRACTION_SCHEMA = "retraction/1"
+#: A discovery's dictionary (live, or ``discover --publish``): a marginal's fields plus a ``discovery`` block.
+DICTIONARY_SCHEMA = "dictionary/2"
 
 
 def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int, now: float) -> list[int]:

@@ -139,7 +139,9 @@ class DecoderService:
         self._last: dict[tuple[str, str], LastDecode] = {}
         #: The discovery metrics' decoder (it keeps each window's dictionary between passes).
         self.dictionaries = DictionaryDecoder(registry, store, reuse=reuse)
-        self.metrics.declare(registry.metrics, [a.name for a in self.joint_associations()])
+        self.metrics.declare([m.name for m in registry.metrics.values() if m.part_of is None and not m.discovers],
+                             [a.name for a in self.joint_associations()],
+                             [m.name for m in registry.metrics.values() if m.discovers])
 
     def decode_metric(self, metric: MetricConfig, now: float | None = None) -> list[PublishedEstimate]:
         """Estimates of the metric's windows that hold reports (see :meth:`empty_windows` for the others)."""

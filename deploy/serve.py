@@ -5,9 +5,10 @@ What it serves (``docs/web-view.md`` says more; the estimate objects follow ``do
 ``GET /api/estimates``
     ``{"metrics": {"<name>": {"<window>": <the object the decoder publishes>}}, "truth": {...}, "time": ...}``
     for every metric (the marginal estimate), every association (the joint estimate) and every window that has
-    one now, then every dictionary ``ldpstream discover --publish NAME`` stored (window ``all``). ``truth``,
-    keyed by metric or association, holds what a simulation (``ldpstream produce``, ``ldpstream demo``) drew,
-    marked ``"kind": "truth"``; it is absent for real clients, whose values nobody knows.
+    one now (a discovery metric's: its live dictionary, schema ``dictionary/2``), then every dictionary
+    ``ldpstream discover --publish NAME`` stored (the same form, window ``all``). ``truth``, keyed by metric or
+    association, holds what a simulation (``ldpstream produce``, ``ldpstream demo``) drew, marked
+    ``"kind": "truth"``; it is absent for real clients, whose values nobody knows.
 ``GET /api/metrics/<name>``
     The same shape for one metric, association or dictionary (404 for any other name).
 ``GET /api/status``
@@ -84,8 +85,10 @@ class LiveView:
 
     @property
     def names(self) -> list[str]:
-        """Every metric, then every association, in the registry's order."""
-        return [*self.registry.metrics, *self.registry.associations]
+        """Every metric, then every association, in the registry's order; not the n-gram slots of a discovery
+        metric nor its slot-pair associations, which have no estimate of their own (they feed its dictionary)."""
+        return [*(m.name for m in self.registry.metrics.values() if m.part_of is None),
+                *(a.name for a in self.registry.associations.values() if a.part_of is None)]
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` is a metric, an association or a published dictionary."""
@@ -113,14 +116,18 @@ class LiveView:
             if drawn is not None:
                 truth[name] = drawn
         for name, dictionary in self.store.dictionaries().items():
-            if names is None or name in names:
-                metrics[name if name not in metrics else f"{name} (dictionary)"] = {"all": dictionary}
+            if (names is None or name in names) and name not in self.registry.metrics:
+                metrics[name] = {"all": dictionary}  # a registry metric's own estimate is under its name
+
         return {"metrics": metrics, "truth": truth, "time": self._clock()}
 
     def truth(self, name: str) -> dict[str, Any] | None:
         """What simulations drew for ``name`` as frequencies over its values (a metric) or a table over its
         members' values (an association of two), marked ``"kind": "truth"``; None when there is none or its
         shape no longer matches the registry."""
+        metric = self.registry.metrics.get(name)
+        if metric is not None and metric.discovers:
+            return self._string_truth(name)
         counts = self.store.truth(name)
         if counts is None or counts.sum() <= 0:
             return None
@@ -142,6 +149,16 @@ class LiveView:
             return None
         return {**base, "association": name, "x": x.name, "y": y.name, "x_values": list(x.value_names()),
                 "y_values": list(y.value_names()), "table": np.asarray(shares).tolist()}
+
+    def _string_truth(self, name: str) -> dict[str, Any] | None:
+        """What simulations drew for the discovery metric ``name``: each string's share, most drawn first."""
+        counts = self.store.string_truth(name)
+        total = sum(counts.values()) if counts else 0
+        if not counts or total <= 0:
+            return None
+        drawn = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        return {"kind": "truth", "source": "simulation", "n": total, "metric": name, "values": [
+            {"value": text, "frequency": count / total, "count": count} for text, count in drawn]}
 
     def status(self) -> dict[str, Any]:
         """What ``ldpstream status`` shows, plus ``ingest`` (rates and lag); at most one probe a

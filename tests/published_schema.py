@@ -17,7 +17,7 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 #: The ``schema`` field of a published object → its schema's file.
 FILES = {"marginal-estimate/1": "marginal-estimate.v1.schema.json",
          "joint-estimate/1": "joint-estimate.v1.schema.json",
-         "dictionary/1": "dictionary.v1.schema.json",
+         "dictionary/2": "dictionary.v2.schema.json",
          "retraction/1": "retraction.v1.schema.json"}
 
 

@@ -51,7 +51,7 @@ const ago = (t, now) => (t === null || t === undefined) ? "–" : Math.max(0, no
 
 function kindOf(published) {
   if ("association" in published) return "joint";
-  if ("dictionary" in published) return "dictionary";
+  if (published.schema === "dictionary/2") return "dictionary";
   return "marginal";
 }
 
@@ -174,16 +174,21 @@ function jointView(name, joint, truth) {
 
 // ---------------------------------------------------------------- a discovered dictionary
 
-function dictionaryView(name, dictionary) {
-  const table = el("table", {class: "dict"}, el("tr", {}, el("th", {}, "string"), el("th", {}, "estimate"),
-                                                 el("th", {}, "95% interval")));
-  for (const s of dictionary.strings) {
-    table.append(el("tr", {"data-value": s.string, "data-frequency": s.estimate}, el("td", {}, s.string),
-                    el("td", {}, pct(s.estimate, 2)), el("td", {}, `[${pct(s.low_95, 2)}, ${pct(s.high_95, 2)}]`)));
-  }
-  return [el("div", {class: "meta"}, `${dictionary.strings.length} strings discovered without a dictionary from `,
-             el("b", {}, num(dictionary.n_reports)), " reports · intervals ", el("b", {}, dictionary.interval_method)),
-          table];
+// The strings found without a dictionary (live, decoded each pass, or stored by discover --publish): the bars,
+// intervals and simulated truth of a marginal, and how the dictionary was found and is kept.
+function dictionaryView(name, dictionary, truth) {
+  const found = dictionary.discovery || {};
+  const waiting = (found.dictionary || []).filter((d) => !d.significant).map((d) => `${d.value} (${d.misses} miss)`);
+  const missed = truth && truth.values
+    ? truth.values.filter((t) => !dictionary.values.some((v) => v.value === t.value)).slice(0, 5) : [];
+  return [el("div", {class: "meta dictionary", "data-source": found.source ?? "", "data-candidates": found.candidates ?? ""},
+             `${dictionary.values.length} strings discovered without a dictionary (${found.source ?? "?"}) from `,
+             el("b", {}, num(found.candidates)), " candidates",
+             found.retire_after ? ` · retired after ${found.retire_after} decodes without significance` : "",
+             waiting.length ? ` · not significant now: ${waiting.join(", ")}` : "",
+             found.retired && found.retired.length ? ` · retired now: ${found.retired.join(", ")}` : "",
+             missed.length ? ` · drawn but not found: ${missed.map((t) => `${t.value} (${pct(t.frequency)})`).join(", ")}` : ""),
+          ...marginalView(name, dictionary, truth)];
 }
 
 // ---------------------------------------------------------------- the page
@@ -205,7 +210,7 @@ function card(name, windows, truth, now) {
   // The truth adds up everything simulated since it was first published: it matches the window "all" only.
   const shownTruth = window === "all" ? truth : null;
   const body = kind === "joint" ? jointView(name, published, shownTruth)
-    : kind === "dictionary" ? dictionaryView(name, published) : marginalView(name, published, shownTruth);
+    : kind === "dictionary" ? dictionaryView(name, published, shownTruth) : marginalView(name, published, shownTruth);
   const reports = published.n_reports;
   return el("section", {class: "card", "data-name": name, "data-kind": kind, "data-window": window,
                         "data-n-reports": reports, "data-snapshot-time": published.snapshot_time},

@@ -40,10 +40,8 @@ from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
 
-#: How the published dictionary's strings were found and how their intervals are made
-#: (docs/math/dictionary.md: n-grams, pair EM, k-partite cliques, then the detection refit's Wald intervals).
-DICTIONARY_METHOD = "ngram-cliques/detect"
-DICTIONARY_INTERVAL_METHOD = "wald-refit"
+#: Published dictionaries kept in the history of ``--publish NAME`` (as the decoder's default).
+PUBLISH_HISTORY = 100
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--reports", type=Path, help="decode this report file (.npz) instead of simulating")
     cmd.add_argument("--save-reports", type=Path, help="with --simulate: also write the reports to this file")
     cmd.add_argument("--publish", metavar="NAME",
-                     help="also store the discovered dictionary in Redis under NAME (docs/schema/dictionary.v1, "
-                     "shown by `ldpstream serve`); --redis and --prefix say where")
+                     help="also store the discovered dictionary in Redis as the estimate of NAME, window all "
+                     "(docs/schema/dictionary.v2, where the decoder publishes live ones; shown by `ldpstream serve`, "
+                     "`watch`, `report`); --redis and --prefix say where")
     add_service_arguments(cmd, kafka=False, registry=False)
     cmd.set_defaults(func=run_discover)
 
@@ -172,24 +171,28 @@ def _decode_file(args: argparse.Namespace) -> int:
 
 
 def published_dictionary(name: str, out: dict[str, Any], n_reports: int, when: float) -> dict[str, Any]:
-    """The dictionary object stored by ``--publish`` (``docs/schema/dictionary.v1.schema.json``) from the
-    discovery's JSON: each string with its estimate, standard error and 95% interval (the estimate ± 1.96
-    standard errors, clipped to [0, 1]), in decreasing order of the estimate."""
-    found = sorted(out["discovered"], key=lambda d: -float(d["estimate"]))
-    strings = [{"string": d["string"], "estimate": float(d["estimate"]), "std_error": float(d["std_error"]),
-                "low_95": float(np.clip(d["estimate"] - 1.96 * d["std_error"], 0.0, 1.0)),
-                "high_95": float(np.clip(d["estimate"] + 1.96 * d["std_error"], 0.0, 1.0))} for d in found]
-    return {"schema": "dictionary/1", "dictionary": name, "window": "all", "snapshot_time": when,
-            "n_reports": int(n_reports), "method": DICTIONARY_METHOD, "interval_method": DICTIONARY_INTERVAL_METHOD,
-            "candidates": int(out["candidates"]), "strings": strings, "parameters": out.get("parameters", {})}
+    """The dictionary object stored by ``--publish`` from the discovery's JSON: the live decoder's form
+    (``docs/schema/dictionary.v2.schema.json``, :func:`ldpstream.decoder.discovery.offline_dictionary`)."""
+    from ldpstream.decoder.discovery import offline_dictionary
+
+    return offline_dictionary(name, out["discovered"], n_reports, when, int(out["candidates"]),
+                              [len(part) for part in out.get("ngrams", [])], out.get("seconds", {}),
+                              out.get("parameters")).to_json()
 
 
 def _publish(args: argparse.Namespace, out: dict[str, Any], n_reports: int) -> None:
-    """``--publish NAME``: the dictionary to Redis (nothing without the flag)."""
+    """``--publish NAME``: the dictionary to Redis (nothing without the flag), where the decoder publishes a
+    live dictionary (``P:estimate:NAME:all``). A name whose key holds something else (a registry metric's
+    estimate, a live dictionary) is refused: the decoder would overwrite it, or it would overwrite the decoder's."""
     if not args.publish:
         return
     import time
 
     store = ServiceConfig.from_args(args).redis.store()
-    store.publish_dictionary(args.publish, json.dumps(published_dictionary(args.publish, out, n_reports, time.time())))
+    held = store.latest_estimate(args.publish, "all")
+    if held is not None and (held.get("discovery") or {}).get("source") != "offline":
+        raise ParameterError(f"--publish {args.publish!r}: the decoder publishes an estimate under that name "
+                             f"({held.get('schema')}); choose another name")
+    body = published_dictionary(args.publish, out, n_reports, time.time())
+    store.publish_dictionary(args.publish, json.dumps(body), PUBLISH_HISTORY)
     print(f"published dictionary {args.publish!r} ({len(out['discovered'])} strings) to Redis", file=sys.stderr)

@@ -139,6 +139,7 @@ def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry
         registry, metric, ReportPublisher(config.kafka), clients=args.clients, strings=strings,
         distribution=args.dist, seed=args.seed, per_message=args.per_message, rate=args.rate,
         progress=not args.no_progress and not args.json)
+    _publish_string_truth(args, config, registry, metric.name, strings, result.true_counts)
     if args.json:
         print(json.dumps({"metric": metric.name, "records_acked": result.records_acked, "messages": result.messages,
                           "seconds": result.seconds, "rate": result.rate, "strings": strings,
@@ -147,3 +148,27 @@ def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry
         print(f"{result.records_acked:,} discovery records (two n-grams and the full string each) acknowledged by "
               f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
     return 0
+
+
+def _publish_string_truth(args: argparse.Namespace, config: ServiceConfig, registry: Registry, name: str,
+                          strings: list[str], counts: np.ndarray) -> None:
+    """The strings a discovery metric's simulated clients drew, as the decoder publishes them (truncated to the
+    metric's length, unpadded), with how many drew each: the truth ``serve`` shows beside the live dictionary
+    (nothing with ``--no-truth``; a Redis that does not answer is said and skipped, as for the other metrics)."""
+    if args.no_truth:
+        return
+    import redis
+    from numpy import asarray
+
+    from ldpstream.estimators.discovery import scheme_of
+
+    shape = scheme_of(registry, registry[name]).shape
+    drawn: dict[str, int] = {}
+    for text, count in zip(strings, asarray(counts).tolist(), strict=True):
+        published = shape.unpadded(shape.padded(text))
+        drawn[published] = drawn.get(published, 0) + int(count)
+    try:
+        config.redis.store().add_string_truth(name, drawn)
+    except redis.RedisError as exc:
+        print(f"ldpstream produce: the truth is not published (Redis: {exc}); --redis says where, --no-truth "
+              "silences this", file=sys.stderr)

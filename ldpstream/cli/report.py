@@ -40,6 +40,10 @@ def _report(args: argparse.Namespace) -> int:
                              f"{store.prefix!r}: is the decoder running, with this --redis and --prefix?")
     # A simulation's truth, where one was published (values in the order the decoder publishes them).
     truth = truth_frequencies(store.truth(args.name), [v["value"] for v in latest["values"]])
+    drawn = store.string_truth(args.name) if "discovery" in latest else None
+    if drawn:  # a discovery metric's: the strings its simulated clients drew
+        total = sum(drawn.values())
+        truth = {text: count / total for text, count in drawn.items()}
     plot_metric(out, latest, store.estimate_history(args.name, args.window), truth, top=args.top)
     print(f"wrote {out}: {args.name} ({args.window}), {latest['n_reports']:,} reports"
           + (", with the simulation's truth" if truth else ""))

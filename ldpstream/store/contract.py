@@ -242,13 +242,15 @@ class EstimateStore(Protocol):
         """``{"time": ..., "failed": [...]}`` of the last recorded pass (None when none)."""
         ...
 
-    def publish_dictionary(self, name: str, body: str) -> None:
-        """Store ``body`` (JSON: the strings a discovery found without a dictionary, ``docs/schema/``) as the
-        dictionary ``name``, replacing the last one."""
+    def publish_dictionary(self, name: str, body: str, history: int) -> None:
+        """Store ``body`` (JSON, schema ``dictionary/2``: what ``ldpstream discover --publish NAME`` found) where
+        the decoder publishes a live discovery metric's dictionary, as the latest estimate of ``name`` over window
+        ``all`` pushed on its history (keeping ``history``), and list ``name`` among the published dictionaries."""
         ...
 
     def dictionaries(self) -> dict[str, dict[str, Any]]:
-        """Every published dictionary by name, decoded from JSON."""
+        """The latest estimate (window ``all``) of every dictionary :meth:`publish_dictionary` listed, by name
+        (a listed name without an estimate is left out)."""
         ...
 
     def add_truth(self, name: str, counts: np.ndarray) -> None:
@@ -259,6 +261,15 @@ class EstimateStore(Protocol):
 
     def truth(self, name: str) -> np.ndarray | None:
         """The counts :meth:`add_truth` added up for ``name`` (None when no simulation published any)."""
+        ...
+
+    def add_string_truth(self, name: str, counts: Mapping[str, int]) -> None:
+        """Simulations only: add ``counts`` (the strings a simulation drew for the discovery metric ``name``, with
+        how many clients drew each) to the truth kept beside its dictionary."""
+        ...
+
+    def string_truth(self, name: str) -> dict[str, int] | None:
+        """The counts :meth:`add_string_truth` added up for ``name`` (None when none)."""
         ...
 
 

@@ -51,12 +51,16 @@ batch touches carries the hash tag ``{T:N}``, so one script call stays in one sl
                                                     "Other", intervals, conditionals, independence test)
     P:joint-history:<association>:<window>  list    the last published joint estimates, newest first (bounded)
     P:decoder:last_run                      string  JSON {"time": unix seconds, "failed": [metric, ...]}
-    P:dictionary:<name>                     string  the last dictionary ``discover --publish <name>`` found (JSON,
-                                                    docs/schema/dictionary.v1.schema.json)
-    P:dictionaries                          set     the names of the published dictionaries
+    P:dictionaries                          set     the names ``discover --publish <name>`` stored a dictionary
+                                                    under: P:estimate:<name>:all and P:history:<name>:all, in
+                                                    the live decoder's form (docs/schema/dictionary.v2.schema.json;
+                                                    a discovery metric of the registry is published there too,
+                                                    one key per window, and is not listed)
     P:truth:<name>                          hash    simulations only (``produce``, ``demo``): the values they drew
                                                     for a metric or an association, field = flat cell number
                                                     (decimal) → count, plus ``shape`` ("k" or "k1,k2")
+    P:truth-strings:<name>                  hash    simulations only: the strings drawn for a discovery metric,
+                                                    field = string → count
 
 ``<bucket>`` is ``all`` for :data:`~ldpstream.store.contract.ALL_TIME`. Keys of one partition share the hash
 tag ``{T:N}``; the index, estimate, joint and decoder keys are read by one client at a time and carry none.
@@ -161,8 +165,8 @@ def truth_key(prefix: str, name: str) -> str:
     return f"{prefix}:truth:{name}"
 
 
-def dictionary_key(prefix: str, name: str) -> str:
-    return f"{prefix}:dictionary:{name}"
+def string_truth_key(prefix: str, name: str) -> str:
+    return f"{prefix}:truth-strings:{name}"
 
 
 def dictionaries_key(prefix: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,8 +48,10 @@ class InMemorySketchStore:
         self._last_decode: str | None = None
         #: Simulations' truth per metric or association (:meth:`add_truth`).
         self._truth: dict[str, np.ndarray] = {}
-        #: Published dictionaries by name (JSON).
-        self._dictionaries: dict[str, str] = {}
+        #: Names of the dictionaries ``discover --publish`` stored (their bodies are estimates of window all).
+        self._dictionaries: set[str] = set()
+        #: Simulations' strings of discovery metrics: name -> string -> count.
+        self._string_truth: dict[str, dict[str, int]] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._rebuild_until: dict[tuple[str, int], int] = {}
         self._stats: dict[tuple[str, int], dict[str, int]] = {}
@@ -227,12 +229,24 @@ class InMemorySketchStore:
     def last_decode(self) -> dict[str, Any] | None:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
 
-    def publish_dictionary(self, name: str, body: str) -> None:
+    def publish_dictionary(self, name: str, body: str, history: int) -> None:
         json.loads(body)  # Redis would take anything; reading it back would fail
-        self._dictionaries[name] = body
+        self.publish_estimate(name, "all", body, history)
+        self._dictionaries.add(name)
 
     def dictionaries(self) -> dict[str, dict[str, Any]]:
-        return {name: dict(json.loads(body)) for name, body in sorted(self._dictionaries.items())}
+        held = {name: self.latest_estimate(name, "all") for name in sorted(self._dictionaries)}
+        return {name: body for name, body in held.items() if body is not None}
+
+    def add_string_truth(self, name: str, counts: Mapping[str, int]) -> None:
+        held = self._string_truth.setdefault(name, {})
+        for text, count in counts.items():
+            if count:
+                held[text] = held.get(text, 0) + int(count)
+
+    def string_truth(self, name: str) -> dict[str, int] | None:
+        held = self._string_truth.get(name)
+        return dict(held) if held else None
 
     def add_truth(self, name: str, counts: np.ndarray) -> None:
         counts = np.asarray(counts, dtype=np.int64)

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -809,17 +809,17 @@ class RedisSketchStore:
         raw = self._redis.get(keys.last_decode_key(self.prefix))
         return None if raw is None else dict(json.loads(raw))
 
-    def publish_dictionary(self, name: str, body: str) -> None:
-        pipe = self._redis.pipeline(transaction=not self.cluster)  # two slots on a cluster: in this order
-        pipe.set(keys.dictionary_key(self.prefix, name), body)
-        pipe.sadd(keys.dictionaries_key(self.prefix), name)
-        pipe.execute()
+    def publish_dictionary(self, name: str, body: str, history: int) -> None:
+        json.loads(body)  # Redis would take anything; reading it back would fail
+        self._publish(keys.estimate_key(self.prefix, name, "all"), keys.history_key(self.prefix, name, "all"),
+                      body, history)
+        self._redis.sadd(keys.dictionaries_key(self.prefix), name)
 
     def dictionaries(self) -> dict[str, dict[str, Any]]:
         names = sorted(_text(n) for n in self._redis.smembers(keys.dictionaries_key(self.prefix)))
         if not names:
             return {}
-        bodies = self._get_many([keys.dictionary_key(self.prefix, n) for n in names])
+        bodies = self._get_many([keys.estimate_key(self.prefix, n, "all") for n in names])
         return {n: dict(json.loads(b)) for n, b in zip(names, bodies, strict=True) if b is not None}
 
     def add_truth(self, name: str, counts: np.ndarray) -> None:
@@ -828,7 +828,7 @@ class RedisSketchStore:
         shape = ",".join(str(size) for size in counts.shape)
         held = self._redis.hget(key, "shape")
         cells = np.flatnonzero(counts)
-        pipe = self._redis.pipeline(transaction=True)
+        pipe = self._redis.pipeline(transaction=not self.cluster)  # (a cluster pipeline has no MULTI)
         if held is not None and _text(held) != shape:
             pipe.delete(key)
         pipe.hset(key, "shape", shape)
@@ -839,6 +839,18 @@ class RedisSketchStore:
     def truth(self, name: str) -> np.ndarray | None:
         held = self._redis.hgetall(keys.truth_key(self.prefix, name))
         return _truth_of({_text(k): _text(v) for k, v in held.items()}) if held else None
+
+    def add_string_truth(self, name: str, counts: Mapping[str, int]) -> None:
+        key = keys.string_truth_key(self.prefix, name)
+        pipe = self._redis.pipeline(transaction=not self.cluster)  # (a cluster pipeline has no MULTI)
+        for text, count in counts.items():
+            if count:
+                pipe.hincrby(key, text, int(count))
+        pipe.execute()
+
+    def string_truth(self, name: str) -> dict[str, int] | None:
+        held = self._redis.hgetall(keys.string_truth_key(self.prefix, name))
+        return {_text(k): int(v) for k, v in held.items()} if held else None
 
 
 def _truth_of(fields: dict[str, str]) -> np.ndarray | None:

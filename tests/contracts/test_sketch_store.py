@@ -419,10 +419,21 @@ def test_a_simulations_truth_adds_up_and_a_new_shape_replaces_it(store):
     assert store.truth("m").tolist() == [7, 1]
 
 
-def test_a_published_dictionary_replaces_the_last_one_of_its_name(store):
+def test_a_published_dictionary_is_the_estimate_of_its_name_over_all(store):
     assert store.dictionaries() == {}
-    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": []}')
-    store.publish_dictionary("urls", '{"dictionary": "urls", "strings": [{"string": "ab"}]}')
-    store.publish_dictionary("apps", '{"dictionary": "apps", "strings": []}')
-    assert store.dictionaries() == {"apps": {"dictionary": "apps", "strings": []},
-                                    "urls": {"dictionary": "urls", "strings": [{"string": "ab"}]}}
+    store.publish_dictionary("urls", '{"metric": "urls", "values": []}', 2)
+    store.publish_dictionary("urls", '{"metric": "urls", "values": [{"value": "ab"}]}', 2)
+    store.publish_dictionary("apps", '{"metric": "apps", "values": []}', 2)
+    assert store.dictionaries() == {"apps": {"metric": "apps", "values": []},
+                                    "urls": {"metric": "urls", "values": [{"value": "ab"}]}}
+    assert store.latest_estimate("urls", "all") == {"metric": "urls", "values": [{"value": "ab"}]}
+    assert len(store.estimate_history("urls", "all")) == 2
+    assert store.retract_estimate("apps", "all")
+    assert set(store.dictionaries()) == {"urls"}  # a listed name without an estimate is left out
+
+
+def test_the_strings_a_simulation_drew_add_up(store):
+    assert store.string_truth("word") is None
+    store.add_string_truth("word", {"ab": 3, "ba": 0})
+    store.add_string_truth("word", {"ab": 2, "b a:1": 4})
+    assert store.string_truth("word") == {"ab": 5, "b a:1": 4}

@@ -13,13 +13,19 @@ from ldpstream.store import RedisSketchStore
 
 def write_registry(path: Path, topic: str, metrics: dict[str, dict[str, Any]],
                    associations: dict[str, dict[str, Any]] | None = None) -> Path:
-    """A registry TOML file (for subprocess consumers) with every metric on ``topic``."""
+    """A registry TOML file (for subprocess consumers) with every metric on ``topic``; a value that is a dict
+    becomes a sub-table (a metric's ``discovery`` table)."""
     lines = ["[defaults]", f'topic = "{topic}"', ""]
     for kind, tables in (("metrics", metrics), ("associations", associations or {})):
         for name, table in tables.items():
             lines.append(f"[{kind}.{name}]")
             for key, value in table.items():
-                lines.append(f"{key} = {value!r}".replace("'", '"'))
+                if not isinstance(value, dict):
+                    lines.append(f"{key} = {value!r}".replace("'", '"'))
+            for key, value in table.items():
+                if isinstance(value, dict):
+                    lines.append(f"[{kind}.{name}.{key}]")
+                    lines.extend(f"{k} = {v!r}".replace("'", '"') for k, v in value.items())
             lines.append("")
     path.write_text("\n".join(lines))
     return path

@@ -1,8 +1,9 @@
 """``ldpstream serve`` against a running pipeline on real Kafka and Redis, and in a real browser.
 
 A consumer group member and the decoder (every second, publishing to Redis and to an estimates topic) run in
-threads; ``ldpstream produce`` (the command) simulates clients of an association of two k-RR metrics and of a
-k-RAPPOR metric, and publishes the values it drew as the truth. Then:
+threads; ``ldpstream produce`` (the command) simulates clients of an association of two k-RR metrics, of a
+k-RAPPOR metric and of a discovery metric (strings without a dictionary, decoded live), and publishes the values
+(strings) it drew as the truth; ``ldpstream discover --publish`` stores an offline dictionary beside them. Then:
 
 - every object the decoder published, read from Redis, from the estimates topic and through ``serve``'s API,
   validates against the JSON Schemas of ``docs/schema/`` (each object names its schema);
@@ -65,6 +66,11 @@ METRICS = {
 ASSOCIATIONS = {"language_by_font": {"id": 1, "metrics": ["app_language", "font"], "candidates": 4,
                                      "windows": ["all"]}}
 DICTIONARY = ["ab", "ba", "abab", "bb"]
+#: A discovery metric (decoded live into a dictionary, schema dictionary/2) and the strings its clients draw.
+DISCOVERY = ("word", {"id": 40, "bucket_seconds": 3600, "retention": "2d",
+                      "discovery": {"epsilon": 12.0, "length": 4, "ngram": 2, "alphabet": "ab", "full_bits": 32,
+                                    "ngram_bits": 32, "cohorts": 8}})
+WORDS = ["ab", "ba", "abab"]
 TOKEN = "serve-test-" + uuid.uuid4().hex
 
 
@@ -80,7 +86,8 @@ class Pipeline:
         self.estimates_topic = f"test-serve-estimates-{run}"
         ensure_topics(kafka, [self.topic], partitions=2)
         ensure_topics(kafka, [self.estimates_topic], partitions=1)
-        self.registry_file = write_registry(tmp / "metrics.toml", self.topic, METRICS, ASSOCIATIONS)
+        self.registry_file = write_registry(tmp / "metrics.toml", self.topic, {**METRICS, DISCOVERY[0]: DISCOVERY[1]},
+                                            ASSOCIATIONS)
         self.registry = Registry.load(self.registry_file)
         self.store = RedisSketchStore.from_url(redis_url, self.prefix)
         self.stop = threading.Event()
@@ -117,15 +124,29 @@ class Pipeline:
         for member in members or [name]:
             self.produced[member] = self.produced.get(member, 0) + clients
 
-    def discover(self, name: str) -> None:
-        """``ldpstream discover --simulate ... --publish NAME``: a tiny dictionary found from n-gram reports."""
+    def produce_strings(self, name: str, clients: int, seed: int) -> None:
+        """``ldpstream produce NAME --strings FILE`` for a discovery metric; the strings drawn are kept."""
+        strings = self.registry_file.parent / "words.txt"
+        strings.write_text("\n".join(WORDS) + "\n")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["produce", name, "--registry", str(self.registry_file), "--kafka", self.kafka, "--redis",
+                         self.redis_url, "--prefix", self.prefix, "--clients", str(clients), "--seed", str(seed),
+                         "--strings", str(strings), "--json"])
+        assert code == 0
+        counts = np.asarray(json.loads(printed.getvalue().strip().splitlines()[-1])["true_counts"])
+        self.truth[name] = self.truth.get(name, 0) + counts
+        self.produced[name] = self.produced.get(name, 0) + clients
+
+    def discover(self, name: str, clients: int = 40_000) -> int:
+        """``ldpstream discover --simulate ... --publish NAME``: a tiny dictionary found from n-gram reports; the
+        command's exit code."""
         strings = self.registry_file.parent / "strings.txt"
         strings.write_text("\n".join(DICTIONARY) + "\n")
-        with contextlib.redirect_stdout(io.StringIO()):
-            code = main(["discover", "--simulate", "--strings", str(strings), "--alphabet", "ab", "--length", "4",
-                         "--epsilon", "12", "--n", "40000", "--seed", "3", "--json", "--publish", name,
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return main(["discover", "--simulate", "--strings", str(strings), "--alphabet", "ab", "--length", "4",
+                         "--epsilon", "12", "--n", str(clients), "--seed", "3", "--json", "--publish", name,
                          "--redis", self.redis_url, "--prefix", self.prefix])
-        assert code == 0
 
     def wait_decoded(self, timeout: float = 120.0) -> None:
         """Until every metric's ``all`` estimate counts every report produced (the decoder runs every second)."""
@@ -175,10 +196,12 @@ def pipeline(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="module")
 def first_load(pipeline: Pipeline) -> Pipeline:
-    """30,000 associated clients and 20,000 clients of ``os``, produced by the command and decoded."""
+    """30,000 associated clients, 20,000 clients of ``os`` and 20,000 of the discovery metric ``word``, produced by
+    the command and decoded, and an offline dictionary ``urls``."""
     pipeline.produce("language_by_font", 30_000, seed=1)
     pipeline.produce("os", 20_000, seed=2)
-    pipeline.discover("urls")
+    pipeline.produce_strings("word", 20_000, seed=4)
+    assert pipeline.discover("urls") == 0
     pipeline.wait_decoded()
     return pipeline
 
@@ -187,16 +210,27 @@ def test_what_the_decoder_publishes_to_redis_follows_the_schemas(first_load: Pip
     client = first_load.store.client
     seen = set()
     for name, metric in first_load.registry.metrics.items():
+        if metric.part_of is not None:
+            continue  # an n-gram slot of the discovery metric: no estimate of its own
+        expected = "dictionary/2" if metric.discovers else "marginal-estimate/1"
         for window in metric.windows:
             raw = client.get(key_schema.estimate_key(first_load.prefix, name, window.name))
             assert raw is not None, (name, window.name)
-            seen.add(validate(json.loads(raw), "marginal-estimate/1"))
+            seen.add(validate(json.loads(raw), expected))
             for past in client.lrange(key_schema.history_key(first_load.prefix, name, window.name), 0, -1):
-                validate(json.loads(past), "marginal-estimate/1")
+                validate(json.loads(past), expected)
     raw = client.get(key_schema.joint_key(first_load.prefix, "language_by_font", "all"))
     assert raw is not None
     seen.add(validate(json.loads(raw), "joint-estimate/1"))
-    assert seen == {"marginal-estimate/1", "joint-estimate/1"}
+    # The offline dictionary: the same key layout and schema as the live one.
+    offline = client.get(key_schema.estimate_key(first_load.prefix, "urls", "all"))
+    assert offline is not None and json.loads(offline)["discovery"]["source"] == "offline"
+    validate(json.loads(offline), "dictionary/2")
+    assert seen == {"marginal-estimate/1", "joint-estimate/1", "dictionary/2"}
+    # One store: discover --publish may not overwrite what the decoder publishes (nor the reverse).
+    before = client.get(key_schema.estimate_key(first_load.prefix, "word", "all"))
+    assert first_load.discover("word", clients=2_000) != 0
+    assert client.get(key_schema.estimate_key(first_load.prefix, "word", "all")) == before
 
 
 def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(first_load: Pipeline):
@@ -208,8 +242,8 @@ def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(fi
     keys = set()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not ({"app_language:all", "os:all", "joint:language_by_font:all"}
-                                                   <= keys):
+        while time.monotonic() < deadline and not ({"app_language:all", "os:all", "joint:language_by_font:all",
+                                                    "word:all"} <= keys):
             message = consumer.poll(1.0)
             if message is None or message.error():
                 continue
@@ -219,27 +253,37 @@ def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(fi
             keys.add(message.key().decode())
     finally:
         consumer.close()
-    assert {"app_language:all", "app_language:1h", "font:all", "os:all", "joint:language_by_font:all"} <= keys
+    assert {"app_language:all", "app_language:1h", "font:all", "os:all", "joint:language_by_font:all",
+            "word:all"} <= keys
     assert kinds.get("marginal-estimate/1", 0) >= 4 and kinds.get("joint-estimate/1", 0) >= 1
+    assert kinds.get("dictionary/2", 0) >= 1
 
 
 def test_the_api_serves_every_estimate_by_the_schemas_with_the_truth_as_drawn(first_load: Pipeline):
     status, body = first_load.get("/api/estimates")
     assert status == 200
-    assert set(body["metrics"]) == {"app_language", "font", "os", "language_by_font", "urls"}
+    assert set(body["metrics"]) == {"app_language", "font", "os", "language_by_font", "word", "urls"}
     assert set(body["metrics"]["app_language"]) == {"all", "1h"}
-    expected = {"language_by_font": "joint-estimate/1", "urls": "dictionary/1"}
+    expected = {"language_by_font": "joint-estimate/1", "urls": "dictionary/2", "word": "dictionary/2"}
     for name, windows in body["metrics"].items():
         for window, published in windows.items():
             validate(published, expected.get(name, "marginal-estimate/1"))
             assert published["window"] == window
     # The dictionary: discovered from n-gram reports, as stored in Redis.
     urls = body["metrics"]["urls"]["all"]
-    assert {s["string"] for s in urls["strings"]} == set(DICTIONARY) and urls["n_reports"] == 40_000
-    raw = first_load.store.client.get(key_schema.dictionary_key(first_load.prefix, "urls"))
+    assert {v["value"] for v in urls["values"]} == set(DICTIONARY) and urls["n_reports"] == 40_000
+    raw = first_load.store.client.get(key_schema.estimate_key(first_load.prefix, "urls", "all"))
     assert raw is not None and json.loads(raw) == urls
+    # The live dictionary: the strings drawn found, and the truth as produce drew them.
+    # Every string drawn is there and significant. (Another string may be too: one a pass over part of the
+    # reports called significant stays until the retirement rule retires it, and the final test has level 0.10.)
+    word = body["metrics"]["word"]["all"]
+    significant = {e["value"] for e in word["discovery"]["dictionary"] if e["significant"]}
+    assert set(WORDS) <= significant and word["n_reports"] == 20_000
+    assert {v["value"]: v["count"] for v in body["truth"]["word"]["values"]} == dict(
+        zip(WORDS, first_load.truth["word"].tolist(), strict=True))
     # The truth is exactly what the produce commands drew (counts), marked as such.
-    for name in ("app_language", "font", "os"):
+    for name in ("app_language", "font", "os"):  # (the dictionaries' truths are over strings: above)
         truth = body["truth"][name]
         assert truth["kind"] == "truth" and truth["source"] == "simulation"
         assert [v["count"] for v in truth["values"]] == first_load.truth[name].tolist()
@@ -258,6 +302,19 @@ def test_the_api_serves_every_estimate_by_the_schemas_with_the_truth_as_drawn(fi
     assert status == 200 and set(one["metrics"]) == {"language_by_font"}
     validate(one["metrics"]["language_by_font"]["all"], "joint-estimate/1")
     assert first_load.get("/api/metrics/nope")[0] == 404
+
+
+def test_watch_and_report_read_the_live_and_the_offline_dictionary_alike(first_load: Pipeline, tmp_path: Path):
+    for name, truth in (("word", True), ("urls", False)):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["report", name, "--out", str(tmp_path / f"{name}.png"), "--redis", first_load.redis_url,
+                         "--prefix", first_load.prefix]) == 0
+            assert main(["watch", name, "--iterations", "1", "--redis", first_load.redis_url, "--prefix",
+                         first_load.prefix]) == 0
+        text = printed.getvalue()
+        assert ("with the simulation's truth" in text) is truth, text  # produce drew word's strings
+        assert "discovered dictionary" in text and (tmp_path / f"{name}.png").stat().st_size > 0
 
 
 def test_the_api_needs_the_token_and_the_page_does_not(first_load: Pipeline):
@@ -349,9 +406,16 @@ def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(fi
         assert all(v["whiskers"] == 3 and v["truth"] == 1 for v in values)
         assert all(float(v["low"]) <= float(v["frequency"]) + 1e-9 <= float(v["high"]) + 2e-9 for v in values)
         found = browser.execute_script(
-            "return [...document.querySelectorAll(\"section[data-name='urls'] tr[data-value]\")]"
+            "return [...document.querySelectorAll(\"section[data-name='urls'] g.value\")]"
             ".map(r => r.dataset.value)")
         assert sorted(found) == sorted(DICTIONARY)
+        # The live dictionary: its strings with intervals and the strings the simulation drew.
+        words = browser.execute_script(
+            "return [...document.querySelectorAll(\"section[data-name='word'] g.value\")]"
+            ".map(g => ({...g.dataset, truth: g.querySelectorAll('line.truth').length}));")
+        assert set(WORDS) <= {w["value"] for w in words}
+        assert all(w["truth"] == 1 for w in words if w["value"] in WORDS)
+        assert (_card(browser, "word") or {}).get("kind") == "dictionary"
         cells = browser.execute_script("return document.querySelectorAll(\"table.heat td[data-share]\").length")
         assert cells == 5 * 5  # 4 candidates + "Other" on each side
         test_text = browser.execute_script("return document.querySelector('.test').textContent")

@@ -12,6 +12,9 @@ Checked through Prometheus's HTTP API, against what Redis holds:
   window's samples, all read from the raw samples Prometheus holds;
 - the estimate gauges of every value (frequency, 95% interval, reports) equal the estimate the decoder
   published to Redis;
+- a discovery metric (strings without a dictionary, tiny, so the live discovery takes a fraction of a second)
+  exports its dictionary under the ``ldpstream_dictionary_*`` names, its failure counter at 0 from the start and
+  no marginal failure counter for it or its internal n-gram metrics;
 - every metric name that the Grafana dashboard and the alert rules query (parsed from their PromQL) is one
   Prometheus scraped from the two processes, every dashboard query evaluates on the live data to a non-empty
   result, and every alert rule evaluates without error and is not firing on a healthy pipeline.
@@ -52,6 +55,10 @@ METRICS = {
     "os_name": {"id": 3, "mechanism": "krr", "k": 4, "epsilon": 3.0, "labels": OSES, "windows": ["all"]},
     "font_size": {"id": 4, "mechanism": "krr", "k": 4, "epsilon": 3.0, "windows": ["all"]},
 }
+#: A small discovery metric: the dashboard's dictionary panels and the dictionary alert query its series.
+DISCOVERY = {"word": {"id": 40, "windows": ["all"], "retention": "2d", "discovery": {
+    "epsilon": 12.0, "length": 4, "ngram": 2, "alphabet": "ab", "full_bits": 32, "ngram_bits": 32, "cohorts": 8}}}
+WORDS = ["ab", "ba", "abab"]
 ASSOCIATIONS = {"os_by_font": {"id": 1, "metrics": ["os_name", "font_size"], "windows": ["all"], "candidates": 2,
                               "retention": "30d"}}
 CLIENTS = 20_000
@@ -95,7 +102,9 @@ def test_a_real_prometheus_scrapes_the_consumer_and_the_decoder(
         kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path, capsys):
     topic = fresh_topic(partitions=2)
     dead_letter_topic = fresh_topic(partitions=1, stem="dlq")
-    registry = str(write_registry(tmp_path / "metrics.toml", topic, METRICS, ASSOCIATIONS))
+    registry = str(write_registry(tmp_path / "metrics.toml", topic, {**METRICS, **DISCOVERY}, ASSOCIATIONS))
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS) + "\n")
     services = ["--kafka", kafka_bootstrap, "--redis", redis_url, "--prefix", key_prefix, "--registry", registry]
     consume_port, decode_port = free_port(), free_port()
     processes = [
@@ -119,22 +128,29 @@ def test_a_real_prometheus_scrapes_the_consumer_and_the_decoder(
             wait_for(up, 60,
                      "both targets up in Prometheus", interval=0.5)
             wait_for(lambda: prom.value(applied) == 0.0, 30, "the applied counter at 0", interval=0.5)
+            # The failure counters at 0 before any pass, each under the name its decode counts in.
+            failures = prom.query("ldpstream_dictionary_decode_failures_total")
+            assert [(s["metric"]["metric"], s["value"][1]) for s in failures] == [("word", "0")]
+            marginal = {s["metric"]["metric"] for s in prom.query("ldpstream_decode_failures_total")}
+            assert marginal == set(METRICS)  # not word, nor word.ngram0/1 (decoded with it, never as marginals)
             before = time.time()
 
-            def produce(name: str) -> int:
+            def produce(name: str, *extra: str) -> int:
                 capsys.readouterr()
                 assert main(["produce", name, "--kafka", kafka_bootstrap, "--registry", registry, "--clients",
-                             str(CLIENTS), "--seed", "5", "--per-message", "10", "--json"]) == 0
+                             str(CLIENTS), "--seed", "5", "--per-message", "10", "--json", "--no-truth",
+                             *extra]) == 0
                 out = json.loads(capsys.readouterr().out)
                 return int(out.get("reports_acked", out.get("records_acked")))
 
             produced = {name: produce(name) for name in ("app_language", "home_page", "os_by_font")}
+            produced["word"] = produce("word", "--strings", str(words))
             assert produced == dict.fromkeys(produced, CLIENTS)
 
             def redis_applied(metric: str) -> int:
                 return store.stats(topic, range(2)).get(f"applied:{metric}", 0)
 
-            wait_for(lambda: all(redis_applied(m) == CLIENTS for m in METRICS), 120,
+            wait_for(lambda: all(redis_applied(m) == CLIENTS for m in [*METRICS, *DISCOVERY]), 120,
                      "Redis to count every report", interval=0.5)
             counted = redis_applied("app_language")
             # The counter Prometheus scraped equals Redis's count, exactly.
@@ -174,12 +190,15 @@ def test_a_real_prometheus_scrapes_the_consumer_and_the_decoder(
             wait_for(lambda: store.latest_joint("os_by_font", "all") is not None
                      and prom.value('ldpstream_joint_reports{association="os_by_font", window="all"}') == CLIENTS,
                      60, "the joint estimate in Prometheus", interval=0.5)
+            wait_for(lambda: prom.value('ldpstream_dictionary_reports{metric="word", window="all"}') == CLIENTS,
+                     60, "the live dictionary in Prometheus", interval=0.5)
             time.sleep(3 * SCRAPE)  # rates and histograms need two samples after the joint's first decode
             dashboard = _dashboard_exprs({"$__rate_interval": "10s", "$__interval": "1s", "$metric": "home_page",
-                                          "$window": "all", "$association": "os_by_font"})
+                                          "$window": "all", "$association": "os_by_font", "$dictionary": "word"})
             rules = _alert_rules()
             wanted = names_in([expr for _, expr in dashboard] + [rule["expr"] for rule in rules])
-            assert {"up", "ldpstream_estimate_ratio", "ldpstream_joint_cell_ratio"} <= wanted
+            assert {"up", "ldpstream_estimate_ratio", "ldpstream_joint_cell_ratio", "ldpstream_dictionary_string_ratio",
+                    "ldpstream_dictionary_decode_failures_total"} <= wanted
             scraped = prom.metric_names()
             missing = sorted(wanted - scraped)
             assert not missing, f"the dashboard or the alert rules query metrics no running process exports: {missing}"

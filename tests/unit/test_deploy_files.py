@@ -183,9 +183,15 @@ def test_dashboard_shows_what_operators_need():
                  "ldpstream_joint_decode_failures_total", "ldpstream_joint_independence_statistic",
                  "ldpstream_joint_decode_seconds", "ldpstream_report_tuples_applied_total"):
         assert name in used, f"the dashboard does not show the joint estimates' {name}"
+    for name in ("ldpstream_dictionary_string_ratio", "ldpstream_dictionary_string_low_95_ratio",
+                 "ldpstream_dictionary_string_high_95_ratio", "ldpstream_dictionary_strings",
+                 "ldpstream_dictionary_reports", "ldpstream_dictionary_stage_seconds",
+                 "ldpstream_dictionary_decode_seconds", "ldpstream_dictionary_decode_failures_total",
+                 "ldpstream_dictionary_retired_total"):
+        assert name in used, f"the dashboard does not show the discovered dictionaries' {name}"
     dashboard = _dashboard()
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"metric", "window", "association"} <= variables
+    assert {"metric", "window", "association", "dictionary"} <= variables
     ids = [p["id"] for p in _dashboard_panels()]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     datasource_uid = _load(GRAFANA / "provisioning" / "datasources" / "prometheus.yml")["datasources"][0]["uid"]
@@ -199,7 +205,7 @@ def test_alert_rules_cover_the_pipeline():
     for name in ("ldpstream_consumer_lag_messages", "ldpstream_messages_rejected_total",
                  "ldpstream_decoder_last_run_timestamp_seconds", "ldpstream_decode_failures_total",
                  "ldpstream_joint_decode_failures_total", "ldpstream_joint_decode_seconds_bucket",
-                 "ldpstream_batches_refused_total"):
+                 "ldpstream_dictionary_decode_failures_total", "ldpstream_batches_refused_total"):
         assert name in exprs, f"no alert rule watches {name}"
     for rule in _alert_rules():
         assert rule["labels"]["severity"] in ("warning", "critical")
@@ -357,7 +363,7 @@ def test_promtool_unit_tests_of_the_alert_rules():
 @needs_promtool
 def test_dashboard_queries_are_valid_promql(tmp_path):
     substitutions = {"$__rate_interval": "1m", "$__interval": "1m", "$metric": "app_language", "$window": "all",
-                     "$association": "language_by_os"}
+                     "$association": "language_by_os", "$dictionary": "site"}
     rules = []
     for i, expr in enumerate(_dashboard_exprs()):
         if expr.startswith("label_values("):

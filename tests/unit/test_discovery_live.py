@@ -17,6 +17,7 @@ from ldpstream.decoder.discovery import PublishedDictionary, update_dictionary
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.decoder.watch import render
+from ldpstream.deploy.serve import LiveView, finite
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.estimators.discovery import draw_slots, scheme_of
 from ldpstream.estimators.discovery.client import SLOT_DOMAIN
@@ -27,6 +28,7 @@ from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry, discovery_pair_name, discovery_slot_name
 from ldpstream.store import InMemorySketchStore, PartitionBatch
 from ldpstream.wire import decode_messages
+from tests.published_schema import validate
 
 NOW = 1_700_000_000
 BUCKET = 3600
@@ -249,6 +251,23 @@ def _service(store, registry=REGISTRY) -> DecoderService:
     return DecoderService(registry, store, metrics=DecoderMetrics(registry=CollectorRegistry()))
 
 
+def test_the_failure_counters_are_declared_under_the_names_each_decode_counts_in():
+    """Before any pass: the discovery metric's failures under the dictionary's counter at 0; no marginal
+    counter for it nor for its n-gram metrics (decoded with it, never as marginals); a marginal's as before."""
+    registry = make_registry(lang={"id": 1, "mechanism": "krr", "k": 3, "epsilon": 1.0})
+    prometheus = CollectorRegistry()
+    DecoderService(registry, InMemorySketchStore(clock=lambda: NOW), metrics=DecoderMetrics(registry=prometheus))
+    value = prometheus.get_sample_value
+    assert value("ldpstream_dictionary_decode_failures_total", {"metric": "word"}) == 0
+    for other in ("word.ngram0", "word.ngram1", "lang"):
+        assert value("ldpstream_dictionary_decode_failures_total", {"metric": other}) is None
+    assert value("ldpstream_decode_failures_total", {"metric": "lang"}) == 0
+    for name in ("word", "word.ngram0", "word.ngram1"):
+        assert value("ldpstream_decode_failures_total", {"metric": name}) is None
+    assert value("ldpstream_joint_decode_failures_total", {"association": "word.pair0-1"}) is None
+    assert value("ldpstream_estimates_withheld", {"metric": "word"}) == 0
+
+
 def test_a_string_that_fades_out_is_kept_while_it_lasts_then_retired_and_a_restart_keeps_the_dictionary():
     """Bucket 0: "ab", "ba", "bb" (geometric: .66, .25, .09); bucket 2: "ab" and "ba" only. At ε = 12 each present
     string stands tens of standard errors above zero and an absent one is called significant with probability
@@ -316,6 +335,29 @@ def test_the_decoder_publishes_a_dictionary_like_a_marginal():
         assert abs(v["frequency"] - share) < 5 * v["std_error"]  # within its noise (Bonferroni-safe z for 4)
     assert [v["value"] for v in body["values"]] == sorted(values, key=lambda s: -values[s]["frequency"])
     assert store.latest_estimate("word.ngram0", "all") is None and service.last_failed == []
+    for window in ("all", "1h"):  # the live dictionary follows its schema, as published and in the history
+        for published in [store.latest_estimate("word", window), *store.estimate_history("word", window)]:
+            validate(published, "dictionary/2")
+            assert published["discovery"]["source"] == "live"
+
+
+def test_serve_shows_the_live_dictionary_with_the_strings_drawn_and_not_its_internal_metrics():
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    sent = simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], publisher, clients=20_000,
+                                          strings=["ab", "ba", "abab"], seed=6, event_time=NOW, per_message=100)
+    _fold_into(store, publisher.sent, REGISTRY, 0, NOW)
+    store.add_string_truth("word", dict(zip(["ab", "ba", "abab"], sent.true_counts.tolist(), strict=True)))
+    _service(store).run_once(now=NOW + 60)
+    served = finite(LiveView(REGISTRY, store, clock=lambda: NOW + 61).estimates())
+    assert set(served["metrics"]) == {"word"}  # not word.ngram0/1 nor word.pair0-1: they have no estimate
+    assert set(served["metrics"]["word"]) == {"all", "1h"}
+    for published in served["metrics"]["word"].values():
+        validate(published, "dictionary/2")
+    truth = served["truth"]["word"]
+    assert truth["kind"] == "truth" and truth["n"] == 20_000
+    assert {v["value"]: v["count"] for v in truth["values"]} == dict(zip(["ab", "ba", "abab"],
+                                                                        sent.true_counts.tolist(), strict=True))
 
 
 def test_a_permanent_response_bounds_repeated_records_and_the_strings_are_still_found():
@@ -355,6 +397,23 @@ def test_a_refresh_starts_each_slot_pair_from_its_last_table():
     assert block["pair_em_warm_starts"] == 1  # the one slot pair, its n-grams unchanged
 
 
+def test_a_slot_without_reports_yet_is_not_a_failed_pass():
+    """Four slots, one client: it reports two of them, the other two hold no report yet (as a live window's first
+    records may): the pass publishes a dictionary instead of failing (no n-gram kept there, so no clique)."""
+    registry = make_registry(discovery_table(length=8))
+    store = InMemorySketchStore(clock=lambda: NOW)
+    publisher = _Captured()
+    simulate_discovery_and_publish(registry, registry["word"], publisher, clients=1, strings=["abab"], seed=1,
+                                   event_time=NOW)
+    _fold_into(store, publisher.sent, registry, 0, NOW)
+    service = _service(store, registry)
+    service.run_once(now=NOW + 60)
+    body = store.latest_estimate("word", "all")
+    assert service.last_failed == [] and body["n_reports"] == 1
+    assert body["discovery"]["ngrams"].count(0) >= 2
+    validate(body, "dictionary/2")
+
+
 def test_a_window_where_nothing_is_found_publishes_an_empty_dictionary():
     """At ε = 0.3 and 30 clients no n-gram stands out: the dictionary is published empty, with its reports,
     rather than failing the pass."""
@@ -369,3 +428,4 @@ def test_a_window_where_nothing_is_found_publishes_an_empty_dictionary():
     body = store.latest_estimate("word", "all")
     assert service.last_failed == [] and body["values"] == [] and body["n_reports"] == 30
     assert body["discovery"]["dictionary"] == [] and "0 strings" in render(body)
+    validate(body, "dictionary/2")

@@ -227,11 +227,16 @@ def test_a_published_dictionary_is_served_by_its_schema(served, store):
     url, _ = served
     out = {"discovered": [{"string": "ba", "estimate": 0.2, "std_error": 0.01},
                           {"string": "ab", "estimate": 0.7, "std_error": 0.3}],
-           "candidates": 5, "parameters": {"n": 1000}}
+           "candidates": 5, "ngrams": [["ab", "ba"], ["ab"]], "seconds": {"ngrams": 0.5, "decode": 1.0},
+           "parameters": {"n": 1000}}
     body = published_dictionary("urls", out, 1000, when=NOW)
-    assert [s["string"] for s in body["strings"]] == ["ab", "ba"]  # by decreasing estimate
-    assert body["strings"][0]["high_95"] == 1.0 and body["strings"][1]["low_95"] == pytest.approx(0.2 - 0.0196)
-    store.publish_dictionary("urls", json.dumps(body))
+    validate(body, "dictionary/2")
+    assert [v["value"] for v in body["values"]] == ["ab", "ba"]  # by decreasing estimate
+    assert body["values"][0]["high_95"] == 1.0 and body["values"][1]["low_95"] == pytest.approx(0.2 - 0.0196)
+    assert body["discovery"]["source"] == "offline" and body["discovery"]["ngrams"] == [2, 1]
+    store.publish_dictionary("urls", json.dumps(body), 10)
+    # one store: where the decoder publishes a live dictionary, so watch and report read it as any estimate
+    assert store.latest_estimate("urls", "all") == body and store.estimate_history("urls", "all") == [body]
     served_body = json.loads(get(url + "api/metrics/urls")[2])
-    validate(served_body["metrics"]["urls"]["all"], "dictionary/1")
+    validate(served_body["metrics"]["urls"]["all"], "dictionary/2")
     assert "urls" in json.loads(get(url + "api/estimates")[2])["metrics"]

@@ -161,6 +161,12 @@ def discover(
     kept: list[np.ndarray] = []
     kept_freq: list[np.ndarray] = []
     for j in range(k):
+        if mech.reports_per_cohort(collection.ngram_sketches[j]).sum() == 0:
+            # no report at this slot yet (a live window's first clients reported other slots): no n-gram kept,
+            # so no clique, and the final decode tests only the candidates it is given
+            kept.append(np.zeros(0, dtype=np.int64))
+            kept_freq.append(np.zeros(0))
+            continue
         est = detect(collection.ngram_sketches[j], design, mech.q_star, mech.p_star, correction, alpha_ngram)
         idx = np.flatnonzero(est.significant(alpha_ngram, correction))
         kept.append(idx)
