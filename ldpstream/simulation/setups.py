@@ -42,7 +42,8 @@ from ldpstream.simulation.hash_tables import cached_table
 MECHANISM_NAMES: tuple[str, ...] = (
     "krr", "krappor", "orr", "orappor", "rappor", "oue", "ss", "hr", "ooue", "cms", "hcms"
 )
-#: Hashed mechanisms whose k and cohorts are given (no grid search): O-OUE, CMS, HCMS.
+#: Hashed mechanisms whose value tables come straight from the mechanism, not the O-RR / O-RAPPOR table cache:
+#: O-OUE, CMS, HCMS (searched on their grids like O-RAPPOR: :func:`ldpstream.simulation.grid_search.grid`).
 GIVEN_HASHED: tuple[str, ...] = ("ooue", "cms", "hcms")
 
 

@@ -55,12 +55,14 @@ def _check_model(setup, p, n, decoder, trials, seed):
 @pytest.mark.parametrize(
     ("name", "closed", "k", "cohorts", "hashes"),
     [("krr", True, None, None, None), ("krappor", True, None, None, None), ("orr", True, 8, 16, None),
-     ("orr", False, 8, 16, None), ("orappor", False, 64, 8, 1), ("orappor", True, 16, 4, 2)],
+     ("orr", False, 8, 16, None), ("orappor", False, 64, 8, 1), ("orappor", True, 16, 4, 2),
+     ("ooue", False, 64, 8, 1), ("ooue", True, 16, 4, 2), ("cms", False, 64, 8, None), ("cms", True, 16, 4, None),
+     ("hcms", False, 64, 8, None), ("hcms", True, 16, 4, None)],
 )
 def test_variance_model_matches_simulation(name, closed, k, cohorts, hashes):
     """The unprojected estimate's mean ℓ2² against the empirical distribution equals the prediction.
 
-    The hashed models (O-RR, O-RAPPOR) evaluate the weights at the true p while the decoder evaluates
+    The hashed models (O-RR, O-RAPPOR, O-OUE, CMS, HCMS) evaluate the weights at the true p while the decoder evaluates
     them at a pilot fit, and the bit model ignores the covariance between the bits of one report (both
     documented approximations of a few percent), so those get 5% of slack on top of 5 standard errors."""
     S, n, trials = 32, 200_000, 40
@@ -166,7 +168,8 @@ def test_projected_l1_matches_monte_carlo_projection():
 @pytest.mark.parametrize(
     ("name", "closed", "k", "cohorts", "hashes", "eps"),
     [("krr", True, None, None, None, 1.0), ("krappor", True, None, None, None, 0.5), ("orr", False, 4, 256, None, 0.5),
-     ("orr", True, 16, 32, None, 2.0), ("orappor", False, 256, 4, 1, 1.0)],
+     ("orr", True, 16, 32, None, 2.0), ("orappor", False, 256, 4, 1, 1.0), ("ooue", False, 256, 4, 2, 2.0),
+     ("cms", True, 64, 8, None, 1.0), ("hcms", False, 256, 8, None, 4.0)],
 )
 def test_projected_prediction_matches_simulation(name, closed, k, cohorts, hashes, eps):
     """The projected model against LS + projection (the paper's decoder): 6% plus 4 standard errors."""
@@ -289,6 +292,41 @@ def test_tune_orr_open_low_epsilon_matches_paper():
     assert best.simulated_mean is not None and best.simulated_mean <= 0.588 * 1.04  # 3 trials: ~2% SE
     assert all(a.simulated_se is not None and a.simulated_se > 0 for a in res.alternatives)
     assert len({a.params["k"] for a in res.alternatives}) == len(res.alternatives)  # distinct k simulated
+
+
+def test_the_hashed_grids_of_o_oue_cms_and_hcms():
+    """O-OUE searches O-RAPPOR's (k, C, h) grid; CMS and HCMS the same (k, C) with one hash per cohort."""
+    S = 64
+    assert grid("ooue", S, False, 10**6) == grid("orappor", S, False, 10**6)
+    for name in ("cms", "hcms"):
+        pts = grid(name, S, True, 10**6)
+        assert pts and all("hashes" not in pt and pt["k"] * pt["cohorts"] >= S for pt in pts)
+        assert {(pt["k"], pt["cohorts"]) for pt in pts} == {
+            (pt["k"], pt["cohorts"]) for pt in grid("orappor", S, True, 10**6) if pt["hashes"] == 1}
+    # simulate without --k / --cohorts: the grid point the model ranks first
+    setup = build_setup("hcms", 2.0, S, closed=True, n=10**5, dist=parse_distribution("geometric", S))
+    first = ranked_predictions("hcms", 2.0, S, 10**5, parse_distribution("geometric", S), True)[0]
+    assert (setup.mechanism.k, setup.mechanism.cohorts) == (first["k"], first["cohorts"])
+    with pytest.raises(ParameterError, match="hashes = 1"):
+        build_setup("cms", 1.0, S, k=16, cohorts=4, hashes=2)
+
+
+@pytest.mark.parametrize(("closed", "loss"), [(True, "l2sq"), (False, "l1")])
+def test_tune_considers_every_mechanism(closed, loss):
+    """tune searches every family the alphabet allows, the hashed O-OUE, CMS and HCMS among them, and its
+    recommendation is the model's best (within rel_tol, cheapest first) over all of them."""
+    S = 64
+    p = parse_distribution("geometric", S)
+    decoder = "unbiased" if loss == "l2sq" else "project"
+    res = tune(2.0, S, 10**5, p, closed=closed, trials=0, loss=loss, decoder=decoder)
+    seen = {a.mechanism for a in res.alternatives}
+    hashed = {"orr", "orappor", "ooue", "cms", "hcms"}
+    assert seen == (hashed | {"krr", "krappor", "oue", "ss", "hr"} if closed else hashed)
+    lowest = min(a.predicted for a in res.alternatives)
+    assert res.recommended.predicted <= lowest * 1.01
+    # at ε = 2 on an open alphabet of 64 the asymmetric flips beat O-RAPPOR's symmetric ones at equal (k, C, h)
+    if not closed:
+        assert res.best("ooue").predicted < res.best("orappor").predicted
 
 
 def test_tune_model_only_and_errors():
