@@ -10,7 +10,10 @@ at most e^ε between any two inputs (ε-LDP, tight). A report is one symbol of l
 agree on half of the columns, a report of any other value falls in C_a with probability exactly 1/2, so the
 number N_x of reports in C_{x+1} is Binomial(n, 1/2 + (q − 1/2) p_x), q = e^ε/(e^ε + 1): the unary form with
 margin rates (q*, p*) = (q, 1/2), and N = (n + Hc)/2 for the sketch c of output counts: one fast
-Walsh–Hadamard transform, O(K log K) (:func:`fwht`, :meth:`HadamardResponse.margin_sketch`).
+Walsh–Hadamard transform, O(K log K) (:func:`fwht`, :meth:`HadamardResponse.margin_sketch`). This is their
+high-privacy HR: its n·ℓ2² + Σp² is k·coth²(ε/2) at every ε, about cosh²(ε/2) times subset selection's, so
+the tuner never picks it; the general (blocked) HR for larger ε is not implemented (docs/math/tuning.md,
+"Hadamard response and the tuner").
 
 **HCMS.** Apple's sketch with ``cohorts`` hash functions into ``k`` = m buckets (m a power of two): a client
 in cohort j hashes its value to bucket u (O-RAPPOR's one-hash Bloom bit, :mod:`ldpstream.mechanisms.hashing`),

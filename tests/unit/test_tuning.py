@@ -348,3 +348,33 @@ def test_dense_and_sparse_orr_predictions_agree():
         sparse_var, sparse_bias = predicted_variances(setup, p, 10**5, dense_max_k=0)
         assert dense_var == pytest.approx(sparse_var, rel=1e-9)
         assert dense_bias == pytest.approx(sparse_bias, rel=1e-9, abs=1e-15)
+
+
+def test_hadamard_response_risk_is_k_coth_squared_and_never_below_subset_selection():
+    """docs/math/tuning.md, "Hadamard response and the tuner": HR's n·ℓ2² + Σp² is k·coth²(ε/2) for every p (the
+    error model, a second implementation of the unary risk, agrees), above SS's at its best d on the whole grid,
+    and HR/SS tends to cosh²(ε/2) when k ≫ e^ε (Ye & Barg's 4k e^ε/(e^ε − 1)² for SS)."""
+    from ldpstream.mechanisms.rates import hadamard_rates, optimal_subset_size, subset_rates, unary_risk
+
+    n = 10_000
+    for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
+        for k in (2, 8, 64, 256, 4096):
+            hr = unary_risk(k, *hadamard_rates(eps))
+            assert hr == pytest.approx(k / math.tanh(eps / 2) ** 2, rel=1e-12)
+            ss = unary_risk(k, *subset_rates(k, optimal_subset_size(k, eps), eps))
+            assert hr > ss, (k, eps)
+        p = parse_distribution("geometric", 64)
+        pred = predict(build_setup("hr", eps, 64), p, n, reference="true")["l2sq"]
+        assert n * pred + np.sum(p * p) == pytest.approx(64 / math.tanh(eps / 2) ** 2, rel=1e-9)
+        big = 2**20
+        ratio = unary_risk(big, *hadamard_rates(eps)) / unary_risk(
+            big, *subset_rates(big, optimal_subset_size(big, eps), eps))
+        assert ratio == pytest.approx(math.cosh(eps / 2) ** 2, rel=0.01)
+
+
+@pytest.mark.parametrize("eps", [0.5, 4.0])
+def test_tune_does_not_pick_hadamard_response(eps):
+    res = tune(eps, 256, 10**6, parse_distribution("geometric", 256), closed=True, trials=0, loss="l2sq",
+               decoder="unbiased", mechanisms=["hr", "ss", "oue", "krr"])
+    assert res.recommended.mechanism != "hr"
+    assert res.best("hr").predicted > res.best("ss").predicted
