@@ -311,6 +311,19 @@ def test_the_hashed_grids_of_o_oue_cms_and_hcms():
         build_setup("cms", 1.0, S, k=16, cohorts=4, hashes=2)
 
 
+@pytest.mark.parametrize("closed", [False, True])
+def test_o_oue_cms_and_hcms_share_o_rappors_cached_tables_and_they_are_their_own(closed):
+    """The tuner's set-ups of O-OUE, CMS, HCMS take O-RAPPOR's cached table and design; those must be exactly
+    what each mechanism builds itself (value_table, design_matrix)."""
+    S = 40
+    cands = None if closed else [f"s{i}" for i in range(S)]
+    for name, h in (("ooue", 2), ("cms", None), ("hcms", None)):
+        setup = hashed_setup(name, 1.0, S, closed, 16, 4, h)
+        own = setup.mechanism.value_table(cands)
+        np.testing.assert_array_equal(setup.table, own)
+        assert (setup.design != setup.mechanism.design_matrix(own)).nnz == 0
+
+
 @pytest.mark.parametrize(("closed", "loss"), [(True, "l2sq"), (False, "l1")])
 def test_tune_considers_every_mechanism(closed, loss):
     """tune searches every family the alphabet allows, the hashed O-OUE, CMS and HCMS among them, and its
