@@ -59,9 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES)
     sim.add_argument("--epsilon", type=float, help="privacy level ε of one report")
     sim.add_argument("--k", type=int, help="output symbols / Bloom bits / buckets (k-RR, k-RAPPOR, OUE, SS, HR: "
-                     "must equal --support)")
+                     "must equal --support; hashed mechanisms: unset k, cohorts, hashes are chosen by the model)")
     sim.add_argument("--cohorts", type=int, help="hash cohorts C (O-RR, O-RAPPOR, RAPPOR, O-OUE, CMS, HCMS)")
-    sim.add_argument("--hashes", type=int, help="Bloom hashes h (O-RAPPOR, RAPPOR)")
+    sim.add_argument("--hashes", type=int, help="Bloom hashes h (O-RAPPOR, O-OUE, RAPPOR)")
     sim.add_argument("--closed", action="store_true", help="closed alphabet: per-cohort permutations, no hashing")
     sim.add_argument("--p", type=float, help="RAPPOR: P(report 1 | PRR bit 0)")
     sim.add_argument("--q", type=float, help="RAPPOR: P(report 1 | PRR bit 1)")

@@ -7,6 +7,7 @@ on a real client and with a seeded :class:`numpy.random.Generator` in simulation
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms.randomness import Randomness
+from ldpstream.mechanisms.randomness import KeyedRandomness, Randomness, uniform_bytes
 from ldpstream.mechanisms.rates import krr_keep_probability
 
 #: Permanent responses one client keeps in memory per metric. They are derived from its secret, so the least
@@ -106,8 +107,12 @@ def krr_perturb(symbols: np.ndarray, k: int, epsilon: float, rng: Randomness) ->
 #: Bits per chunk of :func:`perturb_bits`: bounds memory for large batches.
 _PERTURB_CHUNK = 1 << 24
 
+#: Draws per slice of :func:`bernoulli` (256 KiB of random bytes: fits the L2 cache).
+_BERNOULLI_SLICE = 1 << 18
 
-def base256_digits(probability: float) -> list[int]:
+
+@functools.lru_cache(maxsize=256)
+def base256_digits(probability: float) -> tuple[int, ...]:
     """The exact base-256 expansion of a float in [0, 1] (it terminates: a float is a dyadic rational).
 
     1.0 expands to the single digit 256, which every byte is below: the draw is then always True.
@@ -119,7 +124,7 @@ def base256_digits(probability: float) -> list[int]:
         digit = int(remainder)
         digits.append(digit)
         remainder -= digit
-    return digits
+    return tuple(digits)
 
 
 def bernoulli(probability: float, count: int, rng: Randomness, out: np.ndarray | None = None) -> np.ndarray:
@@ -130,6 +135,11 @@ def bernoulli(probability: float, count: int, rng: Randomness, out: np.ndarray |
     per draw suffices but for a 1/256 fraction that draws a second, and so on; when p's expansion ends
     while u still ties, u ≥ p. P(u < p) = p exactly, and it costs about one random byte per draw (8 times
     less randomness than a float64 uniform). ``out``: a contiguous ``(count,)`` bool array to write into.
+
+    Large counts are drawn in slices of :data:`_BERNOULLI_SLICE` draws that stay in the CPU cache (about four
+    times faster than one pass over megabytes); the law is the same, the draws being independent. A
+    :class:`~ldpstream.mechanisms.randomness.KeyedRandomness` stream is consumed in one pass as it always was,
+    so a memoized permanent response replays identically across versions.
     """
     digits = base256_digits(probability)
     if out is None:
@@ -137,16 +147,23 @@ def bernoulli(probability: float, count: int, rng: Randomness, out: np.ndarray |
     if not digits:
         out[...] = False
         return out
-    first = np.frombuffer(rng.bytes(count), dtype=np.uint8)
+    step = count if isinstance(rng, KeyedRandomness) else _BERNOULLI_SLICE
+    for start in range(0, count, max(step, 1)):
+        _bernoulli_into(digits, out[start:start + step], rng)
+    return out
+
+
+def _bernoulli_into(digits: tuple[int, ...], out: np.ndarray, rng: Randomness) -> None:
+    """:func:`bernoulli`'s comparison of uniform bytes with ``digits``, written into all of ``out``."""
+    first = uniform_bytes(rng, out.size)
     np.less(first, digits[0], out=out)
     pending = np.flatnonzero(first == digits[0])
     for digit in digits[1:]:
         if pending.size == 0:
             break
-        drawn = np.frombuffer(rng.bytes(pending.size), dtype=np.uint8)
+        drawn = uniform_bytes(rng, pending.size)
         out[pending[drawn < digit]] = True
         pending = pending[drawn == digit]
-    return out
 
 
 def perturb_bits(true_bits: np.ndarray, q_star: float, p_star: float, rng: Randomness) -> np.ndarray:

@@ -317,12 +317,30 @@ def sum_bits(cohorts: ArrayLike, reports: ArrayLike, num_cohorts: int) -> np.nda
     if not n:
         return out
     dtype: type[np.signedinteger[Any]] = np.int32 if n < 2**31 else np.int64
-    if num_cohorts == 1:  # column sums; bool rows summed as bytes (several times faster than bool.sum)
-        out[0, 1:] = np.add.reduce(bits.view(np.uint8) if bits.dtype == bool else bits, axis=0, dtype=dtype)
+    if num_cohorts == 1 and bits.dtype == bool:
+        out[0, 1:] = _column_sums_of_bools(bits)
+        return out
+    if num_cohorts == 1:  # column sums
+        out[0, 1:] = np.add.reduce(bits, axis=0, dtype=dtype)
         return out
     indicator = sp.csr_matrix((np.ones(n, dtype=dtype), (cohorts, np.arange(n))), shape=(num_cohorts, n))
     out[:, 1:] = np.asarray(indicator @ bits.astype(dtype, copy=False))
     return out
+
+
+#: Rows of 0/1 bytes whose column sums fit in a byte.
+_BYTE_ROWS = 255
+
+
+def _column_sums_of_bools(bits: np.ndarray) -> np.ndarray:
+    """Column sums of an ``(n, k)`` bool array: blocks of 255 rows summed as bytes (a sum of at most 255 zeros
+    and ones fits in a uint8, and byte-wise adds vectorize 4–6 times better than widening each to int32), the
+    block sums accumulated in int64."""
+    as_bytes = bits.view(np.uint8)
+    total = np.zeros(bits.shape[1], dtype=np.int64)
+    for start in range(0, bits.shape[0], _BYTE_ROWS):
+        total += np.add.reduce(as_bytes[start:start + _BYTE_ROWS], axis=0, dtype=np.uint8)
+    return total
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:

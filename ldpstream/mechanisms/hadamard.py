@@ -10,7 +10,10 @@ at most e^ε between any two inputs (ε-LDP, tight). A report is one symbol of l
 agree on half of the columns, a report of any other value falls in C_a with probability exactly 1/2, so the
 number N_x of reports in C_{x+1} is Binomial(n, 1/2 + (q − 1/2) p_x), q = e^ε/(e^ε + 1): the unary form with
 margin rates (q*, p*) = (q, 1/2), and N = (n + Hc)/2 for the sketch c of output counts: one fast
-Walsh–Hadamard transform, O(K log K) (:func:`fwht`, :meth:`HadamardResponse.margin_sketch`).
+Walsh–Hadamard transform, O(K log K) (:func:`fwht`, :meth:`HadamardResponse.margin_sketch`). This is their
+high-privacy HR: its n·ℓ2² + Σp² is k·coth²(ε/2) at every ε, about cosh²(ε/2) times subset selection's, so
+the tuner never picks it; the general (blocked) HR for larger ε is not implemented (docs/math/tuning.md,
+"Hadamard response and the tuner").
 
 **HCMS.** Apple's sketch with ``cohorts`` hash functions into ``k`` = m buckets (m a power of two): a client
 in cohort j hashes its value to bucket u (O-RAPPOR's one-hash Bloom bit, :mod:`ldpstream.mechanisms.hashing`),
@@ -328,23 +331,38 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
         return chosen, self.privatize(buckets[chosen, index], rng)
 
     def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
-        """``(C, 2k)`` sketch, exact in distribution: per cohort, the clients of bucket u report
-        ``Multinomial(T_cu, P(· | u))`` over the 2k symbols (O(C·k²))."""
+        """``(C, 2k)`` sketch, exact in distribution. A report's law given its bucket u is a mixture: with
+        probability 2q − 1 it is (l uniform, the sign H[u, l]); otherwise uniform over all 2k symbols (then
+        P(sign = H[u, l]) = 2q − 1 + (2 − 2q)/2 = q, as the channel says). So per cohort and bucket
+        Binomial(T_cu, 2q − 1) clients are informative; the others are one Multinomial over the 2k symbols per
+        cohort; the informative ones draw their columns one by one (vectorized, O(n)) when there are fewer of
+        them than (bucket, column) cells, else as one Multinomial over the k columns per bucket (O(C·k²))."""
         rng = ensure_generator(rng)
         buckets = self._table(None if table is None else np.asarray(table))
         per_cohort = population_by_cohort(counts, self.cohorts, buckets.shape[1], rng)
-        q, m = self.q_star, self.k
+        q, m, C = self.q_star, self.k, self.cohorts
+        true = np.stack([np.rint(np.bincount(buckets[c], weights=per_cohort[c], minlength=m)).astype(np.int64)
+                         for c in range(C)])
+        informative = rng.binomial(true, 2.0 * q - 1.0)
+        out = rng.multinomial(true.sum(axis=1) - informative.sum(axis=1), np.full(2 * m, 1.0 / (2 * m)))
+        out = np.asarray(out, dtype=np.int64).reshape(C, 2 * m)
+        rows, us = np.nonzero(informative)
+        if informative.sum() <= rows.size * m:
+            per = informative[rows, us]
+            step = max(1, _ROWS_CELLS // 4)
+            cohort_of, bucket_of = np.repeat(rows, per), np.repeat(us, per)
+            for start in range(0, cohort_of.size, step):
+                c, u = cohort_of[start:start + step], bucket_of[start:start + step]
+                col = np.asarray(rng.integers(0, m, size=c.size), dtype=np.int64)
+                symbol = 2 * col + hadamard_sign(u, col)
+                out += np.bincount(c * 2 * m + symbol, minlength=C * 2 * m).reshape(C, 2 * m)
+            return out
         cols = np.arange(m)
-        out = np.empty((self.cohorts, 2 * m), dtype=np.int64)
-
-        def pvals(rows: np.ndarray) -> np.ndarray:
-            plus = hadamard_sign(rows[:, None], cols[None, :])
-            p = np.empty((rows.size, m, 2))
-            p[:, :, 1] = np.where(plus, q, 1 - q) / m
-            p[:, :, 0] = np.where(plus, 1 - q, q) / m
-            return p.reshape(rows.size, 2 * m)
-
-        for c in range(self.cohorts):
-            true_counts = np.bincount(buckets[c], weights=per_cohort[c], minlength=m)
-            out[c] = _multinomial_rows(np.rint(true_counts).astype(np.int64), pvals, 2 * m, rng)
+        step = max(1, _ROWS_CELLS // m)
+        for start in range(0, rows.size, step):
+            r, u = rows[start:start + step], us[start:start + step]
+            drawn = rng.multinomial(informative[r, u], np.full(m, 1.0 / m))  # (rows, m) columns per bucket
+            plus = hadamard_sign(u[:, None], cols[None, :])
+            np.add.at(out[:, 1::2], r, np.where(plus, drawn, 0))
+            np.add.at(out[:, 0::2], r, np.where(plus, 0, drawn))
         return out

@@ -120,3 +120,17 @@ class KeyedRandomness(ByteRandomness):
 
 SECURE = SecureRandomness()
 """The process-wide secure source; stateless, so sharing it is safe."""
+
+
+def uniform_bytes(rng: Randomness, count: int) -> np.ndarray:
+    """``count`` uniform random bytes from ``rng`` as a ``(count,)`` uint8 array.
+
+    A seeded :class:`numpy.random.Generator` (simulation only) yields them as the raw 64-bit words of its bit
+    generator viewed as bytes: every output bit of PCG64 (and numpy's other bit generators) is uniform, and
+    this is about five times faster than ``Generator.bytes``. Any other source (:data:`SECURE`,
+    :class:`KeyedRandomness`) is read through its ``bytes`` method, unchanged.
+    """
+    if isinstance(rng, np.random.Generator):
+        words = np.asarray(rng.bit_generator.random_raw(-(-count // 8)), dtype=np.uint64)
+        return words.view(np.uint8)[:count]
+    return np.frombuffer(rng.bytes(count), dtype=np.uint8)

@@ -2,11 +2,12 @@
 
 Docs: docs/math/tuning.md, "Search and selection".
 
-Grids (:func:`grid`): O-RR ``k ∈ {2, 3, 4, 5, 6, 8, 16, …}`` up to S (closed) or 2S (open), ``C`` powers of
-two up to :func:`max_cohorts` (4096, and at most n/100), identifiable points only (``C(k − 1) + 1 >= S``:
-each cohort's k responses sum to 1). O-RAPPOR: ``k ∈ {16, …, 4096}`` (closed: up to S), ``C ∈ {1, …, 64}``,
-``h ∈ {1, 2}``, ``k·C >= S``. On an open alphabet ``C >= 2``: with a single cohort two candidates whose
-hashes collide (birthday-likely: ~S²/(2k) pairs) can never be told apart.
+Grids (:func:`grid`): O-RR ``k ∈ {2, 3, 4, 5, 6, 8, 16, …}`` up to S (closed) or 2S (open), ``C`` powers of two up
+to :func:`max_cohorts` (4096, and at most n/100), identifiable points only (``C(k − 1) + 1 >= S``: each cohort's k
+responses sum to 1). O-RAPPOR and O-OUE: ``k ∈ {16, …, 4096}`` (closed: up to S), ``C ∈ {1, …, 64}``,
+``h ∈ {1, 2}``, ``k·C >= S``; CMS and HCMS the same with h = 1 (one hash per cohort). On an open alphabet
+``C >= 2``: with a single cohort two candidates whose hashes collide (birthday-likely: ~S²/(2k) pairs) can never be
+told apart.
 
 Search (:func:`ranked_predictions`): every point is ranked by :func:`ldpstream.simulation.error_model.predict`
 under the :func:`~ldpstream.simulation.error_model.criterion` of the decoder. O-RR is searched in two
@@ -43,6 +44,9 @@ def _powers(lo: int, hi: int) -> list[int]:
     return out
 
 
+#: Families searched on O-RAPPOR's grid of powers of two: O-RAPPOR and O-OUE (k, C, h), and Apple's count-mean
+#: sketch and its Hadamard form (k buckets, C hash functions, one hash each).
+BLOOM_GRIDS: tuple[str, ...] = ("orappor", "ooue", "cms", "hcms")
 #: Largest cohort count searched (and never more than n/100, so that a cohort holds ~100 reports).
 MAX_COHORTS = 4096
 #: Phase 1 of the O-RR search covers C up to this (all k); phase 2 doubles C further for the best k.
@@ -72,10 +76,12 @@ def grid(name: str, support: int, closed: bool, n: int | None = None) -> list[di
         return [
             {"k": k, "cohorts": C} for k in ks for C in _powers(c_min, c_max) if orr_identifiable(k, C, S)
         ]
-    if name == "orappor":
+    if name in BLOOM_GRIDS:
         k_max = S if closed else 4096
         # a closed alphabet smaller than 16 symbols gets the largest power of two within it (k·C ≥ S below)
         ks = _powers(16, k_max) or _powers(2, k_max)[-1:]
+        if name in ("cms", "hcms"):  # one hash per cohort (Apple's sketches): the cohorts are the hash functions
+            return [{"k": k, "cohorts": C} for k in ks for C in _powers(c_min, min(64, c_max)) if k * C >= S]
         return [
             {"k": k, "cohorts": C, "hashes": h}
             for k in ks for C in _powers(c_min, min(64, c_max)) for h in (1, 2) if k * C >= S
@@ -124,7 +130,7 @@ def ranked_predictions(
         points = [pt for pt in points if all(v is None or pt.get(f, 1) == v for f, v in want.items())]
         if not points:
             pt = {"k": k or support, "cohorts": cohorts or 1}
-            if name == "orappor":
+            if name in ("orappor", "ooue"):
                 pt["hashes"] = hashes or 1
             points = [pt]
 

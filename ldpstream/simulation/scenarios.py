@@ -18,7 +18,6 @@ from ldpstream.mechanisms.factory import make_mechanism
 from ldpstream.simulation.grid_search import ranked_predictions
 from ldpstream.simulation.setups import (
     DIRECT_MECHANISMS,
-    GIVEN_HASHED,
     MECHANISM_NAMES,
     Setup,
     hashed_setup,
@@ -80,11 +79,9 @@ def build_setup(
         cands = candidate_strings(S)
         return Setup(name, mech, S, False, mech.value_table(cands), cands)
     eps = require_epsilon(epsilon)
-    if name in GIVEN_HASHED:
-        if k is None or cohorts is None:
-            raise ParameterError(f"{name}: give --k (buckets or bits) and --cohorts (hash functions)")
-        return hashed_setup(name, eps, S, closed, int(k), int(cohorts), hashes)
-    if k is None or cohorts is None or (name == "orappor" and hashes is None):
+    if name in ("cms", "hcms") and hashes not in (None, 1):
+        raise ParameterError(f"{name} hashes each value once per cohort (hashes = 1)")
+    if k is None or cohorts is None or (name in ("orappor", "ooue") and hashes is None):
         dist_p = np.full(S, 1.0 / S) if dist is None else dist
         n_pred = 10**6 if n is None else n
         best = ranked_predictions(

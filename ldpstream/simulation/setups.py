@@ -42,7 +42,8 @@ from ldpstream.simulation.hash_tables import cached_table
 MECHANISM_NAMES: tuple[str, ...] = (
     "krr", "krappor", "orr", "orappor", "rappor", "oue", "ss", "hr", "ooue", "cms", "hcms"
 )
-#: Hashed mechanisms whose k and cohorts are given (no grid search): O-OUE, CMS, HCMS.
+#: Hashed mechanisms whose value tables come straight from the mechanism, not the O-RR / O-RAPPOR table cache:
+#: O-OUE, CMS, HCMS (searched on their grids like O-RAPPOR: :func:`ldpstream.simulation.grid_search.grid`).
 GIVEN_HASHED: tuple[str, ...] = ("ooue", "cms", "hcms")
 
 
@@ -154,8 +155,14 @@ def hashed_setup(
         spec["support"] = support
     mech = make_mechanism(spec)
     cands = None if closed else candidate_strings(support)
-    if name in GIVEN_HASHED:  # tables straight from the mechanism (HCMS's k need not be a valid k for S)
-        table = mech.value_table(cands)
-        return Setup(name, mech, support, closed, table, cands, mech.design_matrix(table))
+    if name in GIVEN_HASHED:
+        # O-OUE and CMS hash exactly as O-RAPPOR with the same (k, C, h), and HCMS's buckets are O-RAPPOR's
+        # one-hash Bloom bits: their tables and designs are O-RAPPOR's, from the cache (the tuner searches
+        # the same grid points for all four).
+        bloom = make_mechanism({**spec, "mechanism": "orappor", "hashes": spec.get("hashes", 1)})
+        table, design = cached_table(bloom, hashes=spec.get("hashes", 1), support=support, candidates=cands)
+        if name == "hcms":
+            table = np.ascontiguousarray(table[:, :, 0])
+        return Setup(name, mech, support, closed, table, cands, design)
     table, design = cached_table(mech, hashes=spec.get("hashes"), support=support, candidates=cands)
     return Setup(name, mech, support, closed, table, cands, design)

@@ -152,6 +152,30 @@ def test_unbiased_with_the_formulas_variance(m):
     assert abs(sq.mean() - expected) < Z * sq.std(ddof=1) / np.sqrt(R), (sq.mean(), expected)
 
 
+@pytest.mark.parametrize(("m", "n"), [(64, 600), (8, 2_000)])
+def test_hcms_simulator_matches_its_encoder(m, n):
+    """HCMS's aggregate simulator (the mixture of its docstring) against the per-report encoder: each of the
+    2m columns' mean (z-test) and variance (F-test), Bonferroni over the columns. m = 64, n = 600 takes its
+    per-report branch (fewer informative reports than bucket × column cells), m = 8, n = 2,000 its
+    multinomial branch."""
+    S, C, R = 10, 2, 300
+    mech = HadamardCountMeanSketch(k=m, epsilon=1.0, cohorts=C, support=S)
+    table = mech.value_table(None)
+    p = skewed(S)
+    rng = np.random.default_rng(17)
+    sim = np.array([mech.simulate_sketch(rng.multinomial(n, p), rng, table).ravel() for _ in range(R)], dtype=float)
+    enc = np.array([mech.sketch(*mech.encode_clients(rng.choice(S, size=n, p=p), rng, table)).ravel()
+                    for _ in range(R)], dtype=float)
+    assert sim.sum(axis=1).tolist() == [n] * R
+    live = (sim.var(0, ddof=1) > 0) & (enc.var(0, ddof=1) > 0)
+    alpha = 1e-3 / live.sum()
+    zm = (sim.mean(0) - enc.mean(0))[live] / np.sqrt((sim.var(0, ddof=1) + enc.var(0, ddof=1))[live] / R)
+    assert np.max(np.abs(zm)) < stats.norm.isf(alpha / 2), zm
+    f = sim.var(0, ddof=1)[live] / enc.var(0, ddof=1)[live]
+    pf = 2 * np.minimum(stats.f.cdf(f, R - 1, R - 1), stats.f.sf(f, R - 1, R - 1))
+    assert pf.min() > alpha, pf
+
+
 def test_subset_selection_simulator_matches_its_encoder():
     """Two samples of sketches, the aggregate simulator's and the per-report encoder's: each column's mean and
     variance agree (z-test of means; F-test of variances), and so does the mean of ‖p̂ − p‖²."""

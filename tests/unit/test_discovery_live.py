@@ -380,16 +380,20 @@ def test_a_permanent_response_bounds_repeated_records_and_the_strings_are_still_
 
 
 def test_a_refresh_starts_each_slot_pair_from_its_last_table():
+    # The warm start needs the refresh to find the same n-grams as the first pass, a chance event at 2,000 more
+    # clients: seeds (1, 2) give that scenario (with the seeded byte stream of ldpstream.mechanisms.randomness.
+    # uniform_bytes; (9, 10) did with the former Generator.bytes stream). Given it, the warm start is
+    # deterministic.
     store = InMemorySketchStore(clock=lambda: NOW)
     publisher = _Captured()
     simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], publisher, clients=20_000, strings=["ab", "ba"],
-                                   seed=9, event_time=NOW, per_message=100)
+                                   seed=1, event_time=NOW, per_message=100)
     offset = _fold_into(store, publisher.sent, REGISTRY, 0, NOW)
     service = _service(store)
     service.run_once(now=NOW + 60)
     assert store.latest_estimate("word", "all")["discovery"]["pair_em_warm_starts"] == 0
     more = _Captured()
-    simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], more, clients=2_000, strings=["ab", "ba"], seed=10,
+    simulate_discovery_and_publish(REGISTRY, REGISTRY["word"], more, clients=2_000, strings=["ab", "ba"], seed=2,
                                    event_time=NOW, per_message=100)
     _fold_into(store, more.sent, REGISTRY, offset, NOW)
     service.run_once(now=NOW + 61)

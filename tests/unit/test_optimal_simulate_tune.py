@@ -11,6 +11,7 @@ import pytest
 from ldpstream.cli.main import main
 from ldpstream.estimators.direct import unary_expected_l2sq
 from ldpstream.simulation.error_model import predict
+from ldpstream.simulation.grid_search import ranked_predictions
 from ldpstream.simulation.recommend import tune
 from ldpstream.simulation.scenarios import build_setup
 
@@ -32,9 +33,17 @@ def test_simulate_prints_the_same_json_for_the_new_mechanisms(capsys, extra):
     assert out["coverage"] is not None and out["losses"]["empirical"]["l1"]["mean"] < 0.5
 
 
-def test_hashed_new_mechanisms_need_k_and_cohorts(capsys):
-    assert main(["simulate", "--mechanism", "cms", "--epsilon", "1", "--support", "16", "--n", "100"]) == 1
-    assert "--cohorts" in capsys.readouterr().err
+@pytest.mark.parametrize("name", ["ooue", "cms", "hcms"])
+def test_hashed_new_mechanisms_without_k_and_cohorts_take_the_models_first_grid_point(capsys, name):
+    argv = ["simulate", "--mechanism", name, "--epsilon", "1", "--support", "16", "--n", "20000", "--trials", "2",
+            "--dist", "uniform", "--json"]
+    assert main(argv) == 0
+    params = json.loads(capsys.readouterr().out)["parameters"]
+    first = ranked_predictions(name, 1.0, 16, 20_000, np.full(16, 1 / 16), False)[0]
+    assert (params["k"], params["cohorts"], params.get("hashes")) == (first["k"], first["cohorts"], first.get("hashes"))
+    if name == "cms":
+        assert main([*argv, "--hashes", "2"]) == 1
+        assert "hashes = 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["oue", "ss", "hr"])
@@ -50,7 +59,8 @@ def test_tune_l2sq_chooses_among_all_mechanisms_and_the_default_is_unchanged():
     p = 0.8 ** np.arange(64)
     p /= p.sum()
     res = tune(1.0, 64, 100_000, p, closed=True, trials=2, keep=1, loss="l2sq", decoder="unbiased")
-    assert {a.mechanism for a in res.alternatives} >= {"krr", "krappor", "oue", "ss", "hr", "orr", "orappor"}
+    assert {a.mechanism for a in res.alternatives} == {
+        "krr", "krappor", "oue", "ss", "hr", "orr", "orappor", "ooue", "cms", "hcms"}
     assert res.to_dict()["loss"] == "l2sq" and res.to_dict()["criterion"] == "l2sq"
     best = min(a.predicted for a in res.alternatives)
     assert res.recommended.predicted <= 1.01 * best

@@ -55,12 +55,14 @@ def _check_model(setup, p, n, decoder, trials, seed):
 @pytest.mark.parametrize(
     ("name", "closed", "k", "cohorts", "hashes"),
     [("krr", True, None, None, None), ("krappor", True, None, None, None), ("orr", True, 8, 16, None),
-     ("orr", False, 8, 16, None), ("orappor", False, 64, 8, 1), ("orappor", True, 16, 4, 2)],
+     ("orr", False, 8, 16, None), ("orappor", False, 64, 8, 1), ("orappor", True, 16, 4, 2),
+     ("ooue", False, 64, 8, 1), ("ooue", True, 16, 4, 2), ("cms", False, 64, 8, None), ("cms", True, 16, 4, None),
+     ("hcms", False, 64, 8, None), ("hcms", True, 16, 4, None)],
 )
 def test_variance_model_matches_simulation(name, closed, k, cohorts, hashes):
     """The unprojected estimate's mean ℓ2² against the empirical distribution equals the prediction.
 
-    The hashed models (O-RR, O-RAPPOR) evaluate the weights at the true p while the decoder evaluates
+    The hashed models (O-RR, O-RAPPOR, O-OUE, CMS, HCMS) evaluate the weights at the true p while the decoder evaluates
     them at a pilot fit, and the bit model ignores the covariance between the bits of one report (both
     documented approximations of a few percent), so those get 5% of slack on top of 5 standard errors."""
     S, n, trials = 32, 200_000, 40
@@ -166,7 +168,8 @@ def test_projected_l1_matches_monte_carlo_projection():
 @pytest.mark.parametrize(
     ("name", "closed", "k", "cohorts", "hashes", "eps"),
     [("krr", True, None, None, None, 1.0), ("krappor", True, None, None, None, 0.5), ("orr", False, 4, 256, None, 0.5),
-     ("orr", True, 16, 32, None, 2.0), ("orappor", False, 256, 4, 1, 1.0)],
+     ("orr", True, 16, 32, None, 2.0), ("orappor", False, 256, 4, 1, 1.0), ("ooue", False, 256, 4, 2, 2.0),
+     ("cms", True, 64, 8, None, 1.0), ("hcms", False, 256, 8, None, 4.0)],
 )
 def test_projected_prediction_matches_simulation(name, closed, k, cohorts, hashes, eps):
     """The projected model against LS + projection (the paper's decoder): 6% plus 4 standard errors."""
@@ -291,6 +294,54 @@ def test_tune_orr_open_low_epsilon_matches_paper():
     assert len({a.params["k"] for a in res.alternatives}) == len(res.alternatives)  # distinct k simulated
 
 
+def test_the_hashed_grids_of_o_oue_cms_and_hcms():
+    """O-OUE searches O-RAPPOR's (k, C, h) grid; CMS and HCMS the same (k, C) with one hash per cohort."""
+    S = 64
+    assert grid("ooue", S, False, 10**6) == grid("orappor", S, False, 10**6)
+    for name in ("cms", "hcms"):
+        pts = grid(name, S, True, 10**6)
+        assert pts and all("hashes" not in pt and pt["k"] * pt["cohorts"] >= S for pt in pts)
+        assert {(pt["k"], pt["cohorts"]) for pt in pts} == {
+            (pt["k"], pt["cohorts"]) for pt in grid("orappor", S, True, 10**6) if pt["hashes"] == 1}
+    # simulate without --k / --cohorts: the grid point the model ranks first
+    setup = build_setup("hcms", 2.0, S, closed=True, n=10**5, dist=parse_distribution("geometric", S))
+    first = ranked_predictions("hcms", 2.0, S, 10**5, parse_distribution("geometric", S), True)[0]
+    assert (setup.mechanism.k, setup.mechanism.cohorts) == (first["k"], first["cohorts"])
+    with pytest.raises(ParameterError, match="hashes = 1"):
+        build_setup("cms", 1.0, S, k=16, cohorts=4, hashes=2)
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_o_oue_cms_and_hcms_share_o_rappors_cached_tables_and_they_are_their_own(closed):
+    """The tuner's set-ups of O-OUE, CMS, HCMS take O-RAPPOR's cached table and design; those must be exactly
+    what each mechanism builds itself (value_table, design_matrix)."""
+    S = 40
+    cands = None if closed else [f"s{i}" for i in range(S)]
+    for name, h in (("ooue", 2), ("cms", None), ("hcms", None)):
+        setup = hashed_setup(name, 1.0, S, closed, 16, 4, h)
+        own = setup.mechanism.value_table(cands)
+        np.testing.assert_array_equal(setup.table, own)
+        assert (setup.design != setup.mechanism.design_matrix(own)).nnz == 0
+
+
+@pytest.mark.parametrize(("closed", "loss"), [(True, "l2sq"), (False, "l1")])
+def test_tune_considers_every_mechanism(closed, loss):
+    """tune searches every family the alphabet allows, the hashed O-OUE, CMS and HCMS among them, and its
+    recommendation is the model's best (within rel_tol, cheapest first) over all of them."""
+    S = 64
+    p = parse_distribution("geometric", S)
+    decoder = "unbiased" if loss == "l2sq" else "project"
+    res = tune(2.0, S, 10**5, p, closed=closed, trials=0, loss=loss, decoder=decoder)
+    seen = {a.mechanism for a in res.alternatives}
+    hashed = {"orr", "orappor", "ooue", "cms", "hcms"}
+    assert seen == (hashed | {"krr", "krappor", "oue", "ss", "hr"} if closed else hashed)
+    lowest = min(a.predicted for a in res.alternatives)
+    assert res.recommended.predicted <= lowest * 1.01
+    # at ε = 2 on an open alphabet of 64 the asymmetric flips beat O-RAPPOR's symmetric ones at equal (k, C, h)
+    if not closed:
+        assert res.best("ooue").predicted < res.best("orappor").predicted
+
+
 def test_tune_model_only_and_errors():
     p = parse_distribution("geometric", 32)
     res = tune(2.0, 32, 10**5, p, closed=True, trials=0)
@@ -310,3 +361,33 @@ def test_dense_and_sparse_orr_predictions_agree():
         sparse_var, sparse_bias = predicted_variances(setup, p, 10**5, dense_max_k=0)
         assert dense_var == pytest.approx(sparse_var, rel=1e-9)
         assert dense_bias == pytest.approx(sparse_bias, rel=1e-9, abs=1e-15)
+
+
+def test_hadamard_response_risk_is_k_coth_squared_and_never_below_subset_selection():
+    """docs/math/tuning.md, "Hadamard response and the tuner": HR's n·ℓ2² + Σp² is k·coth²(ε/2) for every p (the
+    error model, a second implementation of the unary risk, agrees), above SS's at its best d on the whole grid,
+    and HR/SS tends to cosh²(ε/2) when k ≫ e^ε (Ye & Barg's 4k e^ε/(e^ε − 1)² for SS)."""
+    from ldpstream.mechanisms.rates import hadamard_rates, optimal_subset_size, subset_rates, unary_risk
+
+    n = 10_000
+    for eps in (0.5, 1.0, 2.0, 4.0, 8.0):
+        for k in (2, 8, 64, 256, 4096):
+            hr = unary_risk(k, *hadamard_rates(eps))
+            assert hr == pytest.approx(k / math.tanh(eps / 2) ** 2, rel=1e-12)
+            ss = unary_risk(k, *subset_rates(k, optimal_subset_size(k, eps), eps))
+            assert hr > ss, (k, eps)
+        p = parse_distribution("geometric", 64)
+        pred = predict(build_setup("hr", eps, 64), p, n, reference="true")["l2sq"]
+        assert n * pred + np.sum(p * p) == pytest.approx(64 / math.tanh(eps / 2) ** 2, rel=1e-9)
+        big = 2**20
+        ratio = unary_risk(big, *hadamard_rates(eps)) / unary_risk(
+            big, *subset_rates(big, optimal_subset_size(big, eps), eps))
+        assert ratio == pytest.approx(math.cosh(eps / 2) ** 2, rel=0.01)
+
+
+@pytest.mark.parametrize("eps", [0.5, 4.0])
+def test_tune_does_not_pick_hadamard_response(eps):
+    res = tune(eps, 256, 10**6, parse_distribution("geometric", 256), closed=True, trials=0, loss="l2sq",
+               decoder="unbiased", mechanisms=["hr", "ss", "oue", "krr"])
+    assert res.recommended.mechanism != "hr"
+    assert res.best("hr").predicted > res.best("ss").predicted
