@@ -144,6 +144,23 @@ def make_certificates(tls_dir: Path, hosts: tuple[str, ...] = ("127.0.0.1", "loc
     os.chmod(ca, 0o644)
 
 
+def make_client_certificate(tls_dir: Path, name: str) -> tuple[Path, Path]:
+    """A client certificate for mutual TLS (``<name>.pem``, ``<name>.key``, common name ``name``), signed by the
+    CA of :func:`make_certificates` in ``tls_dir``: what a client gives as ``cert``/``key`` to a Redis with
+    ``tls-auth-clients yes`` or a Kafka listener with ``ssl.client.auth=required``."""
+    if not name.replace("-", "").isalnum():
+        raise ConfigError(f"client certificate name {name!r}: letters, digits and '-' only")
+    key, csr, cert = tls_dir / f"{name}.key", tls_dir / f"{name}.csr", tls_dir / f"{name}.pem"
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+             "-subj", f"/CN={name}")
+    extensions = tls_dir / f"{name}.ext"
+    extensions.write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls_dir / "ca.pem"), "-CAkey", str(tls_dir / "ca.key"),
+             "-CAcreateserial", "-out", str(cert), "-days", "825", "-sha256", "-extfile", str(extensions))
+    os.chmod(key, 0o600)
+    return cert, key
+
+
 def _password(path: Path) -> str:
     """The password in ``path``, made (random, mode 600) when missing."""
     if not path.exists():

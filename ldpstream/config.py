@@ -449,8 +449,21 @@ class RedisConfig:
         except redis.ResponseError as exc:
             raise ServiceError(f"Redis at {self.safe_url} refused the client: {exc}") from None
         except (redis.RedisError, OSError) as exc:
+            text = str(exc).upper()
+            if "CERTIFICATE_REQUIRED" in text:
+                raise ServiceError(f"Redis at {self.safe_url} requires a client certificate (mutual TLS): give "
+                                   f"redis.cert and redis.key signed by its CA: {exc}") from None
+            if "ALERT_UNKNOWN_CA" in text or "ALERT_BAD_CERTIFICATE" in text:
+                raise ServiceError(f"Redis at {self.safe_url} refused the client certificate "
+                                   f"({self.cert}): {exc}") from None
+            # TLS 1.3 servers refuse a client certificate after the handshake: the client may see only a closed
+            # connection, so a refusal of a certificate (or of its absence) may end here too
+            hint = ""
+            if self.tls:
+                hint = (f" (if it requires client certificates: did its CA sign {self.cert}?)" if self.cert else
+                        " (if it requires client certificates (mutual TLS): give redis.cert and redis.key)")
             raise ServiceError(f"Redis at {self.safe_url} did not answer{' over TLS' if self.tls else ''}: "
-                               f"{exc}") from None
+                               f"{exc}{hint}") from None
 
     def store(self) -> RedisSketchStore:
         from ldpstream.store.redis_store import RedisSketchStore
