@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from ldpstream.config import RedisConfig
 from ldpstream.store import PartitionBatch, RedisSketchStore, SketchKey, keys
 from ldpstream.store.contract import ALL_TIME, PairIncrement, PairKey
 
@@ -30,11 +31,11 @@ def _listed(store: RedisSketchStore, index: str) -> set[str]:
 
 
 @pytest.fixture
-def store(redis_url: str, key_prefix: str) -> RedisSketchStore:
-    return RedisSketchStore.from_url(redis_url, key_prefix)
+def store(redis_config: RedisConfig, key_prefix: str) -> RedisSketchStore:
+    return RedisSketchStore(redis_config.client(), key_prefix)
 
 
-def test_an_entry_is_added_once_then_again_after_an_assignment_and_in_a_new_store(store, redis_url, key_prefix):
+def test_an_entry_is_added_once_then_again_after_an_assignment_and_in_a_new_store(store, redis_config, key_prefix):
     index = keys.index_key(key_prefix, "m", 1)
     name = keys.sketch_key(key_prefix, "t", 0, ALL)
     assert store.apply(_batch(None, 10)).applied
@@ -46,18 +47,18 @@ def test_an_entry_is_added_once_then_again_after_an_assignment_and_in_a_new_stor
     assert store.apply(_batch(20, 30)).applied
     assert _listed(store, index) == {name}
     store.client.delete(index)
-    restarted = RedisSketchStore.from_url(redis_url, key_prefix)
+    restarted = RedisSketchStore(redis_config.client(), key_prefix)
     assert restarted.apply(_batch(30, 40)).applied
     assert _listed(store, index) == {name}
     assert store.snapshot("m", 1, (1, 3)).total.tolist() == [[4, 0, 8]]  # four batches, each counted once
 
 
-def test_a_refused_batch_makes_the_store_add_the_entries_again(store, redis_url, key_prefix):
+def test_a_refused_batch_makes_the_store_add_the_entries_again(store, redis_config, key_prefix):
     """A rebalance: another consumer wrote the partition (and the entry went meanwhile); this store's next
     batch is refused, and the batch it sends from the stored offset adds the entry again."""
     index = keys.index_key(key_prefix, "m", 1)
     assert store.apply(_batch(None, 10)).applied
-    other = RedisSketchStore.from_url(redis_url, key_prefix)
+    other = RedisSketchStore(redis_config.client(), key_prefix)
     assert other.apply(_batch(10, 20)).applied
     store.client.delete(index)
     refused = store.apply(_batch(10, 20))
@@ -100,8 +101,8 @@ def test_pair_statistic_entries_are_remembered_too(store, key_prefix):
     assert _listed(store, index) == {keys.pair_key(key_prefix, "t", 0, pair, "cells")}
 
 
-def test_without_memory_every_batch_adds_its_entries(redis_url, key_prefix):
-    store = RedisSketchStore.from_url(redis_url, key_prefix, remember_index=False)
+def test_without_memory_every_batch_adds_its_entries(redis_config, key_prefix):
+    store = RedisSketchStore(redis_config.client(), key_prefix, remember_index=False)
     index = keys.index_key(key_prefix, "m", 1)
     assert store.apply(_batch(None, 10)).applied
     store.client.delete(index)
