@@ -1,14 +1,18 @@
 """Mutual TLS: a Redis that requires client certificates (``tls-auth-clients yes``) refuses a client without
 one, and one whose certificate another CA signed, each in one clear line naming the server; it accepts the
 client configured with a certificate its CA signed (``RedisConfig(cert=..., key=...)``, what ``--redis-cert``,
-``LDPSTREAM_REDIS_CERT`` and ``redis.cert`` set), and the store counts through it.
+``LDPSTREAM_REDIS_CERT`` and ``redis.cert`` set), and the store counts through it. The same for a Kafka
+listener with ``ssl.client.auth=required`` (SASL_SSL, SCRAM): without a certificate refused, with one the
+client creates a topic and publishes.
 
-The test makes its own CAs and certificates (:mod:`ldpstream.deploy.secure`) and starts its own
-``redis-server`` (TLS only, on a free port, in a temporary folder), so it needs no secured stack.
+The tests make their own CAs and certificates (:mod:`ldpstream.deploy.secure`) and start their own
+``redis-server`` (TLS only, on a free port, in a temporary folder), and for Kafka a secured stack of their own
+with ``client_auth`` (``SecureStackConfig``, free ports, a temporary folder; stopped afterwards).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -18,10 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from confluent_kafka import Producer
 
 from ldpstream.config import RedisConfig
 from ldpstream.deploy import secure
+from ldpstream.deploy.stack import StackConfig
 from ldpstream.errors import ServiceError
+from ldpstream.kafka import ensure_topics
 from ldpstream.store import PartitionBatch, SketchKey
 from ldpstream.testing import unavailable
 
@@ -107,3 +114,41 @@ def test_a_client_with_a_certificate_of_the_ca_is_accepted_and_counts(redis_url,
     key = SketchKey("m", 1, -1)
     assert store.apply(PartitionBatch("t", 0, None, 5, increments={key: np.array([[2, 3]])})).applied
     assert store.snapshot("m", 1, (1, 2)).total.tolist() == [[2, 3]]
+
+
+@pytest.fixture(scope="module")
+def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[secure.SecureStackConfig]:
+    """A secured stack of this module's own whose Kafka listener requires client certificates."""
+    base = StackConfig.from_env()
+    cfg = secure.SecureStackConfig(tmp_path_factory.mktemp("stack") / "secure", base.cache_dir,
+                                   kafka_port=_free_port(), controller_port=_free_port(),
+                                   redis_port=_free_port(), client_auth=True)
+    try:
+        try:
+            secure.up(cfg, base)
+        except Exception as exc:
+            unavailable(f"secured stack with client certificates: {exc}")
+        yield cfg
+    finally:
+        secure.down(cfg)
+
+
+@pytest.mark.slow
+def test_kafka_requiring_client_certificates_refuses_a_client_without_one_and_accepts_one_with(kafka_stack):
+    config = kafka_stack.service_config()
+    assert config.kafka.security.cert  # the stack's configuration file names the client certificate
+    without = dataclasses.replace(config.kafka,
+                                  security=dataclasses.replace(config.kafka.security, cert=None, key=None))
+    with pytest.raises(ServiceError) as refused:
+        without.check_access(timeout=30)
+    message = str(refused.value)
+    assert message.startswith(f"Kafka at {kafka_stack.kafka_bootstrap} refused the client")
+    assert "give kafka.cert and kafka.key" in message and "\n" not in message
+    config.kafka.check_access()
+    topic = f"test-mtls-{time.monotonic_ns()}"
+    ensure_topics(config.kafka, [topic], partitions=1)
+    producer = Producer(config.kafka.producer())
+    delivered: list[bool] = []
+    producer.produce(topic, b"a message", on_delivery=lambda err, _msg: delivered.append(err is None))
+    producer.flush(30)
+    assert delivered == [True]
