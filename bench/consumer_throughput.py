@@ -20,6 +20,10 @@ Run on the local stack (``ldpstream stack up``) or point ``LDPSTREAM_KAFKA``/``L
 Redis Cluster, ``--also-redis redis+cluster://127.0.0.1:36501``), and prints its rate beside the first::
 
     python bench/consumer_throughput.py --reports 300000 --also-redis redis+cluster://127.0.0.1:36501
+
+``--no-index-cache`` adds, beside each of ours, the same consumer whose store adds every index entry with
+every batch (``RedisSketchStore(remember_index=False)``, the behaviour before the store remembered the entries
+it wrote), on the same messages: the before/after of that change side by side.
 """
 
 from __future__ import annotations
@@ -61,11 +65,12 @@ def bare_loop(bootstrap: str, topic: str, messages: int, batch: int) -> tuple[in
     return seen - first, elapsed
 
 
-def our_consumer(registry: Registry, bootstrap: str, redis_url: str, reports: int, batch: int) -> tuple[int, float]:
+def our_consumer(registry: Registry, bootstrap: str, redis_url: str, reports: int, batch: int,
+                 remember_index: bool = True) -> tuple[int, float]:
     """Reports applied after the first batch, and the seconds they took."""
     from prometheus_client import CollectorRegistry
 
-    store = RedisSketchStore.from_url(redis_url, f"bench:{uuid.uuid4().hex[:8]}")
+    store = RedisSketchStore.from_url(redis_url, f"bench:{uuid.uuid4().hex[:8]}", remember_index=remember_index)
     consumer = SketchConsumer(registry, store, ConsumerSettings(
         KafkaConfig(bootstrap), group_id=f"bench-ours-{uuid.uuid4().hex[:8]}", batch_size=batch),
         metrics=ConsumerMetrics(CollectorRegistry()))
@@ -92,16 +97,21 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--also-redis", metavar="URL", default=None,
                         help="run ours again into this Redis (e.g. redis+cluster://127.0.0.1:36501)")
+    parser.add_argument("--no-index-cache", action="store_true",
+                        help="also run each of ours with a store that adds every index entry with every batch")
     args = parser.parse_args()
     config = ServiceConfig.load()
     bootstrap, redis_url = config.kafka.bootstrap, config.redis.url
 
     print(f"# python bench/consumer_throughput.py --reports {args.reports} --per-message {args.per_message} "
           f"--partitions {args.partitions} --batch {args.batch} --k {args.k}"
-          + (f" --also-redis {args.also_redis}" if args.also_redis else ""))
+          + (f" --also-redis {args.also_redis}" if args.also_redis else "")
+          + (" --no-index-cache" if args.no_index_cache else ""))
     print(f"# ours into {redis_url}" + (f"; 'also' into {args.also_redis}" if args.also_redis else ""))
     print(f"{'layout':<18} {'producer rep/s':>15} {'bare msg/s':>12} {'bare rep/s':>12} {'ours rep/s':>12} "
-          f"{'ours/bare':>10}" + (f" {'also rep/s':>12} {'also/ours':>10}" if args.also_redis else ""))
+          f"{'ours/bare':>10}" + (f" {'no-cache':>12} {'cache gain':>10}" if args.no_index_cache else "")
+          + (f" {'also rep/s':>12} {'also/ours':>10}" if args.also_redis else "")
+          + (f" {'no-cache':>12} {'cache gain':>10}" if args.also_redis and args.no_index_cache else ""))
     for per_message in (1, args.per_message):
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         ensure_topics(bootstrap, [topic], partitions=args.partitions)
@@ -118,13 +128,23 @@ def main() -> None:
         bare_rate = bare_msg_rate * per_message
         our_rate = our_reports / our_seconds
         layout = "1 per message" if per_message == 1 else f"{per_message} per message"
+
+        def without_cache(url: str, rate: float, registry: Registry = registry, batch: int = batch) -> str:
+            """The same consumer with a store that adds the index entries with every batch, and the gain."""
+            if not args.no_index_cache:
+                return ""
+            plain_reports, plain_seconds = our_consumer(registry, bootstrap, url, args.reports, batch, False)
+            plain_rate = plain_reports / plain_seconds
+            return f" {plain_rate:>12,.0f} {rate / plain_rate - 1:>+10.0%}"
+
+        ours = without_cache(redis_url, our_rate)
         also = ""
         if args.also_redis:
             also_reports, also_seconds = our_consumer(registry, bootstrap, args.also_redis, args.reports, batch)
             also_rate = also_reports / also_seconds
-            also = f" {also_rate:>12,.0f} {also_rate / our_rate:>9.0%}"
+            also = f" {also_rate:>12,.0f} {also_rate / our_rate:>9.0%}" + without_cache(args.also_redis, also_rate)
         print(f"{layout:<18} {produced.rate:>15,.0f} {bare_msg_rate:>12,.0f} {bare_rate:>12,.0f} "
-              f"{our_rate:>12,.0f} {our_rate / bare_rate:>9.0%}{also}", flush=True)
+              f"{our_rate:>12,.0f} {our_rate / bare_rate:>9.0%}{ours}{also}", flush=True)
         from confluent_kafka.admin import AdminClient
 
         AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])

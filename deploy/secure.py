@@ -58,6 +58,10 @@ class SecureStackConfig:
     controller_port: int = SECURE_CONTROLLER_PORT
     redis_port: int = SECURE_REDIS_PORT
     kafka_heap: str = "512m"
+    #: Mutual TLS: Kafka ``ssl.client.auth=required`` and Redis ``tls-auth-clients yes`` (clients need a
+    #: certificate of the CA: :func:`make_client_certificate`; its ``client.pem``/``client.key`` are in the
+    #: configuration file then).
+    client_auth: bool = False
 
     @classmethod
     def from_env(cls, base: StackConfig | None = None) -> SecureStackConfig:
@@ -144,6 +148,23 @@ def make_certificates(tls_dir: Path, hosts: tuple[str, ...] = ("127.0.0.1", "loc
     os.chmod(ca, 0o644)
 
 
+def make_client_certificate(tls_dir: Path, name: str) -> tuple[Path, Path]:
+    """A client certificate for mutual TLS (``<name>.pem``, ``<name>.key``, common name ``name``), signed by the
+    CA of :func:`make_certificates` in ``tls_dir``: what a client gives as ``cert``/``key`` to a Redis with
+    ``tls-auth-clients yes`` or a Kafka listener with ``ssl.client.auth=required``."""
+    if not name.replace("-", "").isalnum():
+        raise ConfigError(f"client certificate name {name!r}: letters, digits and '-' only")
+    key, csr, cert = tls_dir / f"{name}.key", tls_dir / f"{name}.csr", tls_dir / f"{name}.pem"
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+             "-subj", f"/CN={name}")
+    extensions = tls_dir / f"{name}.ext"
+    extensions.write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls_dir / "ca.pem"), "-CAkey", str(tls_dir / "ca.key"),
+             "-CAcreateserial", "-out", str(cert), "-days", "825", "-sha256", "-extfile", str(extensions))
+    os.chmod(key, 0o600)
+    return cert, key
+
+
 def _password(path: Path) -> str:
     """The password in ``path``, made (random, mode 600) when missing."""
     if not path.exists():
@@ -170,12 +191,14 @@ def write_config_file(cfg: SecureStackConfig) -> Path:
         f'sasl_mechanism = "{SASL_MECHANISM}"\n'
         f'user = "{USER}"\n'
         'password_file = "secrets/kafka-password"\n'
-        'ca = "tls/ca.pem"\n\n'
+        'ca = "tls/ca.pem"\n'
+        + ('cert = "tls/client.pem"\nkey = "tls/client.key"\n' if cfg.client_auth else "") + "\n"
         "[redis]\n"
         f'url = "{cfg.redis_url}"\n'
         f'user = "{USER}"\n'
         'password_file = "secrets/redis-password"\n'
-        'ca = "tls/ca.pem"\n')
+        'ca = "tls/ca.pem"\n'
+        + ('cert = "tls/client.pem"\nkey = "tls/client.key"\n' if cfg.client_auth else ""))
     return cfg.config_file
 
 
@@ -198,6 +221,8 @@ def prepare(cfg: SecureStackConfig) -> None:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(cfg.state_dir, 0o700)
     make_certificates(cfg.tls_dir)
+    if cfg.client_auth and not (cfg.tls_dir / "client.pem").exists():
+        make_client_certificate(cfg.tls_dir, "client")
     for name in ("kafka-password", "kafka-admin-password", "redis-password"):
         _password(cfg.secrets_dir / name)
     write_config_file(cfg)
@@ -227,7 +252,7 @@ def start_redis(cfg: SecureStackConfig) -> None:
     _write_private(conf, "\n".join([
         "port 0", f"tls-port {cfg.redis_port}", "bind 127.0.0.1", "protected-mode yes",
         f"tls-cert-file {tls / 'server.pem'}", f"tls-key-file {tls / 'server.key'}",
-        f"tls-ca-cert-file {tls / 'ca.pem'}", "tls-auth-clients no",
+        f"tls-ca-cert-file {tls / 'ca.pem'}", f"tls-auth-clients {'yes' if cfg.client_auth else 'no'}",
         f"dir {data}", "appendonly yes", "appendfsync everysec", 'save ""', "daemonize no", 'logfile ""',
         "user default off",
         f"user {USER} on >{_password(cfg.secrets_dir / 'redis-password')} ~* &* +@all", ""]))
@@ -288,7 +313,9 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
         f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config={jaas}",
         "ssl.keystore.type=PEM", f"ssl.keystore.location={tls / 'server-keystore.pem'}",
         "ssl.truststore.type=PEM", f"ssl.truststore.location={tls / 'ca.pem'}",
-        "ssl.client.auth=none", ""]))
+        # a SASL_SSL listener ignores the broker-wide ssl.client.auth: only the listener's own setting counts
+        # (KIP-684)
+        f"listener.name.sasl_ssl.ssl.client.auth={'required' if cfg.client_auth else 'none'}", ""]))
     classpath = f"{libs}/*"
     java = _java()
     if not (data / "meta.properties").exists():

@@ -316,7 +316,10 @@ class KafkaConfig:
 
         def on_error(error: KafkaError) -> None:
             seen.append(error.str())
-            if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            # a broker that requires client certificates sends a TLS alert, which librdkafka reports as a
+            # transport error (and retries for ever)
+            if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) or \
+                    any(alert in error.str().lower() for alert in _CERTIFICATE_ALERTS):
                 refused.append(error.str())
 
         quiet = logging.getLogger("ldpstream.kafka.check_access")
@@ -339,13 +342,23 @@ class KafkaConfig:
                                        f"a client of another protocol){last}")
         finally:
             probe.flush(0)
+        hint = ""
+        if any(alert in refused[0].lower() for alert in _CERTIFICATE_ALERTS):
+            hint = (f" (it requires client certificates: did its CA sign {self.security.cert}?)" if self.security.cert
+                    else " (it requires client certificates (mutual TLS): give kafka.cert and kafka.key)")
         raise ServiceError(f"Kafka at {self.bootstrap} refused the client "
-                           f"(security {self.security.protocol}): {refused[0]}")
+                           f"(security {self.security.protocol}): {refused[0]}{hint}")
 
 
 #: Redis Cluster URL schemes (this project's convention) and their plain twins; the store layer, which may not
 #: import this module, keeps the same table (``ldpstream.store.redis_store.CLUSTER_SCHEMES``).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+#: TLS alerts (as librdkafka words them, lower case) of a server that refuses the client's certificate or its
+#: absence.
+_CERTIFICATE_ALERTS = ("alert bad certificate", "certificate required", "alert unknown ca",
+                       "alert certificate unknown")
 
 
 @dataclass(frozen=True)
@@ -449,8 +462,21 @@ class RedisConfig:
         except redis.ResponseError as exc:
             raise ServiceError(f"Redis at {self.safe_url} refused the client: {exc}") from None
         except (redis.RedisError, OSError) as exc:
+            text = str(exc).upper()
+            if "CERTIFICATE_REQUIRED" in text:
+                raise ServiceError(f"Redis at {self.safe_url} requires a client certificate (mutual TLS): give "
+                                   f"redis.cert and redis.key signed by its CA: {exc}") from None
+            if "ALERT_UNKNOWN_CA" in text or "ALERT_BAD_CERTIFICATE" in text:
+                raise ServiceError(f"Redis at {self.safe_url} refused the client certificate "
+                                   f"({self.cert}): {exc}") from None
+            # TLS 1.3 servers refuse a client certificate after the handshake: the client may see only a closed
+            # connection, so a refusal of a certificate (or of its absence) may end here too
+            hint = ""
+            if self.tls:
+                hint = (f" (if it requires client certificates: did its CA sign {self.cert}?)" if self.cert else
+                        " (if it requires client certificates (mutual TLS): give redis.cert and redis.key)")
             raise ServiceError(f"Redis at {self.safe_url} did not answer{' over TLS' if self.tls else ''}: "
-                               f"{exc}") from None
+                               f"{exc}{hint}") from None
 
     def store(self) -> RedisSketchStore:
         from ldpstream.store.redis_store import RedisSketchStore

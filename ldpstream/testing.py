@@ -14,7 +14,14 @@ any test session:
   ``LDPSTREAM_SERVICES`` (``environment``, ``testcontainers`` or ``local``) forces one of them; a forced source
   that is not there fails every test that needs it (``testcontainers``: no Docker engine answers).
 
+  With ``LDPSTREAM_CONFIG`` set (a service configuration file: TLS, SASL, an ACL user, e.g. the one ``ldpstream
+  stack up --secure`` writes), the environment source is that configuration, resolved as every command
+  resolves it (:meth:`ServiceConfig.load`: ``LDPSTREAM_KAFKA``/``LDPSTREAM_REDIS`` still override its addresses),
+  and the fixtures below carry its security;
+
 - ``kafka_bootstrap``, ``redis_url`` (session): the two addresses;
+- ``kafka_config``, ``redis_config`` (session): how to reach them (:class:`~ldpstream.config.KafkaConfig`,
+  :class:`~ldpstream.config.RedisConfig`, with the configuration's security; plain ones otherwise);
 - ``key_prefix``: a Redis key prefix of the test's own, whose keys are deleted afterwards;
 - ``fresh_topic``: a factory of new uniquely named Kafka topics, deleted afterwards;
 - ``service_config``: a :class:`~ldpstream.config.ServiceConfig` for those services and that prefix.
@@ -25,6 +32,7 @@ Under CI (``CI`` set) a test that cannot reach its services fails; elsewhere it 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +50,17 @@ class Services:
     kafka_bootstrap: str
     redis_url: str
     source: str
+    #: The service configuration the addresses come from (``LDPSTREAM_CONFIG``), with its security; None for
+    #: plain services.
+    config: ServiceConfig | None = None
+
+    @property
+    def kafka(self) -> KafkaConfig:
+        return self.config.kafka if self.config is not None else KafkaConfig(self.kafka_bootstrap)
+
+    @property
+    def redis(self) -> RedisConfig:
+        return self.config.redis if self.config is not None else RedisConfig(self.redis_url)
 
 
 SOURCES = ("environment", "testcontainers", "local")
@@ -88,6 +107,12 @@ def provide_services() -> Iterator[Services]:
     forced = forced_source()
     kafka = os.environ.get("LDPSTREAM_KAFKA")
     redis_url = os.environ.get("LDPSTREAM_REDIS")
+    if forced in (None, "environment") and os.environ.get("LDPSTREAM_CONFIG"):
+        config = ServiceConfig.load()
+        config.kafka.check_access()
+        config.redis.check_access()
+        yield Services(config.kafka.bootstrap, config.redis.url, "configuration", config)
+        return
     if forced == "environment" and not (kafka and redis_url):
         raise ServiceError("LDPSTREAM_SERVICES=environment needs LDPSTREAM_KAFKA and LDPSTREAM_REDIS")
     if forced == "environment" or (forced is None and kafka and redis_url):
@@ -137,12 +162,22 @@ def redis_url(services: Services) -> str:
     return services.redis_url
 
 
+@pytest.fixture(scope="session")
+def kafka_config(services: Services) -> KafkaConfig:
+    return services.kafka
+
+
+@pytest.fixture(scope="session")
+def redis_config(services: Services) -> RedisConfig:
+    return services.redis
+
+
 @pytest.fixture
-def key_prefix(redis_url: str) -> Iterator[str]:
+def key_prefix(redis_config: RedisConfig) -> Iterator[str]:
     """A Redis key prefix of this test's own; its keys are deleted afterwards (on every node of a cluster)."""
     prefix = f"test:{uuid.uuid4().hex[:10]}"
     yield prefix
-    client = RedisConfig(redis_url).client()
+    client = redis_config.client()
     pipe = client.pipeline(transaction=False)
     for key in client.scan_iter(f"{prefix}:*", count=1000):
         pipe.delete(key)  # one command each: on a cluster the keys lie in many slots
@@ -150,7 +185,7 @@ def key_prefix(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def fresh_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+def fresh_topic(kafka_config: KafkaConfig) -> Iterator[Callable[..., str]]:
     """Factory of new uniquely named topics (deleted after the test)."""
     from confluent_kafka.admin import AdminClient
 
@@ -158,16 +193,16 @@ def fresh_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
 
     def make(partitions: int = 4, stem: str = "t") -> str:
         name = f"test-{stem}-{uuid.uuid4().hex[:10]}"
-        ensure_topics(kafka_bootstrap, [name], partitions=partitions)
+        ensure_topics(kafka_config, [name], partitions=partitions)
         created.append(name)
         return name
 
     yield make
     if created:
-        AdminClient({"bootstrap.servers": kafka_bootstrap}).delete_topics(created)
+        AdminClient(kafka_config.admin()).delete_topics(created)
 
 
 @pytest.fixture
-def service_config(kafka_bootstrap: str, redis_url: str, key_prefix: str) -> ServiceConfig:
-    """The services' configuration, with this test's own key prefix."""
-    return ServiceConfig(KafkaConfig(kafka_bootstrap), RedisConfig(redis_url, key_prefix))
+def service_config(kafka_config: KafkaConfig, redis_config: RedisConfig, key_prefix: str) -> ServiceConfig:
+    """The services' configuration (with its security), with this test's own key prefix."""
+    return ServiceConfig(kafka_config, dataclasses.replace(redis_config, prefix=key_prefix))

@@ -315,6 +315,13 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 RedisClient = redis.Redis | redis.cluster.RedisCluster
 
 
+#: Seconds an index entry this store wrote stays remembered as written (then the next batch that touches its key
+#: adds it again): bounds how long an entry removed behind the store's back (an index lost by its Redis Cluster
+#: shard in a failover while the partition's shard kept the batch) stays missing.
+INDEX_REFRESH_SECONDS = 60.0
+#: Index entries remembered before the memory is cleared.
+_INDEX_REMEMBERED = 262_144
+
 #: Attempts of one batch whose rows segments changed under it (each re-reads them first).
 _SEGMENT_ATTEMPTS = 4
 #: Segments looked up per round trip, and last segments remembered before the memory is cleared.
@@ -331,9 +338,12 @@ class RedisSketchStore:
     per key; a published estimate and its history are written one after the other (two slots).
     """
 
-    def __init__(self, client: RedisClient, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> None:
+    def __init__(self, client: RedisClient, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES,
+                 remember_index: bool = True) -> None:
         """``max_pair_bytes``: the most one rows segment of a pair statistic holds (:data:`MAX_PAIR_BYTES`, under
-        Redis' 512 MiB string limit; tests give a tiny one to see the spill)."""
+        Redis' 512 MiB string limit; tests give a tiny one to see the spill). ``remember_index``: skip the SADD
+        of index entries this store already wrote (:meth:`_unindexed`); False adds them with every batch (the
+        benchmark's baseline)."""
         if not isinstance(client, redis.Redis | redis.cluster.RedisCluster):
             raise TypeError("RedisSketchStore needs a redis.Redis or redis.cluster.RedisCluster client")
         if not 0 < max_pair_bytes <= MAX_PAIR_BYTES:
@@ -354,9 +364,14 @@ class RedisSketchStore:
         #: index key → {sketch key: (version, value)}, least recently read first.
         self._sketch_cache: OrderedDict[str, dict[str, tuple[bytes, bytes]]] = OrderedDict()
         self._cache_bytes = 0
+        self.remember_index = remember_index
+        #: Index entries this store added, by partition ((topic, partition) → {(index, key name): until}): the
+        #: monotonic time until which the entry is taken as written (:meth:`_unindexed`).
+        self._indexed: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES) -> RedisSketchStore:
+    def from_url(cls, url: str, prefix: str = "ldp", max_pair_bytes: int = MAX_PAIR_BYTES,
+                 remember_index: bool = True) -> RedisSketchStore:
         """A store on ``url``: ``redis://``, ``rediss://``, ``unix://``, or ``redis+cluster://host:port`` (one
         node; the client finds the others). Credentials and TLS files: :class:`ldpstream.config.RedisConfig`."""
         scheme, sep, rest = url.partition("://")
@@ -369,7 +384,7 @@ class RedisSketchStore:
             client: RedisClient = redis.cluster.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{first}")
         else:
             client = redis.Redis.from_url(url)
-        return cls(client, prefix, max_pair_bytes)
+        return cls(client, prefix, max_pair_bytes, remember_index)
 
     @property
     def client(self) -> RedisClient:
@@ -400,13 +415,17 @@ class RedisSketchStore:
 
     def apply(self, batch: PartitionBatch) -> ApplyResult:
         check_batch(batch)
-        with _unavailable_as_store_error():
-            for _attempt in range(_SEGMENT_ATTEMPTS):
-                result = self._apply_batch(batch)
-                if result is not None:
-                    return result
-            raise ServiceError(f"the pair segments of {batch.topic}[{batch.partition}] kept changing while the "
-                               f"batch was applied ({_SEGMENT_ATTEMPTS} attempts); nothing was written")
+        try:
+            with _unavailable_as_store_error():
+                for _attempt in range(_SEGMENT_ATTEMPTS):
+                    result = self._apply_batch(batch)
+                    if result is not None:
+                        return result
+        except StoreUnavailableError:
+            self._indexed.clear()  # Redis may have restarted without its data: add every entry again
+            raise
+        raise ServiceError(f"the pair segments of {batch.topic}[{batch.partition}] kept changing while the "
+                           f"batch was applied ({_SEGMENT_ATTEMPTS} attempts); nothing was written")
 
     def _apply_batch(self, batch: PartitionBatch) -> ApplyResult | None:
         """One attempt; None when the script found a rows segment other than the one this store expected (nothing
@@ -420,6 +439,7 @@ class RedisSketchStore:
         for name, value in batch.stats.items():
             args += [name, int(value)]
         new_index: dict[str, list[str]] = {}
+        expiry: dict[str, int] = {}  # key name → its expiry (Unix seconds, 0 for none)
         sketch_args: list[int | str] = []
         for key, counts in batch.increments.items():
             flat = np.asarray(counts, dtype=np.int64).reshape(-1)
@@ -429,6 +449,7 @@ class RedisSketchStore:
             name = keys.sketch_key(self.prefix, batch.topic, batch.partition, key)
             script_keys.append(name)
             new_index.setdefault(keys.index_key(self.prefix, key.metric, key.fingerprint), []).append(name)
+            expiry[name] = int(batch.expire_at.get(key, 0))
             pairs = np.empty(2 * cells.size, dtype=np.int64)
             pairs[0::2] = cells
             pairs[1::2] = flat[cells]
@@ -453,6 +474,7 @@ class RedisSketchStore:
                 args += ["a", int(increment.expire_at), capacity, row_size, count, first, increment.rows.tobytes()]
                 script_keys += names
                 new_index.setdefault(index, []).extend(names)
+                expiry.update(dict.fromkeys(names, int(increment.expire_at)))
                 segmented.append(statistic)
                 continue
             assert increment.cells is not None and increment.counts is not None  # check_batch
@@ -466,14 +488,20 @@ class RedisSketchStore:
             name = keys.pair_key(self.prefix, batch.topic, batch.partition, pair_key, CELLS_FORM)
             script_keys.append(name)
             new_index.setdefault(index, []).append(name)
-        if new_index:
+            expiry[name] = int(increment.expire_at)
+        partition = (batch.topic, batch.partition)
+        unindexed = self._unindexed(partition, new_index)
+        if unindexed:
             # The index is idempotent and written first: a key is always findable once it exists (a segment
             # the batch may not need stays listed, without a key, until its bucket's retention passes).
             pipe = self._redis.pipeline(transaction=False)
-            for index_name, members in new_index.items():
+            for index_name, members in unindexed.items():
                 pipe.sadd(index_name, *members)
             pipe.execute()
+            self._remember_indexed(partition, unindexed, expiry)
         applied, next_offset, *tails = self._apply(keys=script_keys, args=args)
+        if applied == 0:  # another writer moved the partition (a rebalance) or Redis rolled back: forget it
+            self._indexed.pop(partition, None)
         if applied == -2:  # nothing was written: look the segments up, then try again
             for statistic in segmented:
                 self._last_segment[statistic] = self._find_last_segment(*statistic)
@@ -486,6 +514,48 @@ class RedisSketchStore:
                 self._last_segment.clear()
             self._last_segment.update(zip(segmented, (int(t) for t in tails), strict=True))
         return ApplyResult(bool(applied), int(next_offset) if next_offset not in (b"", "") else None)
+
+    def _unindexed(self, partition: tuple[str, int], new_index: dict[str, list[str]]) -> dict[str, list[str]]:
+        """The index entries of ``new_index`` (index → key names) that this store does not know to be written.
+
+        An entry, once added, stays in its index until its bucket's retention has passed (the decoder removes
+        it then: :meth:`snapshot`, :meth:`pair_buckets`), and a consumer writes no bucket past its retention
+        (:func:`ldpstream.consumers.fold.oldest_accepted`); so an entry added once need not be added again.
+        Remembered entries are forgotten, so that the next batch adds them again, when: the key's expiry time
+        comes (``EXPIREAT``, the same clock as the decoder's), :data:`INDEX_REFRESH_SECONDS` pass, the
+        partition's offset is read (an assignment: :meth:`next_offsets`) or marked for rebuild, a batch is
+        refused (someone else wrote the partition, or Redis rolled back), or Redis is unreachable (it may have
+        restarted without its data). A new store (a restarted consumer) remembers nothing.
+        """
+        if not self.remember_index:
+            return new_index
+        known = self._indexed.get(partition)
+        if not known:
+            return new_index
+        now = time.monotonic()
+        out: dict[str, list[str]] = {}
+        for index_name, members in new_index.items():
+            missing = [m for m in members if known.get((index_name, m), 0.0) <= now]
+            if missing:
+                out[index_name] = missing
+        return out
+
+    def _remember_indexed(self, partition: tuple[str, int], added: dict[str, list[str]],
+                          expiry: dict[str, int]) -> None:
+        """Remember the entries just added to their indexes (see :meth:`_unindexed`) until the sooner of
+        :data:`INDEX_REFRESH_SECONDS` from now and their key's expiry (``expiry``: key name → Unix time, 0 or
+        absent for none)."""
+        if not self.remember_index:
+            return
+        if sum(len(known) for known in self._indexed.values()) > _INDEX_REMEMBERED:
+            self._indexed.clear()
+        mono, wall = time.monotonic(), time.time()
+        refresh = mono + INDEX_REFRESH_SECONDS
+        known = self._indexed.setdefault(partition, {})
+        for index_name, members in added.items():
+            for name in members:
+                when = expiry.get(name, 0)
+                known[(index_name, name)] = refresh if not when else min(refresh, mono + (when - wall))
 
     def _find_last_segment(self, topic: str, partition: int, pair_key: PairKey) -> int:
         """The number of the last rows segment of one partition's pair statistic that exists (0 when none)."""
@@ -514,11 +584,14 @@ class RedisSketchStore:
 
     def next_offsets(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
         partitions = list(partitions)
+        for p in partitions:  # an assignment: whatever happened to the partition meanwhile, add its entries again
+            self._indexed.pop((topic, p), None)
         with _unavailable_as_store_error():
             values = self._get_many([keys.offset_key(self.prefix, topic, p) for p in partitions])
         return {p: (int(v) if v is not None else None) for p, v in zip(partitions, values, strict=True)}
 
     def mark_rebuild(self, topic: str, partition: int, until_offset: int) -> None:
+        self._indexed.pop((topic, partition), None)
         with _unavailable_as_store_error():
             self._mark_rebuild(keys=[keys.rebuild_key(self.prefix, topic, partition)], args=[int(until_offset)])
             self._redis.sadd(keys.partitions_key(self.prefix, topic), partition)

@@ -49,14 +49,14 @@ def store(request) -> Iterator[StatusStore]:
     if request.param == "memory":
         yield InMemorySketchStore()
     else:
-        yield RedisSketchStore.from_url(request.getfixturevalue("redis_url"), request.getfixturevalue("key_prefix"))
+        yield RedisSketchStore(request.getfixturevalue("redis_config").client(), request.getfixturevalue("key_prefix"))
 
 
 def store_with_cap(kind: str, request, max_pair_bytes: int) -> StatusStore:
     """A store of ``kind`` ("memory" or "redis") whose rows segments hold at most ``max_pair_bytes``."""
     if kind == "memory":
         return InMemorySketchStore(max_pair_bytes=max_pair_bytes)
-    return RedisSketchStore.from_url(request.getfixturevalue("redis_url"), request.getfixturevalue("key_prefix"),
+    return RedisSketchStore(request.getfixturevalue("redis_config").client(), request.getfixturevalue("key_prefix"),
                                      max_pair_bytes=max_pair_bytes)
 
 
@@ -175,8 +175,8 @@ def test_a_pair_statistic_has_no_all_time_bucket(store, association, topic):
 
 
 @pytest.mark.integration
-def test_on_redis_symbol_pairs_are_a_hash_of_cells_and_bit_pairs_an_appended_string(redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_symbol_pairs_are_a_hash_of_cells_and_bit_pairs_an_appended_string(redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     now = int(time.time())
     for name, redis_type in (("lang_font", b"hash"), ("lang_page", b"string")):
         association = REGISTRY.association(name)
@@ -193,8 +193,8 @@ def test_on_redis_symbol_pairs_are_a_hash_of_cells_and_bit_pairs_an_appended_str
 
 
 @pytest.mark.integration
-def test_on_redis_a_pair_key_of_the_wrong_type_refuses_the_batch_before_writing(redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_a_pair_key_of_the_wrong_type_refuses_the_batch_before_writing(redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     association = REGISTRY.association("lang_font")
     key = PairKey(association.name, association.fingerprint, 5)
     store.client.set(key_schema.pair_key(key_prefix, topic, 0, key, "cells"), b"not a hash")
@@ -208,8 +208,8 @@ def test_on_redis_a_pair_key_of_the_wrong_type_refuses_the_batch_before_writing(
 
 @pytest.mark.integration
 def test_on_redis_an_indexed_key_not_yet_written_stays_indexed_and_an_expired_one_is_forgotten(
-        redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+        redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     association = REGISTRY.association("lang_font")
     index = key_schema.pair_index_key(key_prefix, association.name, association.fingerprint)
     current = int(time.time()) // association.bucket_seconds
@@ -300,10 +300,10 @@ def test_a_cap_smaller_than_one_row_is_refused_before_anything_is_written(kind, 
 
 
 @pytest.mark.integration
-def test_on_redis_every_segment_is_in_the_slot_indexed_and_expires_with_the_bucket(redis_url, key_prefix, topic):
+def test_on_redis_every_segment_is_in_the_slot_indexed_and_expires_with_the_bucket(redis_config, key_prefix, topic):
     association = REGISTRY.association("lang_page")
     row = layout_of(association).row_size
-    store = RedisSketchStore.from_url(redis_url, key_prefix, max_pair_bytes=3 * row)
+    store = RedisSketchStore(redis_config.client(), key_prefix, max_pair_bytes=3 * row)
     key = PairKey(association.name, association.fingerprint, 6)
     c, r = reports(association, 10, seed=70)
     expire_at = int(time.time()) + 900
@@ -319,15 +319,15 @@ def test_on_redis_every_segment_is_in_the_slot_indexed_and_expires_with_the_buck
 
 @pytest.mark.integration
 def test_on_redis_a_consumer_whose_idea_of_the_last_segment_is_stale_looks_again_and_counts_once(
-        redis_url, key_prefix, topic):
+        redis_config, key_prefix, topic):
     association = REGISTRY.association("lang_page")
     row = layout_of(association).row_size
-    first = RedisSketchStore.from_url(redis_url, key_prefix, max_pair_bytes=2 * row)
+    first = RedisSketchStore(redis_config.client(), key_prefix, max_pair_bytes=2 * row)
     key = PairKey(association.name, association.fingerprint, 3)
     parts = [reports(association, n, seed=80 + b) for b, n in enumerate([5, 4, 3, 6])]
     assert first.apply(pairs_batch(topic, 0, None, 1, {key: increment(association, *parts[0])})).applied
     # A second consumer (after a rebalance) starts with no idea of the segments: it guesses segment 0.
-    second = RedisSketchStore.from_url(redis_url, key_prefix, max_pair_bytes=2 * row)
+    second = RedisSketchStore(redis_config.client(), key_prefix, max_pair_bytes=2 * row)
     assert second.apply(pairs_batch(topic, 0, 1, 2, {key: increment(association, *parts[1])})).applied
     # The first one, partition back, still believes segment 2 is the last: the script sends it to look again.
     assert first.apply(pairs_batch(topic, 0, 2, 3, {key: increment(association, *parts[2])})).applied
@@ -376,8 +376,8 @@ def test_the_form_is_read_from_the_key_name():
 
 
 @pytest.mark.integration
-def test_on_redis_a_key_named_before_the_form_was_in_the_name_is_still_read(redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_a_key_named_before_the_form_was_in_the_name_is_still_read(redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     association = REGISTRY.association("lang_page")
     key = PairKey(association.name, association.fingerprint, 8)
     old, new = reports(association, 30, seed=95), reports(association, 20, seed=96)

@@ -32,9 +32,9 @@ def store(request) -> Iterator[StatusStore]:
     if request.param == "memory":
         yield InMemorySketchStore()
     else:
-        redis_url = request.getfixturevalue("redis_url")
+        redis_config = request.getfixturevalue("redis_config")
         key_prefix = request.getfixturevalue("key_prefix")
-        yield RedisSketchStore.from_url(redis_url, key_prefix)
+        yield RedisSketchStore(redis_config.client(), key_prefix)
 
 
 @pytest.fixture
@@ -217,8 +217,8 @@ def test_sketches_shorter_than_the_shape_read_as_zeros_in_the_missing_cells(stor
 
 
 @pytest.mark.integration
-def test_on_redis_expire_at_sets_a_ttl_on_the_bucket_sketch_only(redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_expire_at_sets_a_ttl_on_the_bucket_sketch_only(redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     bucket, rollup = SketchKey("m", FP, 5), SketchKey("m", FP, ALL_TIME)
     expire_at = int(time.time()) + 3600
     store.apply(batch(topic, 0, None, 1, {bucket: counts(1, 0, 0, 0, 0, 0), rollup: counts(1, 0, 0, 0, 0, 0)},
@@ -239,10 +239,10 @@ def _snapshot_equal(a: MetricSnapshot, b: MetricSnapshot) -> None:
 
 @pytest.mark.integration
 def test_on_redis_a_cached_snapshot_equals_a_fresh_read_through_changes_expiry_and_retention(
-        redis_url, key_prefix, topic):
+        redis_config, key_prefix, topic):
     """The store that re-reads only sketches whose version moved returns what a store without a cache reads,
     after new batches (two partitions), a bucket whose key expired by itself, and buckets past retention."""
-    cached = RedisSketchStore.from_url(redis_url, key_prefix)
+    cached = RedisSketchStore(redis_config.client(), key_prefix)
     offsets = {0: None, 1: None}
 
     def write(partition: int, increments: dict[SketchKey, np.ndarray], expire_at: dict[SketchKey, int] | None = None,
@@ -252,7 +252,7 @@ def test_on_redis_a_cached_snapshot_equals_a_fresh_read_through_changes_expiry_a
         offsets[partition] = start + 1
 
     def check(expired_before: int | None = None) -> None:
-        uncached = RedisSketchStore.from_url(redis_url, key_prefix)
+        uncached = RedisSketchStore(redis_config.client(), key_prefix)
         uncached.sketch_cache_bytes = 0
         # the uncached read first: the cached store's own read may remove expired index entries
         expected = uncached.snapshot("m", FP, SHAPE, expired_before)
@@ -278,8 +278,8 @@ def test_on_redis_a_cached_snapshot_equals_a_fresh_read_through_changes_expiry_a
 
 
 @pytest.mark.integration
-def test_on_redis_a_sketch_whose_version_did_not_move_is_not_read_again(redis_url, key_prefix, topic):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_a_sketch_whose_version_did_not_move_is_not_read_again(redis_config, key_prefix, topic):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     if store.cluster:
         pytest.skip("on Redis Cluster the decoder reads every sketch, per slot (no transaction spans the slots)")
     store.apply(batch(topic, 0, None, 1, with_rollup("m", 1, counts(1, 0, 0, 0, 0, 0))))
@@ -365,8 +365,8 @@ def test_retract_joint_drops_the_latest_and_keeps_the_history(store):
 
 
 @pytest.mark.integration
-def test_on_redis_joint_estimates_live_under_the_documented_keys(redis_url, key_prefix):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_on_redis_joint_estimates_live_under_the_documented_keys(redis_config, key_prefix):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     store.publish_joint("pair", "1h", '{"n": 1}', history=5)
     assert store.client.get(f"{key_prefix}:joint:pair:1h") == b'{"n": 1}'
     assert store.client.lrange(f"{key_prefix}:joint-history:pair:1h", 0, -1) == [b'{"n": 1}']

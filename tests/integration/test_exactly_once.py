@@ -1,7 +1,12 @@
-"""Exactly once on real Kafka and Redis: replays refused, rebalances and SIGKILLs count nothing twice."""
+"""Exactly once on real Kafka and Redis: replays refused, rebalances and SIGKILLs count nothing twice.
+
+The services come from the fixtures' ``kafka_config``/``redis_config``, so these tests also run against a
+secured stack (``LDPSTREAM_CONFIG=<stack dir>/secure/ldpstream.toml``: TLS, SASL/SCRAM, an ACL user) or a
+Redis Cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -12,7 +17,6 @@ import time
 import numpy as np
 import pytest
 
-from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.producers.loadgen import simulate_and_publish
 from ldpstream.producers.publisher import ReportPublisher
@@ -31,8 +35,8 @@ def total_counted(store: RedisSketchStore, registry) -> int:
     return int(sum(int(s.sum()) for s in snapshot.buckets.values()))
 
 
-def test_redis_applies_a_batch_only_where_the_consumer_expects_the_partition_to_be(redis_url, key_prefix):
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+def test_redis_applies_a_batch_only_where_the_consumer_expects_the_partition_to_be(redis_config, key_prefix):
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     key = SketchKey("m", 1, 0)
     counts = np.arange(8).reshape(1, 8)
 
@@ -59,15 +63,15 @@ def test_redis_applies_a_batch_only_where_the_consumer_expects_the_partition_to_
 
 
 def test_two_consumers_with_rebalances_mid_stream_count_exactly_what_was_produced(
-        kafka_bootstrap, redis_url, fresh_topic, key_prefix):
+        kafka_config, redis_config, fresh_topic, key_prefix):
     topic = fresh_topic(partitions=PARTITIONS)
     registry = registry_for(topic, METRIC)
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
-    kafka = KafkaConfig(kafka_bootstrap, consumer_settings={"session.timeout.ms": "6000",
-                                                            "heartbeat.interval.ms": "500"})
+    store = RedisSketchStore(redis_config.client(), key_prefix)
+    kafka = dataclasses.replace(kafka_config, consumer_settings={"session.timeout.ms": "6000",
+                                                                 "heartbeat.interval.ms": "500"})
     settings = ConsumerSettings(kafka, group_id=f"g-{key_prefix}", batch_size=500)
     # Random partitioning per message, so every partition (hence both consumers) gets reports.
-    publisher = ReportPublisher(kafka_bootstrap, config={"sticky.partitioning.linger.ms": 0})
+    publisher = ReportPublisher(kafka_config, config={"sticky.partitioning.linger.ms": 0})
     first = simulate_and_publish(registry["m"], publisher, clients=60_000, distribution="uniform", seed=1)
 
     stop_a, stop_b = threading.Event(), threading.Event()
@@ -106,6 +110,7 @@ def test_two_consumers_with_rebalances_mid_stream_count_exactly_what_was_produce
 
 
 def _consumer_process(registry_path, kafka_bootstrap, redis_url, prefix, group) -> subprocess.Popen:
+    """``ldpstream consume``; security, if any, from the same ``LDPSTREAM_CONFIG`` as the fixtures'."""
     env = {**os.environ, "LDPSTREAM_KAFKA": kafka_bootstrap, "LDPSTREAM_REDIS": redis_url}
     return subprocess.Popen(
         [sys.executable, "-m", "ldpstream.cli", "consume", "--registry", str(registry_path), "--prefix", prefix,
@@ -115,12 +120,12 @@ def _consumer_process(registry_path, kafka_bootstrap, redis_url, prefix, group) 
 
 
 def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_once(
-        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path):
+        kafka_bootstrap, redis_url, kafka_config, redis_config, fresh_topic, key_prefix, tmp_path):
     topic = fresh_topic(partitions=PARTITIONS)
     registry = registry_for(topic, METRIC)
     registry_path = write_registry(tmp_path / "metrics.toml", topic, METRIC)
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
-    produced = simulate_and_publish(registry["m"], ReportPublisher(kafka_bootstrap), clients=400_000,
+    store = RedisSketchStore(redis_config.client(), key_prefix)
+    produced = simulate_and_publish(registry["m"], ReportPublisher(kafka_config), clients=400_000,
                                     distribution="geometric", seed=3).records_acked
     group = f"g-{key_prefix}"
     rng = np.random.default_rng(4)
@@ -148,10 +153,10 @@ def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_on
     assert total_counted(store, registry) == produced
 
 
-def test_bucket_sketches_expire_in_redis_and_the_all_time_rollup_stays(redis_url, key_prefix):
+def test_bucket_sketches_expire_in_redis_and_the_all_time_rollup_stays(redis_config, key_prefix):
     from ldpstream.store import ALL_TIME
 
-    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    store = RedisSketchStore(redis_config.client(), key_prefix)
     now = int(time.time())
     old, recent, rollup = SketchKey("m", 1, 5), SketchKey("m", 1, 7), SketchKey("m", 1, ALL_TIME)
     ones = np.ones((1, 8), dtype=np.int64)
