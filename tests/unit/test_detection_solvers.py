@@ -1,12 +1,13 @@
-"""The screen's solver, :func:`ldpstream.estimators.detection.nn_lasso`: its minimizer against scipy's bounded
-L-BFGS-B on the same objective, and its support-restricted products against the dense ``G @ y`` iteration."""
+"""The solvers of :func:`ldpstream.estimators.detection.detect`: the screen's ``nn_lasso`` (its minimizer against
+scipy's bounded L-BFGS-B on the same objective, its support-restricted products against the dense ``G @ y``
+iteration) and the full weighted least squares (against ``numpy.linalg.inv``)."""
 
 import numpy as np
 import pytest
 from scipy import optimize
 
 import ldpstream.estimators.detection as detection
-from ldpstream.estimators.detection import nn_lasso
+from ldpstream.estimators.detection import _full_least_squares, nn_lasso
 
 
 def _problem(seed: int, rows: int = 400, cols: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -43,3 +44,22 @@ def test_support_products_give_the_dense_iteration(seed, monkeypatch):
     dense = nn_lasso(G, g, penalty, max_iter=300)
     assert sparse[1] == dense[1]
     np.testing.assert_allclose(sparse[0], dense[0], rtol=0, atol=1e-12)
+
+
+def test_full_least_squares_is_the_inverse_gram_solution_and_its_diagonal():
+    rng = np.random.default_rng(5)
+    X = (rng.random((600, 150)) < 0.05).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, 600)
+    G = X.T @ (X * w[:, None])
+    g = rng.normal(size=150)
+    result = _full_least_squares(G, g, 600, 0.5, 1e6)
+    assert result is not None
+    inverse = np.linalg.inv(G)
+    np.testing.assert_allclose(result[0], inverse @ g, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(result[1], np.sqrt(np.diag(inverse)), rtol=1e-9)
+    # refused: a repeated column (singular), a large variance inflation factor, too many columns for the rows
+    repeated = np.block([[G, G[:, :1]], [G[:1, :], G[:1, :1]]])
+    assert _full_least_squares(repeated, np.append(g, 0.0), 600, 0.5, 1e6) is None
+    vif = np.diag(G) * np.diag(inverse)
+    assert _full_least_squares(G, g, 600, 0.5, 0.5 * float(vif.max())) is None
+    assert _full_least_squares(G, g, 250, 0.5, 1e6) is None
