@@ -105,6 +105,10 @@ def main() -> None:
                   f"{sorted(rank[x] for x in perfect_set)[:12]}...); recall {recall:.3f}, precision {precision:.3f}")
             print(f"seconds: simulate {simulated:.1f} | ngrams {s['ngrams']:.1f}, pairs {s['pairs']:.1f}, cliques "
                   f"{s['cliques']:.3f}, final {s['final']:.2f} = decode {s['decode']:.1f} wall, {cpu:.1f} CPU")
+            if "cpu_seconds" in result.info:
+                c = result.info["cpu_seconds"]
+                print(f"CPU seconds: ngrams {c['ngrams']:.1f}, pairs {c['pairs']:.1f}, cliques {c['cliques']:.3f}, "
+                      f"final {c['final']:.2f} = decode {c['decode']:.1f} (load {os.getloadavg()[0]:.1f})")
             print(f"memory: aggregate read {collection.memory_bytes() / 1e6:.0f} MB, decoding peak traced "
                   f"{peak / 1e6:.0f} MB")
 

@@ -120,6 +120,9 @@ __all__ = ["Correction", "DetectionEstimate", "detect", "nn_lasso", "storey_null
 
 Correction = Literal["bonferroni", "bh"]
 _CORRECTIONS = ("bonferroni", "bh")
+#: :func:`nn_lasso` multiplies by the columns of ``G`` on the support of its iterate when that support is less
+#: than this share of the columns (gathering them costs about as much as using them), else by all of ``G``.
+SPARSE_PRODUCT_SHARE = 0.25
 
 
 def _top_eigenvalue(G: np.ndarray, iters: int = 50) -> float:
@@ -150,15 +153,23 @@ def nn_lasso(
     """Minimize ``½ xᵀGx − gᵀx + penaltyᵀx`` over ``x >= 0`` (FISTA with gradient restart).
 
     Stops when the largest change of ``x`` is below ``tol · max(1, max x)``; returns ``(x, iterations)``.
+
+    The extrapolated point ``y`` is nonzero only on the supports of the last two iterates (the penalty keeps
+    most candidates at 0), so ``G y`` is computed from those columns of ``G`` alone when they are fewer than
+    :data:`SPARSE_PRODUCT_SHARE` of them: the same sums without their zero terms (equal up to the order of
+    the additions), at ``|supp y|/S`` of the cost (the n-gram screen of discovery: ≈ 110 of 1,601 columns).
     """
     n = g.shape[0]
     x = np.zeros(n) if x0 is None else np.maximum(np.asarray(x0, dtype=np.float64), 0.0)
     L = _top_eigenvalue(G)
     if L <= 0 or n == 0:
         return x, 0
+    columns = np.ascontiguousarray(G.T)  # row s: column s of G, so a support's columns are read contiguously
     y, t, it = x.copy(), 1.0, 0
     for it in range(1, max_iter + 1):  # noqa: B007
-        x_new = np.maximum(y - (G @ y - g + penalty) / L, 0.0)
+        support = np.flatnonzero(y)
+        Gy = y[support] @ columns[support] if support.size < SPARSE_PRODUCT_SHARE * n else G @ y
+        x_new = np.maximum(y - (Gy - g + penalty) / L, 0.0)
         change = float(np.max(np.abs(x_new - x)))
         t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
         y = x_new + ((t - 1) / t_new) * (x_new - x)
@@ -233,17 +244,18 @@ def _full_least_squares(
     if np.any(d <= 0):
         return None
     R = G / np.outer(d, d)
-    chol, status = sl.lapack.dpotrf(R, lower=1)
+    chol, status = sl.lapack.dpotrf(R, lower=1, clean=1)
     if status != 0:
         return None
-    Ri, status = sl.lapack.dpotri(chol, lower=1)
+    # diag R⁻¹ = column sums of squares of L⁻¹ (R = LLᵀ, R⁻¹ = L⁻ᵀL⁻¹): one triangular inverse, a third of
+    # the flops of forming R⁻¹; the estimate itself by the two triangular solves
+    inverse_factor, status = sl.lapack.dtrtri(chol, lower=1)
     if status != 0:
         return None
-    vif = np.diag(Ri)
+    vif = np.einsum("ki,ki->i", inverse_factor, inverse_factor)
     if not np.all(np.isfinite(vif)) or float(vif.max()) >= cond_max:
         return None
-    Ri = np.tril(Ri) + np.tril(Ri, -1).T
-    beta = (Ri @ (g / d)) / d
+    beta = sl.cho_solve((chol, True), g / d, check_finite=False) / d
     return beta, np.sqrt(vif) / d
 
 

@@ -240,6 +240,9 @@ def test_discover_end_to_end_on_a_tiny_alphabet_with_semantic_filters():
     # at ε = 12 every frequency (≥ 0.1) stands tens of standard errors above zero: all four are found
     assert {d.string for d in result.discovered} == set(strings)
     assert set(result.seconds) == {"ngrams", "pairs", "cliques", "final", "decode"}
+    cpu = result.info["cpu_seconds"]  # process CPU per stage beside the wall times
+    assert set(cpu) == set(result.seconds) and all(v >= 0 for v in cpu.values())
+    assert cpu["decode"] == pytest.approx(sum(cpu[s] for s in ("ngrams", "pairs", "cliques", "final")))
     only_a = discover(col, scheme, pattern="a.*")
     assert {d.string for d in only_a.discovered} == {"ab", "abab"}
     short = discover(col, scheme, predicate=lambda s: len(s) <= 2)
