@@ -1,0 +1,97 @@
+"""Which joint cells are published as identified (``ldpstream.estimators.joint_identification``;
+docs/math/joint.md#cells-the-reports-do-not-identify): the rules on their own, then through ``estimate_joint``
+for each mechanism family, and in the published JSON against its schema."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ldpstream.estimators.joint import JointVariable, estimate_joint
+from ldpstream.estimators.joint_identification import VariableIdentification, identified_cells
+from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.simulation.joint_trials import sample_pairs, value_names, zipf_association
+from tests.published_schema import validate
+
+HASHED_BITS_DICT = VariableIdentification(other=True, hashed=True, bits=True, frequency_source="dictionary")
+HASHED_BITS_LS = VariableIdentification(other=True, hashed=True, bits=True, frequency_source="least-squares")
+DIRECT_LS = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares")
+SYMBOLS_GIVEN = VariableIdentification(other=True, hashed=True, bits=False, frequency_source="given")
+
+
+def test_a_well_determined_frequency_source_leaves_every_cell_identified():
+    cells = identified_cells((6, 6), HASHED_BITS_DICT, DIRECT_LS)
+    assert cells.all and cells.reasons == ()
+
+
+@pytest.mark.parametrize("source", ["least-squares", "self-consistent"])
+def test_candidates_only_frequencies_of_a_hashed_member_flag_every_cell(source):
+    hashed = VariableIdentification(other=True, hashed=True, bits=True, frequency_source=source)
+    for x, y, name in ((hashed, DIRECT_LS, "X"), (DIRECT_LS, hashed, "Y")):
+        cells = identified_cells((3, 4), x, y)
+        assert cells.mask.shape == (3, 4) and not cells.mask.any()
+        assert len(cells.reasons) == 1 and cells.reasons[0].startswith(f"{name}:")
+
+
+def test_a_member_without_other_needs_no_frequencies():
+    boolean = VariableIdentification(other=False, hashed=True, bits=True, frequency_source="least-squares")
+    assert identified_cells((6, 2), HASHED_BITS_DICT, boolean).all
+
+
+def test_two_hashed_symbol_members_flag_other_by_other_only():
+    cells = identified_cells((6, 6), SYMBOLS_GIVEN, SYMBOLS_GIVEN)
+    expected = np.ones((6, 6), dtype=bool)
+    expected[-1, -1] = False
+    np.testing.assert_array_equal(cells.mask, expected)
+    # A bit mechanism on either side: the product of bits laws is measured to cover (docs).
+    assert identified_cells((6, 6), SYMBOLS_GIVEN, HASHED_BITS_DICT).all
+
+
+def _pairs(mx, my, names, n=20_000):
+    joint = zipf_association(100, 1.0, 0.5)
+    tx = None if names is None else mx.value_table(names)
+    ty = None if names is None else my.value_table(names)
+    return sample_pairs(joint, mx, my, n, np.random.default_rng(5), tx, ty)
+
+
+def test_rappor_with_a_well_determined_dictionary_is_identified_and_without_it_is_not():
+    names = value_names(100)
+    wide = Rappor(k=32, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 256 cells
+    est = estimate_joint(_pairs(wide, wide, names), JointVariable(wide, names[:5], dictionary=names),
+                         JointVariable(wide, names[:5], dictionary=names))
+    assert est.info["frequencies_x"] == "dictionary" and est.identified_mask().all()
+    narrow = Rappor(k=16, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 128 cells: not
+    est = estimate_joint(_pairs(narrow, narrow, names), JointVariable(narrow, names[:5], dictionary=names),
+                         JointVariable(narrow, names[:5], dictionary=names))
+    assert est.info["frequencies_x"] == "least-squares" and not est.identified_mask().any()
+    assert est.to_dict()["identified"] == [[False] * 6] * 6 and len(est.to_dict()["identification"]) == 2
+
+
+def test_direct_krr_is_identified_and_two_orr_members_are_not_in_other_by_other():
+    krr = KRR(k=100, epsilon=4.0)
+    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                         JointVariable(krr, list(range(5))))
+    assert est.identified_mask().all() and est.identification == ()
+    names = value_names(100)
+    orr = ORR(k=32, epsilon=3.0, cohorts=8)
+    est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
+                         JointVariable(orr, names[:5], dictionary=names))
+    assert est.info["frequencies_x"] == "dictionary"
+    assert not est.identified_mask()[-1, -1] and est.identified_mask().sum() == 35
+
+
+def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
+    from ldpstream.decoder.published import PublishedJoint
+
+    names = value_names(100)
+    orr = ORR(k=32, epsilon=3.0, cohorts=8)
+    est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
+                         JointVariable(orr, names[:5], dictionary=names))
+    published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, est, warm_start=False).to_json()
+    validate(published, "joint-estimate/1")
+    assert published["identified"][-1][-1] is False and published["identified"][0][0] is True
+    assert published["identification"] == list(est.identification) and len(est.identification) == 1
+    older = {k: v for k, v in published.items() if k not in ("identified", "identification")}
+    validate(older, "joint-estimate/1")  # objects published before the field stay valid
