@@ -198,6 +198,8 @@ class PublishedJoint:
             "std_error": _nested(est.std_error),
             "low_95": _nested(est.low),
             "high_95": _nested(est.high),
+            "identified": [[bool(v) for v in row] for row in est.identified_mask()],
+            "identification": list(est.identification),
             "x_given_y": _conditional(est.x_given_y),
             "y_given_x": _conditional(est.y_given_x),
             "independence": {

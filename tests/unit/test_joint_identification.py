@@ -40,13 +40,14 @@ def test_a_member_without_other_needs_no_frequencies():
     assert identified_cells((6, 2), HASHED_BITS_DICT, boolean).all
 
 
-def test_two_hashed_symbol_members_flag_other_by_other_only():
+def test_two_hashed_symbol_members_flag_every_cell():
     cells = identified_cells((6, 6), SYMBOLS_GIVEN, SYMBOLS_GIVEN)
-    expected = np.ones((6, 6), dtype=bool)
-    expected[-1, -1] = False
-    np.testing.assert_array_equal(cells.mask, expected)
+    assert not cells.mask.any() and len(cells.reasons) == 1
     # A bit mechanism on either side: the product of bits laws is measured to cover (docs).
     assert identified_cells((6, 6), SYMBOLS_GIVEN, HASHED_BITS_DICT).all
+    # Without Other on one side there is no Other x Other cell.
+    boolean = VariableIdentification(other=False, hashed=True, bits=False, frequency_source="given")
+    assert identified_cells((6, 2), SYMBOLS_GIVEN, boolean).all
 
 
 def _pairs(mx, my, names, n=20_000):
@@ -69,7 +70,7 @@ def test_rappor_with_a_well_determined_dictionary_is_identified_and_without_it_i
     assert est.to_dict()["identified"] == [[False] * 6] * 6 and len(est.to_dict()["identification"]) == 2
 
 
-def test_direct_krr_is_identified_and_two_orr_members_are_not_in_other_by_other():
+def test_direct_krr_is_identified_and_two_orr_members_are_not():
     krr = KRR(k=100, epsilon=4.0)
     est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
                          JointVariable(krr, list(range(5))))
@@ -79,7 +80,7 @@ def test_direct_krr_is_identified_and_two_orr_members_are_not_in_other_by_other(
     est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
                          JointVariable(orr, names[:5], dictionary=names))
     assert est.info["frequencies_x"] == "dictionary"
-    assert not est.identified_mask()[-1, -1] and est.identified_mask().sum() == 35
+    assert not est.identified_mask().any()
 
 
 def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
@@ -91,7 +92,13 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
                          JointVariable(orr, names[:5], dictionary=names))
     published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, est, warm_start=False).to_json()
     validate(published, "joint-estimate/1")
-    assert published["identified"][-1][-1] is False and published["identified"][0][0] is True
+    assert published["identified"] == [[False] * 6] * 6
     assert published["identification"] == list(est.identification) and len(est.identification) == 1
     older = {k: v for k, v in published.items() if k not in ("identified", "identification")}
     validate(older, "joint-estimate/1")  # objects published before the field stay valid
+    # ldpstream watch marks the cell and says why.
+    from ldpstream.decoder.watch import render_joint
+
+    text = render_joint(published, now=2.0)
+    assert text.count("]?") == 36 and "? not identified" in text and est.identification[0] in text
+    assert "]?" not in render_joint(older, now=2.0)
