@@ -102,3 +102,27 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     text = render_joint(published, now=2.0)
     assert text.count("]?") == 36 and "? not identified" in text and est.identification[0] in text
     assert "]?" not in render_joint(older, now=2.0)
+
+
+def test_the_decoder_passes_a_closed_alphabet_as_the_dictionary_so_its_table_is_identified():
+    """A closed O-RAPPOR alphabet has no candidate list; its every index is the dictionary (well-determined:
+    41 columns, 16 cohorts × 16 bits), so the frequencies are ``dictionary`` and the cells identified."""
+    from ldpstream.decoder.published import joint_variable
+    from ldpstream.estimators.estimate import Estimate
+    from ldpstream.registry import Registry
+
+    registry = Registry.from_dict({"metrics": {
+        "b": {"id": 2, "mechanism": "orappor", "k": 16, "epsilon": 2.0, "cohorts": 16, "hashes": 2, "support": 40}}})
+    metric = registry["b"]
+    z = zipf_association(40, 1.0, 0.5)
+    marginal = Estimate(frequencies=z.sum(axis=1), std_errors=None, n_reports=1, method="test")
+    var = joint_variable(metric, marginal, 5)
+    assert list(var.dictionary or []) == list(range(40)) and list(var.values) == [0, 1, 2, 3, 4]
+    pat = _pairs_closed(metric.mechanism, z)
+    est = estimate_joint(pat, var, var)
+    assert est.info["frequencies_x"] == "dictionary" and est.identified_mask().all()
+
+
+def _pairs_closed(mech, joint, n=20_000):
+    table = mech.value_table(list(range(joint.shape[0])))
+    return sample_pairs(joint, mech, mech, n, np.random.default_rng(6), table, table)
