@@ -178,8 +178,11 @@ def _frequency_source(v: JointVariable, model: VariableModel, refined: bool) -> 
 
 
 def _identification(model: VariableModel, source: str) -> VariableIdentification:
-    return VariableIdentification(other=model.other, hashed=bool(getattr(model.mechanism, "needs_value_table", True)),
-                                  bits=model.bits, frequency_source=source)
+    hashed = bool(getattr(model.mechanism, "needs_value_table", True))
+    support = getattr(model.mechanism, "support", None) if hashed else int(model.mechanism.k)
+    hidden = None if support is None else int(support) - len(model.values)
+    return VariableIdentification(other=model.other, hashed=hashed, bits=model.bits, frequency_source=source,
+                                  hidden_values=hidden)
 
 
 def _count(likelihood: VariableLikelihood) -> int:

@@ -40,9 +40,17 @@ def test_a_member_without_other_needs_no_frequencies():
     assert identified_cells((6, 2), HASHED_BITS_DICT, boolean).all
 
 
-def test_two_hashed_symbol_members_flag_every_cell():
+def test_two_symbol_members_whose_other_holds_several_values_flag_every_cell():
     cells = identified_cells((6, 6), SYMBOLS_GIVEN, SYMBOLS_GIVEN)
     assert not cells.mask.any() and len(cells.reasons) == 1
+    direct = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares",
+                                    hidden_values=95)
+    assert not identified_cells((6, 6), direct, direct).mask.any()
+    assert not identified_cells((6, 6), direct, SYMBOLS_GIVEN).mask.any()
+    # An Other of one value has an exact law: the product is exact.
+    single = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares",
+                                    hidden_values=1)
+    assert identified_cells((6, 3), direct, single).all
     # A bit mechanism on either side: the product of bits laws is measured to cover (docs).
     assert identified_cells((6, 6), SYMBOLS_GIVEN, HASHED_BITS_DICT).all
     # Without Other on one side there is no Other x Other cell.
@@ -70,11 +78,14 @@ def test_rappor_with_a_well_determined_dictionary_is_identified_and_without_it_i
     assert est.to_dict()["identified"] == [[False] * 6] * 6 and len(est.to_dict()["identification"]) == 2
 
 
-def test_direct_krr_is_identified_and_two_orr_members_are_not():
+def test_krr_is_identified_when_one_other_holds_one_value_and_two_orr_members_are_not():
     krr = KRR(k=100, epsilon=4.0)
     est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
                          JointVariable(krr, list(range(5))))
-    assert est.identified_mask().all() and est.identification == ()
+    assert not est.identified_mask().any() and len(est.identification) == 1  # 95 hidden values each
+    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                         JointVariable(krr, list(range(99))))
+    assert est.identified_mask().all() and est.identification == ()  # Y's Other is value 99 alone
     names = value_names(100)
     orr = ORR(k=32, epsilon=3.0, cohorts=8)
     est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
