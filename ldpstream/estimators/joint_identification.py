@@ -2,8 +2,9 @@
 cannot keep (docs/math/joint.md#cells-the-reports-do-not-identify).
 
 A cell is *not identified* when its estimate carries a bias that does not shrink with the number of report
-pairs and that no interval computed from the reports can bound, because it depends on how the hidden values
-(those in "Other") spread over the mechanism's cells, which the reports do not reveal:
+pairs and that no interval computed from the reports can bound, because it depends on what "Other" hides (how
+the hidden values spread over the mechanism's cells, or how X's and Y's hidden values associate), which the
+reports do not reveal:
 
 1. **Candidate frequencies by least squares on the candidates alone, for a hashed mechanism with an Other
    category** (``frequencies`` source ``"least-squares"`` or ``"self-consistent"``). The even "other"
@@ -20,7 +21,7 @@ pairs and that no interval computed from the reports can bound, because it depen
    moving mass into Other × Other and the diagonal and out of the Other row and column, so it reaches every
    cell. Measured (ρ = 0.5): O-RR k = 32, 8 cohorts, dictionary frequencies: all cells cover 0.938 at 10^5
    pairs and 0.877 at 4·10^5 (same hash), 0.960 and 0.920 (distinct hashes), the 35 cells other than Other ×
-   Other 0.886 and 0.924 at 4·10^5; k-RR k = 100, ε = 4 (exact frequencies): 0.947, 0.933 and 0.878 at 10^5,
+   Other 0.886 and 0.924 at 4·10^5; k-RR k = 100, ε = 4 (exact frequencies): 0.947, 0.933 and 0.879 at 10^5,
    4·10^5 and 10^6. Every cell is flagged. An Other of one value (a closed alphabet with all but one value
    among the candidates) has an exact law, so the product is exact too.
 """
