@@ -4,7 +4,9 @@ The paper's simulation (Fanti, Pihur, Erlingsson 2016 §4.E; ``simulation/joint_
 categories per variable, association ρ (``--rho``, default 0.5: Y copies X half the time), top 5 + Other
 (6 × 6), ``--n`` pairs per trial, both variables through open O-RR (k = 32, 8 cohorts, ε = 3). Per mode, over
 ``--trials`` seeds: pooled coverage of the 36 cell intervals (cluster SE over trials), the z-scores' mean and
-sd, the largest |mean error| and the Other × Other mean error with its Monte Carlo SE.
+sd, the largest |mean error| and the Other × Other mean error with its Monte Carlo SE, and the coverage of the
+cells published as identified (``JointEstimate.identified``; docs/math/joint.md#cells-the-reports-do-not-identify:
+two O-RR members: every cell is flagged) and of the 35 cells other than Other × Other.
 
 Modes (what the Other rule of ``joint_likelihood`` is given):
 
@@ -23,7 +25,7 @@ same symbol in X and Y; the association of the *indices* stays). ``--n`` changes
 finite-sample effect shrinks with n; a model error does not).
 
 Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_orr_other.py`` (``--modes``, ``--rho``,
-``--y-prefix``, ``--n``, ``--trials``).
+``--y-prefix``, ``--n``, ``--trials``, ``--per-cell``).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace, mode: str) -> None:
     if mode == "oracle":
         jl.other_symbol_rates = oracle_rates  # type: ignore[assignment]
     rng = np.random.default_rng(args.seed)
-    err, cov, zs = [], [], []
+    err, cov, zs, kept = [], [], [], []
     began = time.perf_counter()
     try:
         for _ in range(args.trials):
@@ -82,16 +84,33 @@ def run(args: argparse.Namespace, mode: str) -> None:
             err.append(est.table - truth)
             cov.append((est.low <= truth) & (truth <= est.high))
             zs.append((est.table - truth) / est.std_error)
+            kept.append(est.identified_mask())
     finally:
         jl.other_symbol_rates = shipped  # type: ignore[assignment]
-    e, c, zz = np.array(err), np.array(cov), np.array(zs)
+    e, c, zz, ok = np.array(err), np.array(cov), np.array(zs), np.array(kept)
     per = c.reshape(args.trials, -1).mean(axis=1)
+    some = ok.reshape(args.trials, -1).any(axis=1)
+    ident = (c & ok).reshape(args.trials, -1).sum(axis=1)[some] / ok.reshape(args.trials, -1).sum(axis=1)[some]
+    shown = ("none" if len(ident) < 2 else
+             f"{ident.mean():.3f} (cluster SE {ident.std(ddof=1) / np.sqrt(len(ident)):.4f})")
+    flagged = (~ok).reshape(args.trials, -1).sum(axis=1).mean()
+    rest = np.ones(e[0].shape, dtype=bool)
+    rest[-1, -1] = False
+    off = c[:, rest].mean(axis=1)
     oo = e[:, -1, -1]
     print(f"O-RR k={args.k} C={args.cohorts} ε={args.epsilon} ρ={args.rho} Y='{args.y_prefix}*' n={args.n:,} "
           f"{mode:<6} coverage {per.mean():.3f} (cluster SE {per.std(ddof=1) / np.sqrt(args.trials):.4f}); "
           f"z mean {zz.mean():+.2f} sd {zz.std():.2f}; max|bias| {np.abs(e.mean(axis=0)).max():.4f}; "
           f"Other×Other {oo.mean():+.4f} (MC SE {oo.std(ddof=1) / np.sqrt(len(oo)):.4f}, "
-          f"coverage {c[:, -1, -1].mean():.2f}) ({time.perf_counter() - began:.0f} s)", flush=True)
+          f"coverage {c[:, -1, -1].mean():.2f}); the other 35 cells {off.mean():.3f} "
+          f"(cluster SE {off.std(ddof=1) / np.sqrt(args.trials):.4f}); "
+          f"identified cells {shown} ({flagged:.1f} of {e[0].size} flagged) "
+          f"({time.perf_counter() - began:.0f} s)", flush=True)
+    if args.per_cell:
+        with np.printoptions(precision=2, suppress=True, linewidth=120):
+            print(f"  per-cell coverage\n{c.mean(axis=0)}\n  per-cell z mean\n{zz.mean(axis=0)}", flush=True)
+        with np.printoptions(precision=4, suppress=True, linewidth=120):
+            print(f"  per-cell mean error\n{e.mean(axis=0)}", flush=True)
 
 
 if __name__ == "__main__":
@@ -105,6 +124,7 @@ if __name__ == "__main__":
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--modes", default="est,dict,oracle")
+    ap.add_argument("--per-cell", action="store_true", help="also print each cell's coverage, mean error, z mean")
     a = ap.parse_args()
     for m in a.modes.split(","):
         run(a, m)

@@ -3,7 +3,9 @@
 The paper's simulation (Fanti, Pihur, Erlingsson 2016 §4.E; ``simulation/joint_trials.py``): 100 Zipf(1)
 categories, ρ = 0.5, top 5 + Other (6 × 6), ``--n`` pairs per trial, RAPPOR (p = .25, q = .75, f = 0). Per
 mode, over ``--trials`` seeds: pooled coverage of the 36 cell intervals (cluster SE over trials), mean and sd
-of the z-scores, the largest |mean error| and the Other × Other mean error.
+of the z-scores, the largest |mean error| and the Other × Other mean error; then how many cells the estimate
+flags as not identified (``JointEstimate.identified``, docs/math/joint.md#cells-the-reports-do-not-identify) and
+the coverage of the others.
 
 Cell intervals as published (``interval_method``; the stacked sandwich once it exists).
 
@@ -67,7 +69,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
         jl.other_bit_rates = lambda *a, **kw: true_rates  # type: ignore[assignment]
     freq = z[:5].tolist() if mode in ("oracle", "oracle_f") else None
     rng = np.random.default_rng(seed)
-    err, cov, zs, refits, sources = [], [], [], [], []
+    err, cov, zs, refits, sources, kept = [], [], [], [], [], []
     began = time.perf_counter()
     try:
         for _ in range(trials):
@@ -92,15 +94,19 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
             err.append(est.table - truth)
             cov.append((est.low <= truth) & (truth <= est.high))
             zs.append((est.table - truth) / est.std_error)
+            kept.append(est.identified_mask())
     finally:
         jl.other_bit_rates = shipped  # type: ignore[assignment]
-    e, c, zz = np.array(err), np.array(cov), np.array(zs)
+    e, c, zz, ok = np.array(err), np.array(cov), np.array(zs), np.array(kept).reshape(trials, -1)
     per = c.reshape(trials, -1).mean(axis=1)
+    ident = (c.reshape(trials, -1) & ok).sum(axis=1)[ok.any(axis=1)] / ok.sum(axis=1)[ok.any(axis=1)]
+    shown = "none" if len(ident) == 0 else f"{ident.mean():.3f}"
     print(f"k={bits} h={hashes} C={cohorts} n={n:,} {mode:<9} coverage {per.mean():.3f} "
           f"(cluster SE {per.std(ddof=1) / np.sqrt(trials):.4f}); z mean {zz.mean():+.2f} sd {zz.std():.2f}; "
           f"max|bias| {np.abs(e.mean(axis=0)).max():.4f}, Other×Other {e.mean(axis=0)[-1, -1]:+.4f} "
           f"({time.perf_counter() - began:.0f} s{f', mean refits {np.mean(refits):.1f}' if mode == 'est' else ''}; "
-          f"frequencies {'/'.join(sorted(set(sources)))})",
+          f"frequencies {'/'.join(sorted(set(sources)))}); identified cells: {(~ok).sum(axis=1).mean():.1f} of "
+          f"{ok.shape[1]} flagged, coverage of the rest {shown}",
           flush=True)
 
 

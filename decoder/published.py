@@ -125,17 +125,19 @@ def joint_variable(metric: MetricConfig, marginal: Estimate, count: int) -> Join
 
     The "Other" rule takes the candidates' frequencies from the pairs' own sketch, so the joint table depends
     on the window's report pairs alone: the least squares against the metric's whole candidate list when it
-    has one and its design is well-determined (``JointVariable.dictionary``), else against the candidates
-    alone (docs/math/joint.md#candidate-frequencies-from-the-dictionary). A closed alphabet keeps at least one
-    value out of its candidates: "Other" with no value behind it would be a category the reports cannot
-    identify (a singular information matrix, degenerate intervals)."""
+    has one (a closed alphabet: all its values) and its design is well-determined (``JointVariable.dictionary``),
+    else against the candidates alone (docs/math/joint.md#candidate-frequencies-from-the-dictionary); the latter
+    makes the table not identified (docs/math/joint.md#cells-the-reports-do-not-identify). A closed alphabet
+    keeps at least one value out of its candidates: "Other" with no value behind it would be a category the
+    reports cannot identify (a singular information matrix, degenerate intervals)."""
     names = metric.value_names()
     if metric.candidates is None:
         count = min(count, len(names) - 1)
     top = top_values(marginal, count)
     values: list[Any] = [metric.candidates[v] for v in top] if metric.candidates is not None else top
-    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top),
-                         dictionary=None if metric.candidates is None else list(metric.candidates))
+    # The whole candidate list, or a closed alphabet's every index (for a direct mechanism it is not used).
+    dictionary: list[Any] = list(metric.candidates) if metric.candidates is not None else list(range(len(names)))
+    return JointVariable(metric.mechanism, values, tuple(str(names[v]) for v in top), dictionary=dictionary)
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,8 @@ class PublishedJoint:
             "std_error": _nested(est.std_error),
             "low_95": _nested(est.low),
             "high_95": _nested(est.high),
+            "identified": [[bool(v) for v in row] for row in est.identified_mask()],
+            "identification": list(est.identification),
             "x_given_y": _conditional(est.x_given_y),
             "y_given_x": _conditional(est.y_given_x),
             "independence": {

@@ -86,8 +86,9 @@ def _discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
 
 
 def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
-    """The joint table of an association: each cell's frequency with its 95% interval, then the test of
-    independence (statistic, degrees of freedom, p-value) and the EM's figures."""
+    """The joint table of an association: each cell's frequency with its 95% interval (marked ``?`` where the
+    cell is not identified, with the reasons below the table), then the test of independence (statistic,
+    degrees of freedom, p-value) and the EM's figures."""
     now = time.time() if now is None else now
     rows, columns = list(published["rows"]), list(published["columns"])
     table, low, high = published["table"], published["low_95"], published["high_95"]
@@ -103,9 +104,14 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
     cell_width = 21
     lines.append(f"{_fit(published['x'], label_width):<{label_width}} "
                  + " ".join(f"{_fit(c, cell_width):>{cell_width}}" for c in columns))
+    identified = published.get("identified")
     for i, row in enumerate(rows):
-        cells = [f"{table[i][j]:6.4f} [{_short(low[i][j])},{_short(high[i][j])}]" for j in range(len(columns))]
+        cells = [f"{table[i][j]:6.4f} [{_short(low[i][j])},{_short(high[i][j])}]"
+                 + ("" if identified is None or identified[i][j] else "?") for j in range(len(columns))]
         lines.append(f"{_fit(row, label_width):<{label_width}} " + " ".join(f"{c:>{cell_width}}" for c in cells))
+    reasons = published.get("identification") or []
+    if identified is not None and not all(all(r) for r in identified):
+        lines.append("? not identified, the interval is no promise: " + "; ".join(str(r) for r in reasons))
     test = published["independence"]
     lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
                  f"p-value {test['p_value']:.3g}")

@@ -137,6 +137,11 @@ function collapseTruth(truth, rows, columns) {
   return out;
 }
 
+// Whether cell (i, j) is published as not identified (objects published before the field: all identified).
+function unidentified(joint, i, j) {
+  return Array.isArray(joint.identified) && joint.identified[i] && joint.identified[i][j] === false;
+}
+
 function jointView(name, joint, truth) {
   const peak = Math.max(1e-9, ...joint.table.flat());
   const expected = collapseTruth(truth, joint.rows, joint.columns);
@@ -151,7 +156,8 @@ function jointView(name, joint, truth) {
       const level = Math.sqrt(Math.max(0, share) / peak);
       const td = el("td", {"data-row": r, "data-column": c, "data-share": share, "data-low": joint.low_95[i][j],
                            "data-high": joint.high_95[i][j]},
-                    pct(share), el("span", {class: "ci"}, `[${pct(joint.low_95[i][j])}, ${pct(joint.high_95[i][j])}]`),
+                    pct(share), el("span", {class: "ci"}, `[${pct(joint.low_95[i][j])}, ${pct(joint.high_95[i][j])}]`
+                                   + (unidentified(joint, i, j) ? "?" : "")),
                     expected ? el("span", {class: "t"}, "truth " + pct(expected[i][j])) : null);
       td.style.background = `hsl(212, 60%, ${(96 - 58 * level).toFixed(1)}%)`;
       if (level > 0.55) { td.style.color = "#fff"; td.classList.add("dark"); }
@@ -166,6 +172,10 @@ function jointView(name, joint, truth) {
              truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
           el("div", {class: "axis-note"}, "cell = share of clients with that pair of values; each with its 95% interval"),
           table,
+          (joint.identification || []).length
+            ? el("div", {class: "axis-note not-identified"}, "? not identified, the interval is no promise: "
+                 + joint.identification.join("; "))
+            : null,
           el("div", {class: "test", "data-p-value": test.p_value},
              "independence test: statistic ", el("b", {}, test.statistic.toFixed(1)), ` on ${test.df} df, p ${test.p_value === 0 ? "<" : "="} `,
              el("b", {}, pValue(test.p_value)),

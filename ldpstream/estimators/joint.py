@@ -23,6 +23,7 @@ from ldpstream.mechanisms.base import Mechanism
 
 from .estimate import Estimate
 from .joint_em import JointFit, PairChannel, fit_joint, warm_start
+from .joint_identification import VariableIdentification, identified_cells
 from .joint_inference import (
     ConditionalTable,
     IndependenceTest,
@@ -122,6 +123,15 @@ class JointEstimate:
     em_seconds: float = 0.0
     patterns: int = 0
     info: dict[str, Any] = field(default_factory=dict)
+    #: ``(r, c)`` bool: whether each cell's interval is a promise (docs/math/joint.md#cells-the-reports-do-not-
+    #: identify; :mod:`ldpstream.estimators.joint_identification`); ``None``: every cell.
+    identified: np.ndarray | None = None
+    #: Why some cells are not identified (empty when all are).
+    identification: tuple[str, ...] = ()
+
+    def identified_mask(self) -> np.ndarray:
+        """``(r, c)`` bool, all true when not assessed."""
+        return np.ones(self.table.shape, dtype=bool) if self.identified is None else self.identified
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (lists of floats, plain ints and strings)."""
@@ -146,6 +156,8 @@ class JointEstimate:
             "em_seconds": float(self.em_seconds),
             "log_likelihood": float(self.log_likelihood),
             "stopping_rule": self.stopping_rule,
+            "identified": self.identified_mask().tolist(),
+            "identification": list(self.identification),
             "info": dict(self.info),
         }
 
@@ -163,6 +175,14 @@ def _frequency_source(v: JointVariable, model: VariableModel, refined: bool) -> 
     if model.dictionary is not None:
         return "dictionary"
     return "self-consistent" if refined else "least-squares"
+
+
+def _identification(model: VariableModel, source: str) -> VariableIdentification:
+    hashed = bool(getattr(model.mechanism, "needs_value_table", True))
+    support = getattr(model.mechanism, "support", None) if hashed else int(model.mechanism.k)
+    hidden = None if support is None else int(support) - len(model.values)
+    return VariableIdentification(other=model.other, hashed=hashed, bits=model.bits, frequency_source=source,
+                                  hidden_values=hidden)
 
 
 def _count(likelihood: VariableLikelihood) -> int:
@@ -315,6 +335,8 @@ def estimate_joint(
     test = independence_test(table, cov, information)
     seconds = time.perf_counter() - began
     method = "wald-clipped" if corrections is None else SANDWICH_INTERVAL_METHOD
+    source_x, source_y = _frequency_source(x, mx, refine_x), _frequency_source(y, my, refine_y)
+    cells = identified_cells((r, c), _identification(mx, source_x), _identification(my, source_y))
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
         interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
@@ -325,6 +347,7 @@ def estimate_joint(
         likelihood_seconds=built - began, em_seconds=fitted - built, patterns=len(patterns),
         info={"candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
               "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist(),
-              "frequencies_x": _frequency_source(x, mx, refine_x), "frequencies_y": _frequency_source(y, my, refine_y),
+              "frequencies_x": source_x, "frequencies_y": source_y,
               "frequency_refits": refits, "frequency_change": refit_change},
+        identified=cells.mask, identification=cells.reasons,
     )

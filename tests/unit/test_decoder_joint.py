@@ -135,6 +135,10 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         assert np.array(joint["std_error"]).shape == table.shape
         assert isinstance(joint["interval_method"], str) and joint["interval_method"]
         assert joint["design_effect"] >= 1 and set(joint["repetition"]) == {"lang", "os"}
+        # Two k-RR members whose Other holds 4 and 2 values: the Other x Other product pair law is not identified,
+        # so no cell is promised (docs/math/joint.md#cells-the-reports-do-not-identify).
+        assert joint["identified"] == [[False] * (CANDIDATES + 1)] * (CANDIDATES + 1)
+        assert len(joint["identification"]) == 1
         if window == "1h":
             assert joint["interval_assumes"] == "one report pair per client (a single bucket)"
             assert joint["design_effect"] == 1.0

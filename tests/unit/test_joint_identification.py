@@ -1,0 +1,146 @@
+"""Which joint cells are published as identified (``ldpstream.estimators.joint_identification``;
+docs/math/joint.md#cells-the-reports-do-not-identify): the rules on their own, then through ``estimate_joint``
+for each mechanism family, and in the published JSON against its schema."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ldpstream.estimators.joint import JointVariable, estimate_joint
+from ldpstream.estimators.joint_identification import VariableIdentification, identified_cells
+from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.orr import ORR
+from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.simulation.joint_trials import sample_pairs, value_names, zipf_association
+from tests.published_schema import validate
+
+HASHED_BITS_DICT = VariableIdentification(other=True, hashed=True, bits=True, frequency_source="dictionary")
+HASHED_BITS_LS = VariableIdentification(other=True, hashed=True, bits=True, frequency_source="least-squares")
+DIRECT_LS = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares")
+SYMBOLS_GIVEN = VariableIdentification(other=True, hashed=True, bits=False, frequency_source="given")
+#: A boolean-like member: no Other category, so no Other x Other cell.
+NO_OTHER = VariableIdentification(other=False, hashed=True, bits=True, frequency_source="least-squares")
+
+
+def test_a_well_determined_frequency_source_leaves_every_cell_identified():
+    cells = identified_cells((6, 2), HASHED_BITS_DICT, NO_OTHER)
+    assert cells.all and cells.reasons == ()
+    assert identified_cells((2, 6), NO_OTHER, DIRECT_LS).all
+
+
+@pytest.mark.parametrize("source", ["least-squares", "self-consistent"])
+def test_candidates_only_frequencies_of_a_hashed_member_flag_every_cell(source):
+    hashed = VariableIdentification(other=True, hashed=True, bits=True, frequency_source=source)
+    for x, y, name in ((hashed, NO_OTHER, "X"), (NO_OTHER, hashed, "Y")):
+        cells = identified_cells((3, 4), x, y)
+        assert cells.mask.shape == (3, 4) and not cells.mask.any()
+        assert len(cells.reasons) == 1 and cells.reasons[0].startswith(f"{name}:")
+
+
+def test_a_member_without_other_needs_no_frequencies():
+    boolean = VariableIdentification(other=False, hashed=True, bits=True, frequency_source="least-squares")
+    assert identified_cells((6, 2), HASHED_BITS_DICT, boolean).all
+
+
+def test_two_members_whose_other_holds_several_values_flag_every_cell():
+    cells = identified_cells((6, 6), SYMBOLS_GIVEN, SYMBOLS_GIVEN)
+    assert not cells.mask.any() and len(cells.reasons) == 1
+    direct = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares",
+                                    hidden_values=95)
+    assert not identified_cells((6, 6), direct, direct).mask.any()
+    assert not identified_cells((6, 6), direct, SYMBOLS_GIVEN).mask.any()
+    # An Other of one value has an exact law: the product is exact.
+    single = VariableIdentification(other=True, hashed=False, bits=False, frequency_source="least-squares",
+                                    hidden_values=1)
+    assert identified_cells((6, 3), direct, single).all
+    # Bit mechanisms alike (32-bit RAPPOR with its dictionary: 0.875 at 10^6 pairs).
+    assert not identified_cells((6, 6), HASHED_BITS_DICT, HASHED_BITS_DICT).mask.any()
+    # Without Other on one side there is no Other x Other cell.
+    boolean = VariableIdentification(other=False, hashed=True, bits=False, frequency_source="given")
+    assert identified_cells((6, 2), SYMBOLS_GIVEN, boolean).all
+
+
+def _pairs(mx, my, names, n=20_000):
+    joint = zipf_association(100, 1.0, 0.5)
+    tx = None if names is None else mx.value_table(names)
+    ty = None if names is None else my.value_table(names)
+    return sample_pairs(joint, mx, my, n, np.random.default_rng(5), tx, ty)
+
+
+def test_rappor_frequencies_are_identified_with_a_well_determined_dictionary_and_not_without_it():
+    names = value_names(100)
+    wide = Rappor(k=32, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 256 cells
+    est = estimate_joint(_pairs(wide, wide, names), JointVariable(wide, names[:5], dictionary=names),
+                         JointVariable(wide, names[:5], dictionary=names))
+    # Only the Other x Other rule (both members have an open Other) flags it.
+    assert est.info["frequencies_x"] == "dictionary" and len(est.identification) == 1
+    assert not est.identified_mask().any() and est.identification[0].startswith("both members")
+    narrow = Rappor(k=16, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 128 cells: not
+    est = estimate_joint(_pairs(narrow, narrow, names), JointVariable(narrow, names[:5], dictionary=names),
+                         JointVariable(narrow, names[:5], dictionary=names))
+    assert est.info["frequencies_x"] == "least-squares" and not est.identified_mask().any()
+    assert est.to_dict()["identified"] == [[False] * 6] * 6 and len(est.to_dict()["identification"]) == 3
+
+
+def test_krr_is_identified_when_one_other_holds_one_value_and_two_orr_members_are_not():
+    krr = KRR(k=100, epsilon=4.0)
+    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                         JointVariable(krr, list(range(5))))
+    assert not est.identified_mask().any() and len(est.identification) == 1  # 95 hidden values each
+    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                         JointVariable(krr, list(range(99))))
+    assert est.identified_mask().all() and est.identification == ()  # Y's Other is value 99 alone
+    names = value_names(100)
+    orr = ORR(k=32, epsilon=3.0, cohorts=8)
+    est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
+                         JointVariable(orr, names[:5], dictionary=names))
+    assert est.info["frequencies_x"] == "dictionary"
+    assert not est.identified_mask().any()
+
+
+def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
+    from ldpstream.decoder.published import PublishedJoint
+
+    names = value_names(100)
+    orr = ORR(k=32, epsilon=3.0, cohorts=8)
+    est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
+                         JointVariable(orr, names[:5], dictionary=names))
+    published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, est, warm_start=False).to_json()
+    validate(published, "joint-estimate/1")
+    assert published["identified"] == [[False] * 6] * 6
+    assert published["identification"] == list(est.identification) and len(est.identification) == 1
+    older = {k: v for k, v in published.items() if k not in ("identified", "identification")}
+    validate(older, "joint-estimate/1")  # objects published before the field stay valid
+    # ldpstream watch marks the cell and says why.
+    from ldpstream.decoder.watch import render_joint
+
+    text = render_joint(published, now=2.0)
+    assert text.count("]?") == 36 and "? not identified" in text and est.identification[0] in text
+    assert "]?" not in render_joint(older, now=2.0)
+
+
+def test_the_decoder_passes_a_closed_alphabet_as_the_dictionary_so_its_table_is_identified():
+    """A closed O-RAPPOR alphabet has no candidate list; its every index is the dictionary (well-determined:
+    41 columns, 16 cohorts × 16 bits), so the frequencies are ``dictionary`` and only the Other x Other rule
+    flags the table."""
+    from ldpstream.decoder.published import joint_variable
+    from ldpstream.estimators.estimate import Estimate
+    from ldpstream.registry import Registry
+
+    registry = Registry.from_dict({"metrics": {
+        "b": {"id": 2, "mechanism": "orappor", "k": 16, "epsilon": 2.0, "cohorts": 16, "hashes": 2, "support": 40}}})
+    metric = registry["b"]
+    z = zipf_association(40, 1.0, 0.5)
+    marginal = Estimate(frequencies=z.sum(axis=1), std_errors=None, n_reports=1, method="test")
+    var = joint_variable(metric, marginal, 5)
+    assert list(var.dictionary or []) == list(range(40)) and list(var.values) == [0, 1, 2, 3, 4]
+    pat = _pairs_closed(metric.mechanism, z)
+    est = estimate_joint(pat, var, var)
+    assert est.info["frequencies_x"] == "dictionary"
+    assert [r.split(":")[0] for r in est.identification] == ["both members' Other holds several values"]
+
+
+def _pairs_closed(mech, joint, n=20_000):
+    table = mech.value_table(list(range(joint.shape[0])))
+    return sample_pairs(joint, mech, mech, n, np.random.default_rng(6), table, table)
