@@ -61,7 +61,8 @@ reports, docs/math/dictionary.md) is declared with a ``discovery`` table instead
     pad = "$"
     positions = 2                # n-gram reports per client (two: one slot pair per client)
     full_share = 0.3333333333    # share of ε of the full-string report; the n-grams split the rest
-    mechanism = "rappor"         # of every report (f = 0 unless given: f must make 128·f an integer)
+    mechanism = "rappor"         # of every report: "rappor" (f = 0 unless given: f must make 128·f an integer)
+                                 # or "orappor" (no f; memoized); others are refused (DISCOVERY_MECHANISMS)
     full_bits = 128              # Bloom bits of the full-string report, and of each n-gram report
     ngram_bits = 128
     hashes = 2
@@ -71,8 +72,8 @@ reports, docs/math/dictionary.md) is declared with a ``discovery`` table instead
     pattern = "[a-z0-9./-]+"     # decoder: optional semantic filter (the unpadded string must match in full)
 
 It expands into ordinary registry entries (:func:`discovery_slot_name`, :func:`discovery_pair_name`): the
-full-string metric ``url`` (RAPPOR, no candidates), one n-gram metric per slot ``url.ngram<j>`` (id + 1 + j),
-and one association per pair of slots ``url.pair<a>-<b>`` (association id = id + its rank among the pairs)
+full-string metric ``url`` (the table's mechanism, no candidates), one n-gram metric per slot ``url.ngram<j>``
+(id + 1 + j), and one association per pair of slots ``url.pair<a>-<b>`` (association id = id + its rank among the pairs)
 whose record carries the n-gram reports of slots a and b, paired, and the full-string report as a *rider*
 (``AssociationConfig.riders``: it updates its metric's sketches but not the pair statistic). A client sends one
 such record, for the slot pair derived from its secret.
@@ -134,6 +135,27 @@ MAX_ASSOCIATION_MEMBERS = 8
 #: Mechanisms the joint decoder's channels model (docs/math/joint.md); the optimal mechanisms of issue 15 (OUE, SS,
 #: HR, O-OUE, CMS, HCMS) are refused as association members until it models theirs.
 JOINT_MECHANISMS = ("krr", "krappor", "orr", "orappor", "rappor")
+#: Mechanisms that can carry a discovery metric's reports (docs/math/dictionary.md, "Which mechanisms"): the
+#: hashed bit-vector families of :data:`JOINT_MECHANISMS`, whose reports the n-gram detection and the final
+#: decode test against any candidate list and whose pairs the joint EM decodes.
+DISCOVERY_MECHANISMS = ("rappor", "orappor")
+#: Why the other mechanisms cannot carry them.
+_DISCOVERY_REFUSALS = {
+    "krappor": "k-RAPPOR keeps one bit per value of a closed alphabet, and the full string has none (|Σ|^M values)",
+    "krr": "k-RR sends one symbol of a closed alphabet, and the full string has none (|Σ|^M values); the n-gram "
+           "detection tests bit reports",
+    "orr": "O-RR sends symbols, and the n-gram detection (screen, refit, test) and the final decode test bit "
+           "reports",
+}
+
+
+def discovery_mechanism_error(name: str) -> str | None:
+    """``None`` when mechanism ``name`` can carry a discovery metric's reports, else why not."""
+    if name in DISCOVERY_MECHANISMS:
+        return None
+    why = _DISCOVERY_REFUSALS.get(name, f"{name!r} is not one of the joint decoder's bit-vector mechanisms")
+    return (f"mechanism {name!r} cannot carry n-gram and full-string reports: {why}; use one of "
+            f"{', '.join(DISCOVERY_MECHANISMS)}")
 DEFAULT_JOINT_CANDIDATES = 5
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -637,8 +659,13 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
               ("length", "ngram", "positions", "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after",
                "max_candidates") if key in spec}
     texts = {key: _string(name, key, spec[key]) for key in ("alphabet", "pad", "mechanism", "pattern") if key in spec}
-    if texts.get("mechanism", "rappor") != "rappor":
-        raise ConfigError(f"{where}: mechanism must be \"rappor\" (the n-gram decoder tests Bloom-bit reports)")
+    mechanism = texts.get("mechanism", "rappor")
+    refusal = discovery_mechanism_error(mechanism)
+    if refusal is not None:
+        raise ConfigError(f"{where}: {refusal}")
+    if mechanism != "rappor" and "f" in numbers:
+        raise ConfigError(f"{where}: f is RAPPOR's permanent response; {mechanism} reports have none (O-RAPPOR "
+                          "memoizes its whole report by default)")
     options: dict[str, Any] = {k: v for k, v in counts.items() if k in ("length", "ngram", "positions", "retire_after",
                                                                       "max_candidates")}
     options.update({k: v for k, v in texts.items() if k in ("alphabet", "pad", "pattern")})
@@ -653,11 +680,15 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     if hashes < 1:
         raise ConfigError(f"{where}: hashes must be at least 1")
 
-    def rappor(epsilon: float, bits: int) -> Mechanism:
-        # One-report RAPPOR with ε_1 = 2h·ln(q/p) = ``epsilon`` at f = 0; a permanent layer f > 0 only adds noise
-        # (ε_1 below the share) and bounds repeated reports by ε∞ (docs/math/dictionary.md, "The budget").
-        q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
+    def report_mechanism(epsilon: float, bits: int) -> Mechanism:
+        # RAPPOR: one-report ε_1 = 2h·ln(q/p) = ``epsilon`` at f = 0; a permanent layer f > 0 only adds noise
+        # (ε_1 below the share) and bounds repeated reports by ε∞. O-RAPPOR: ε per report is ``epsilon`` (the
+        # same per-bit rates), memoized (ε∞ = ε). (docs/math/dictionary.md, "The budget".)
         try:
+            if mechanism == "orappor":
+                return make_mechanism({"mechanism": "orappor", "k": bits, "hashes": hashes, "cohorts": cohorts,
+                                       "epsilon": epsilon})
+            q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
             return make_mechanism({"mechanism": "rappor", "k": bits, "hashes": hashes, "cohorts": cohorts,
                                    "p": 1.0 - q, "q": q, "f": f})
         except (ParameterError, TypeError) as exc:
@@ -680,9 +711,9 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     if base + max(config.slots, len(config.slot_pairs) - 1) > 0xFFFF:
         raise ConfigError(f"metric {name!r}: its n-gram metrics take ids {base + 1}..{base + config.slots} and its "
                           f"slot pairs association ids {base}..{base + len(config.slot_pairs) - 1}: past 65535")
-    full = MetricConfig(name=name, id=base, mechanism=rappor(config.full_epsilon, counts.get("full_bits", 128)),
-                        estimator="ls", discovery=config, **settings)
-    ngram_mechanism = rappor(config.ngram_epsilon, counts.get("ngram_bits", 128))
+    full_mechanism = report_mechanism(config.full_epsilon, counts.get("full_bits", 128))
+    full = MetricConfig(name=name, id=base, mechanism=full_mechanism, estimator="ls", discovery=config, **settings)
+    ngram_mechanism = report_mechanism(config.ngram_epsilon, counts.get("ngram_bits", 128))
     slots = [MetricConfig(name=discovery_slot_name(name, j), id=base + 1 + j, mechanism=ngram_mechanism,
                           estimator="ls", discovery=config, part_of=name, slot=j, **settings)
              for j in range(config.slots)]

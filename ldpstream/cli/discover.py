@@ -5,10 +5,12 @@
     Draws ``--n`` clients whose strings come from ``--strings FILE`` (one string per line, in rank order) with
     the popularity ``--dist`` by rank (as in ``simulate``: ``zipf:A``, ``geometric``, ``step:K``, ``file:PATH``,
     ...), encodes every client with the real client code path (full string padded or truncated to
-    ``--length`` M over ``--alphabet``, plus the ``--ngram``-grams of two distinct random slots; RAPPOR reports,
-    the total ``--epsilon`` split ε/3 each), then runs the whole decoding: n-grams per slot against all
-    |Σ|^n n-grams, the joint of n-gram pairs, the threshold, the k-partite cliques, the semantic filter
-    (``--pattern REGEX``) and the final decode of the full-string reports. Per-stage times go to stderr.
+    ``--length`` M over ``--alphabet``, plus the ``--ngram``-grams of two distinct random slots; reports of
+    ``--mechanism`` ``rappor`` (one-report RAPPOR, f = 0) or ``orappor`` (O-RAPPOR), the total ``--epsilon``
+    split ε/3 each; the other mechanisms cannot carry them and are refused with the reason), then runs the
+    whole decoding: n-grams per slot against all |Σ|^n n-grams, the joint of n-gram pairs, the threshold, the
+    k-partite cliques, the semantic filter (``--pattern REGEX``) and the final decode of the full-string
+    reports. Per-stage times go to stderr.
 
     Defaults: ``--length 8``, ``--ngram 2``, ``--alphabet`` = lower-case letters, digits and ``.-/`` (the pad
     ``$`` is added and removed from published strings), ``--epsilon 4.39``, ``--dist zipf:1``, ``--n 1000000``,
@@ -63,6 +65,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--length", type=int, default=8, help="string length M (padded or truncated)")
     cmd.add_argument("--ngram", type=int, default=2, help="n-gram size n (M must be a multiple)")
     cmd.add_argument("--alphabet", default=DEFAULT_ALPHABET, help="characters Σ (the pad '$' is added)")
+    cmd.add_argument("--mechanism", default="rappor",
+                     help="mechanism of every report: rappor or orappor (hashed Bloom bits; others are refused)")
     cmd.add_argument("--full-bits", type=int, default=128, help="Bloom bits of the full-string report")
     cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
     cmd.add_argument("--hashes", type=int, default=2)
@@ -92,10 +96,12 @@ def _read_strings(path: Path) -> list[str]:
 
 
 def run_discover(args: argparse.Namespace) -> int:
-    from ldpstream.estimators.discovery import StringShape, rappor_scheme
+    from ldpstream.estimators.discovery import StringShape, bit_scheme
     from ldpstream.simulation.discovery import run_discovery
 
     if not args.simulate:
+        if args.mechanism != "rappor":
+            raise ParameterError("--mechanism applies to --simulate; a report file names its own mechanisms")
         if args.reports is None:
             raise ParameterError("give --simulate or --reports FILE")
         return _decode_file(args)
@@ -106,8 +112,8 @@ def run_discover(args: argparse.Namespace) -> int:
     for s in strings:
         shape.padded(s)  # every string must be over the alphabet
     probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
-    scheme = rappor_scheme(args.epsilon, shape, full_bits=args.full_bits, ngram_bits=args.ngram_bits,
-                           hashes=args.hashes, cohorts=args.cohorts)
+    scheme = bit_scheme(args.epsilon, shape, mechanism=args.mechanism, full_bits=args.full_bits,
+                        ngram_bits=args.ngram_bits, hashes=args.hashes, cohorts=args.cohorts)
     if args.save_reports is not None:
         from ldpstream.distributions import sample_values
         from ldpstream.estimators.discovery import encode_population

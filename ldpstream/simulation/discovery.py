@@ -28,7 +28,9 @@ from ldpstream.estimators.discovery import (
     encode_population,
 )
 from ldpstream.mechanisms.factory import make_mechanism
+from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.rappor import Rappor
+from ldpstream.registry import discovery_mechanism_error
 
 __all__ = ["DiscoveryRun", "load_reports", "run_discovery", "save_reports", "simulate_collection"]
 
@@ -142,8 +144,10 @@ def load_reports(path: str | Path) -> tuple[DiscoveryScheme, ClientReports]:
                                 str(params["pad"]))
             full = make_mechanism(params["full"])
             ngram = make_mechanism(params["ngram_report"])
-            if not isinstance(full, Rappor) or not isinstance(ngram, Rappor):
-                raise ParameterError("the report file's mechanisms must be RAPPOR")
+            for mech in (full, ngram):
+                if not isinstance(mech, Rappor | ORappor):
+                    raise ParameterError(f"the report file's {discovery_mechanism_error(mech.name)}")
+            assert isinstance(full, Rappor | ORappor) and isinstance(ngram, Rappor | ORappor)  # checked above
             scheme = DiscoveryScheme(shape, full, ngram)
             slots = np.asarray(archive["slots"], dtype=np.int64)
             n = len(slots)

@@ -44,12 +44,12 @@ STRINGS = ["news.io", "mail.io", "shop.io", "maps.io", "blog.io", "wiki.io", "ch
 TOP = STRINGS[:3]
 
 
-def discovery_registry(topic: str) -> Registry:
+def discovery_registry(topic: str, mechanism: str = "rappor") -> Registry:
     return Registry.from_dict({
         "defaults": {"topic": topic, "bucket_seconds": 3600},
         "metrics": {"site": {"id": 50, "retention": "2d", "windows": ["all", "1h"], "discovery": {
             "epsilon": 6.0, "length": 8, "ngram": 2, "alphabet": "abcdefghijklmnopqrstuvwxyz.",
-            "full_bits": 64, "ngram_bits": 64, "cohorts": 16, "retire_after": 2}}}})
+            "full_bits": 64, "ngram_bits": 64, "cohorts": 16, "retire_after": 2, "mechanism": mechanism}}}})
 
 
 def _read_estimates(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> list[dict]:
@@ -77,11 +77,12 @@ def _total(store: RedisSketchStore, registry: Registry, name: str) -> int:
     return int(metric.mechanism.reports_per_cohort(snapshot.all_time(shape)).sum())
 
 
+@pytest.mark.parametrize("mechanism", ["rappor", "orappor"])
 def test_a_metric_without_a_dictionary_is_discovered_live_and_counted_exactly_once(
-        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path):
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path, mechanism):
     topic = fresh_topic(partitions=PARTITIONS)
     estimates_topic = fresh_topic(partitions=1, stem="estimates")
-    registry = discovery_registry(topic)
+    registry = discovery_registry(topic, mechanism)
     metric = registry["site"]
     config = metric.discovery
     assert config is not None and config.slots == 4

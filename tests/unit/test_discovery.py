@@ -16,12 +16,14 @@ from ldpstream.estimators.discovery import (
     CliqueLimitError,
     DiscoveryCollection,
     StringShape,
+    bit_scheme,
     draw_slots,
     encode_population,
     k_partite_cliques,
     rappor_scheme,
 )
 from ldpstream.estimators.discovery.client import DiscoveryClient
+from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.rappor import Rappor
 
 # -- strings and n-grams -------------------------------------------------------------------------------
@@ -247,3 +249,65 @@ def test_discover_end_to_end_on_a_tiny_alphabet_with_semantic_filters():
     assert {d.string for d in only_a.discovered} == {"ab", "abab"}
     short = discover(col, scheme, predicate=lambda s: len(s) <= 2)
     assert {d.string for d in short.discovered} == {"ab", "ba", "bb"}
+
+
+# -- other bit-vector mechanisms (issue 11) ----------------------------------------------------------------
+
+
+def _orappor_report_law(mech: ORappor, value: str) -> np.ndarray:
+    """P(report = y) for every y in {0,1}^k (cohort 0): per-bit rates q* on the Bloom bits, p* off them."""
+    bloom = np.asarray(mech.channel_input(value, 0), dtype=bool)
+    outputs = np.array(list(itertools.product([0, 1], repeat=mech.k)), dtype=bool)
+    on = np.where(bloom, mech.q_star, mech.p_star)
+    per_bit = np.where(outputs, on, 1 - on)
+    law: np.ndarray = per_bit.prod(axis=1)
+    return law
+
+
+def test_orappor_budget_split_each_report_its_share_and_the_client_the_total():
+    total = 4.39
+    scheme = bit_scheme(total, StringShape(length=4, ngram=2, alphabet="ab"), mechanism="orappor", full_bits=4,
+                        ngram_bits=4, hashes=1, cohorts=1)
+    assert isinstance(scheme.full, ORappor) and isinstance(scheme.ngram, ORappor)
+    assert scheme.full.epsilon == pytest.approx(total / 3) and scheme.ngram.epsilon == pytest.approx(total / 3)
+    assert scheme.epsilon == pytest.approx(total)
+    # O-RAPPOR's rates at ε_r: q* = e^{ε_r/2h}/(1 + e^{ε_r/2h}) (the formula, independently of the class)
+    assert scheme.ngram.q_star == pytest.approx(math.exp(total / 6) / (1 + math.exp(total / 6)))
+    # Exhaustive as for RAPPOR: the worst log-ratio of the whole output over all 2^12 outputs is at most the total
+    strings = ["aabb", "baab", "abba", "bbaa", "abab", "baba"]
+
+    def joint(s: str) -> np.ndarray:
+        g1, g2 = _orappor_report_law(scheme.ngram, s[:2]), _orappor_report_law(scheme.ngram, s[2:])
+        return np.einsum("i,j,k->ijk", g1, g2, _orappor_report_law(scheme.full, s)).ravel()
+
+    worst = max(float(np.max(np.log(joint(x) / joint(y)))) for x, y in itertools.permutations(strings, 2))
+    assert worst <= total + 1e-9
+    assert worst > total / 3 - 1e-9  # some pair of strings differs in at least one report's encoding
+
+
+@pytest.mark.parametrize(("mechanism", "why"), [
+    ("krappor", "closed alphabet"), ("krr", "closed alphabet"), ("orr", "symbols"), ("oue", "bit-vector"),
+])
+def test_mechanisms_that_cannot_carry_discovery_reports_are_refused_with_the_reason(mechanism, why):
+    with pytest.raises(ParameterError, match=why):
+        bit_scheme(3.0, StringShape(length=4, ngram=2, alphabet="ab"), mechanism=mechanism)
+
+
+def test_discover_with_orappor_finds_the_top_strings():
+    from ldpstream.estimators.discovery import discover
+
+    shape = StringShape(length=4, ngram=2, alphabet="ab")  # 9 bigrams: every stage runs in well under a second
+    scheme = bit_scheme(12.0, shape, mechanism="orappor", full_bits=32, ngram_bits=32, cohorts=8)
+    rng = np.random.default_rng(4)
+    strings = ["ab", "ba", "abab", "bb"]
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    n = 40_000
+    values = rng.choice(4, size=n, p=p)
+    col = DiscoveryCollection.fold(scheme, encode_population(scheme, strings, values, rng))
+    result = discover(col, scheme)
+    # at ε = 12 (4 per report) every frequency (≥ 0.1) stands tens of standard errors above zero
+    assert {d.string for d in result.discovered} == set(strings)
+    truth = dict(zip(strings, np.bincount(values, minlength=4) / n, strict=True))
+    for d in result.discovered:
+        # the final refit's estimate within 4 of its own standard errors of the drawn share
+        assert abs(d.estimate - truth[d.string]) < 4 * d.std_error, d

@@ -91,6 +91,36 @@ def test_a_discovery_metric_expands_to_its_full_string_slot_and_slot_pair_entrie
     assert scheme.epsilon == pytest.approx(12.0) and scheme.shape.slots == 2
 
 
+def test_an_orappor_discovery_metric_expands_to_orappor_reports_with_the_same_budget():
+    from ldpstream.mechanisms.orappor import ORappor
+
+    registry = make_registry(discovery_table(mechanism="orappor"))
+    assert sorted(registry.metrics) == ["word", "word.ngram0", "word.ngram1"]
+    (pair,) = registry.associations.values()
+    assert pair.members == ("word.ngram0", "word.ngram1") and [m.name for m in pair.riders] == ["word"]
+    for name, bits in (("word", 32), ("word.ngram0", 32), ("word.ngram1", 32)):
+        mech = registry[name].mechanism
+        assert isinstance(mech, ORappor) and mech.k == bits and mech.cohorts == 8 and mech.hashes == 2
+        assert mech.epsilon == pytest.approx(4.0)  # ε/3 each (full_share 1/3, the rest split over two n-grams)
+    # one record spends the total; O-RAPPOR memoizes its report, so repeated records of one string do too
+    assert pair.epsilon == pytest.approx(12.0) and pair.epsilon_inf == pytest.approx(12.0)
+    scheme = scheme_of(registry, registry["word"])
+    assert isinstance(scheme.full, ORappor) and scheme.epsilon == pytest.approx(12.0)
+    # a different mechanism is a different meaning of the reports: no fingerprint in common with RAPPOR's
+    for name in ("word", "word.ngram0", "word.ngram1"):
+        assert registry[name].fingerprint != REGISTRY[name].fingerprint
+    assert pair.fingerprint != REGISTRY.associations[pair.name].fingerprint
+
+
+def test_a_device_sends_orappor_discovery_records():
+    registry = make_registry(discovery_table(length=8, alphabet="abc.", mechanism="orappor"))
+    client = LdpClient(registry, _Captured(), secret=hashlib.sha256(b"orappor").digest())
+    assert client.report("word", "ab.c", event_time=NOW)
+    ((message),) = client.publisher.sent
+    (batch,) = decode_messages([message]).association_batches
+    assert batch.cohorts.shape == (1, 3)
+
+
 def test_the_fingerprints_cover_the_string_shape_and_the_budget_not_the_decoder_settings():
     base = REGISTRY
     for change in ({"length": 6}, {"alphabet": "abc"}, {"full_share": 0.5}, {"pad": "_"}):
@@ -109,6 +139,10 @@ def test_the_fingerprints_cover_the_string_shape_and_the_budget_not_the_decoder_
     ({**discovery_table(), "mechanism": "rappor"}, "unknown setting"),
     (discovery_table(positions=3), "positions must be 2"),
     (discovery_table(mechanism="krr"), "rappor"),
+    (discovery_table(mechanism="krappor"), "closed alphabet"),
+    (discovery_table(mechanism="orr"), "sends symbols"),
+    (discovery_table(mechanism="oue"), "cannot carry"),
+    (discovery_table(mechanism="orappor", f=0.25), "f is RAPPOR's permanent response"),
     (discovery_table(length=5), "multiple of ngram"),
     (discovery_table(alphabet="aab"), "repeats"),
     (discovery_table(colour="red"), "unknown discovery setting"),

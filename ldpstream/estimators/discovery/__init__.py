@@ -6,11 +6,21 @@ cliques (:mod:`.cliques`) and the decoding stages (:mod:`.decode`)."""
 from .cliques import CliqueLimitError, k_partite_cliques
 from .decode import DiscoveredString, DiscoveryResult, decode_full, discover
 from .reports import ClientReports, DiscoveryCollection, draw_slots, encode_population
-from .scheme import NGRAM_REPORTS, DiscoveryScheme, rappor_for_epsilon, rappor_scheme, scheme_of
+from .scheme import (
+    NGRAM_REPORTS,
+    BitReports,
+    DiscoveryScheme,
+    bit_scheme,
+    rappor_for_epsilon,
+    rappor_scheme,
+    report_for_epsilon,
+    scheme_of,
+)
 from .strings import DEFAULT_ALPHABET, DEFAULT_PAD, StringShape
 
 __all__ = [
-    "DEFAULT_ALPHABET", "DEFAULT_PAD", "NGRAM_REPORTS", "ClientReports", "CliqueLimitError", "DiscoveredString",
-    "DiscoveryCollection", "DiscoveryResult", "DiscoveryScheme", "StringShape", "decode_full", "discover",
-    "draw_slots", "encode_population", "k_partite_cliques", "rappor_for_epsilon", "rappor_scheme", "scheme_of",
+    "DEFAULT_ALPHABET", "DEFAULT_PAD", "NGRAM_REPORTS", "BitReports", "ClientReports", "CliqueLimitError",
+    "DiscoveredString", "DiscoveryCollection", "DiscoveryResult", "DiscoveryScheme", "StringShape", "bit_scheme",
+    "decode_full", "discover", "draw_slots", "encode_population", "k_partite_cliques", "rappor_for_epsilon",
+    "rappor_scheme", "report_for_epsilon", "scheme_of",
 ]

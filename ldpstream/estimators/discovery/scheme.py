@@ -4,9 +4,11 @@ Each client sends three reports of one string: the full (padded) string, and the
 slots drawn uniformly among the ``k = M/n`` slots. The slots travel in the clear: they are drawn independently
 of the string, so they carry no information about it. The three reports are independent given the string, so
 by basic composition the client's privacy loss is the sum of the three reports' ε (the budget ``split``, ε/3
-each by default). Each report is a RAPPOR report (any bit mechanism the detection and the joint EM decode
-would do); :func:`rappor_scheme` calibrates one-report RAPPOR (f = 0, ``q = e^{ε_r/(2h)}/(1 + e^{ε_r/(2h)})``,
-``p = 1 − q``: exactly ε_r-LDP per report, ε_1 = 2h ln(q/(1 − q))).
+each by default). Each report is a hashed bit-vector report of one of
+:data:`~ldpstream.registry.DISCOVERY_MECHANISMS` (what the detection, the final decode and the joint EM all
+decode against any candidate list): RAPPOR, calibrated by :func:`rappor_for_epsilon` as one-report RAPPOR
+(f = 0, ``q = e^{ε_r/(2h)}/(1 + e^{ε_r/(2h)})``, ``p = 1 − q``: exactly ε_r-LDP per report,
+ε_1 = 2h ln(q/(1 − q))), or O-RAPPOR at ε_r (the same per-bit rates, its report memoized by a real client).
 """
 
 from __future__ import annotations
@@ -15,15 +17,28 @@ import math
 from dataclasses import dataclass
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.rappor import Rappor
-from ldpstream.registry import MetricConfig, Registry, discovery_slot_name
+from ldpstream.registry import MetricConfig, Registry, discovery_mechanism_error, discovery_slot_name
 
 from .strings import StringShape
 
-__all__ = ["NGRAM_REPORTS", "DiscoveryScheme", "rappor_for_epsilon", "rappor_scheme", "scheme_of"]
+__all__ = [
+    "NGRAM_REPORTS",
+    "BitReports",
+    "DiscoveryScheme",
+    "bit_scheme",
+    "rappor_for_epsilon",
+    "rappor_scheme",
+    "report_for_epsilon",
+    "scheme_of",
+]
 
 #: n-gram reports per client (two distinct slots: one pair of slots per client for the joint estimation).
 NGRAM_REPORTS = 2
+
+#: The mechanisms a discovery report may use (:data:`~ldpstream.registry.DISCOVERY_MECHANISMS`).
+BitReports = Rappor | ORappor
 
 
 @dataclass(frozen=True)
@@ -31,8 +46,8 @@ class DiscoveryScheme:
     """The string shape and the mechanisms of the full-string and the n-gram reports."""
 
     shape: StringShape
-    full: Rappor
-    ngram: Rappor
+    full: BitReports
+    ngram: BitReports
 
     @property
     def epsilon(self) -> float:
@@ -55,6 +70,43 @@ def rappor_for_epsilon(epsilon: float, k: int, hashes: int, cohorts: int) -> Rap
     return Rappor(k=k, hashes=hashes, cohorts=cohorts, p=1.0 - q, q=q, f=0.0)
 
 
+def report_for_epsilon(mechanism: str, epsilon: float, k: int, hashes: int, cohorts: int) -> BitReports:
+    """One report of ``mechanism`` (one of :data:`~ldpstream.registry.DISCOVERY_MECHANISMS`) with ε = ``epsilon``
+    exactly: :func:`rappor_for_epsilon`, or O-RAPPOR at ``epsilon`` (q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}),
+    p* = 1 − q*). Any other mechanism is a ParameterError saying why it cannot carry discovery reports."""
+    refusal = discovery_mechanism_error(mechanism)
+    if refusal is not None:
+        raise ParameterError(refusal)
+    if mechanism == "orappor":
+        if not (epsilon > 0 and math.isfinite(epsilon)):
+            raise ParameterError(f"epsilon must be positive and finite, got {epsilon}")
+        return ORappor(k=k, epsilon=epsilon, cohorts=cohorts, hashes=hashes)
+    return rappor_for_epsilon(epsilon, k, hashes, cohorts)
+
+
+def bit_scheme(
+    total_epsilon: float,
+    shape: StringShape | None = None,
+    *,
+    mechanism: str = "rappor",
+    full_share: float = 1.0 / 3.0,
+    full_bits: int = 128,
+    ngram_bits: int = 128,
+    hashes: int = 2,
+    cohorts: int = 32,
+) -> DiscoveryScheme:
+    """The scheme of the paper with ``mechanism`` reports (:func:`report_for_epsilon`): the full report gets
+    ``full_share`` of ``total_epsilon`` and each of the two n-gram reports half of the rest (default ε/3 each).
+    Defaults: 128-bit full and n-gram reports, two hashes, 32 cohorts."""
+    if not 0 < full_share < 1:
+        raise ParameterError(f"full_share must lie in (0, 1), got {full_share}")
+    shape = shape or StringShape()
+    full = report_for_epsilon(mechanism, total_epsilon * full_share, full_bits, hashes, cohorts)
+    ngram = report_for_epsilon(mechanism, total_epsilon * (1 - full_share) / NGRAM_REPORTS, ngram_bits, hashes,
+                               cohorts)
+    return DiscoveryScheme(shape, full, ngram)
+
+
 def rappor_scheme(
     total_epsilon: float,
     shape: StringShape | None = None,
@@ -65,15 +117,9 @@ def rappor_scheme(
     hashes: int = 2,
     cohorts: int = 32,
 ) -> DiscoveryScheme:
-    """The scheme of the paper: the full report gets ``full_share`` of ``total_epsilon`` and each of the two
-    n-gram reports half of the rest (default ε/3 each). Defaults: 128-bit full and n-gram reports,
-    two hashes, 32 cohorts."""
-    if not 0 < full_share < 1:
-        raise ParameterError(f"full_share must lie in (0, 1), got {full_share}")
-    shape = shape or StringShape()
-    full = rappor_for_epsilon(total_epsilon * full_share, full_bits, hashes, cohorts)
-    ngram = rappor_for_epsilon(total_epsilon * (1 - full_share) / NGRAM_REPORTS, ngram_bits, hashes, cohorts)
-    return DiscoveryScheme(shape, full, ngram)
+    """:func:`bit_scheme` with RAPPOR reports (the paper's)."""
+    return bit_scheme(total_epsilon, shape, mechanism="rappor", full_share=full_share, full_bits=full_bits,
+                      ngram_bits=ngram_bits, hashes=hashes, cohorts=cohorts)
 
 
 def scheme_of(registry: Registry, metric: MetricConfig) -> DiscoveryScheme:
@@ -84,6 +130,7 @@ def scheme_of(registry: Registry, metric: MetricConfig) -> DiscoveryScheme:
     if config is None or metric.part_of is not None:
         raise ParameterError(f"metric {metric.name!r} is not a discovery metric's full-string metric")
     full, ngram = metric.mechanism, registry[discovery_slot_name(metric.name, 0)].mechanism
-    if not isinstance(full, Rappor) or not isinstance(ngram, Rappor):
-        raise ParameterError(f"metric {metric.name!r}: discovery reports must be RAPPOR")
+    if not isinstance(full, Rappor | ORappor) or not isinstance(ngram, Rappor | ORappor):
+        name = full.name if not isinstance(full, Rappor | ORappor) else ngram.name
+        raise ParameterError(f"metric {metric.name!r}: {discovery_mechanism_error(name)}")
     return DiscoveryScheme(StringShape(config.length, config.ngram, config.alphabet, config.pad), full, ngram)
