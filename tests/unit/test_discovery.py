@@ -311,3 +311,31 @@ def test_discover_with_orappor_finds_the_top_strings():
     for d in result.discovered:
         # the final refit's estimate within 4 of its own standard errors of the drawn share
         assert abs(d.estimate - truth[d.string]) < 4 * d.std_error, d
+
+
+@pytest.mark.parametrize("mechanism", ["rappor", "orappor"])
+def test_the_report_file_keeps_the_mechanism_and_every_report(tmp_path, mechanism):
+    import json
+
+    from ldpstream.simulation.discovery import load_reports, save_reports
+
+    scheme = bit_scheme(6.0, StringShape(length=4, ngram=2, alphabet="ab"), mechanism=mechanism, full_bits=12,
+                        ngram_bits=10, cohorts=4)
+    rng = np.random.default_rng(5)
+    reports = encode_population(scheme, ["ab", "ba"], rng.integers(0, 2, size=50), rng)
+    path = tmp_path / "reports.npz"
+    save_reports(path, scheme, reports)
+    loaded, back = load_reports(path)
+    assert loaded == scheme
+    for field in ("slots", "ngram_cohorts", "ngram_bits", "full_cohorts", "full_bits"):
+        assert np.array_equal(np.asarray(getattr(back, field), dtype=np.int64),
+                              np.asarray(getattr(reports, field), dtype=np.int64)), field
+    # a file whose reports name a mechanism that cannot carry them is refused with the reason
+    with np.load(path) as archive:
+        arrays = dict(archive)
+    params = json.loads(str(arrays["scheme"]))
+    params["full"] = {"mechanism": "krappor", "k": 12, "epsilon": 2.0}
+    arrays["scheme"] = np.array(json.dumps(params))
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ParameterError, match="closed alphabet"):
+        load_reports(tmp_path / "bad.npz")
