@@ -14,6 +14,7 @@ BLAS threads: set to 1 unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` are s
 machine threaded BLAS is several times slower).
 
 Usage: python bench/discover.py [--n 1000000] [--dist zipf:1 geometric step:10] [--seed 0] [--length 12]
+[--mechanism rappor|orappor]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ldpstream.distributions import parse_distribution
-from ldpstream.estimators.discovery import StringShape, decode_full, discover, rappor_scheme
+from ldpstream.estimators.discovery import StringShape, bit_scheme, decode_full, discover
 from ldpstream.simulation.discovery import simulate_collection
 
 STRINGS = Path(__file__).resolve().parent / "data" / "urls100.txt"
@@ -58,17 +59,18 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=4.39)
     parser.add_argument("--length", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mechanism", default="rappor", help="mechanism of every report: rappor or orappor")
     parser.add_argument("--write-strings", action="store_true", help="(re)write bench/data/urls100.txt")
     args = parser.parse_args()
     if args.write_strings or not STRINGS.exists():
         STRINGS.write_text("\n".join(url_like(100)) + "\n")
     strings = [s for s in STRINGS.read_text().splitlines() if s]
     shape = StringShape(length=args.length, ngram=2)
-    scheme = rappor_scheme(args.epsilon, shape)
+    scheme = bit_scheme(args.epsilon, shape, mechanism=args.mechanism)
     rank = {shape.unpadded(shape.padded(s)): i + 1 for i, s in enumerate(strings)}
     print(f"{len(strings)} strings, M = {shape.length}, bigrams ({shape.slots} slots), |Σ|^2 = {shape.ngram_count},"
-          f" total ε = {scheme.epsilon:.2f} (ε/3 = {scheme.full.epsilon:.3f} per report), RAPPOR k = 128, h = 2,"
-          f" C = 32, BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}")
+          f" total ε = {scheme.epsilon:.2f} (ε/3 = {scheme.full.epsilon:.3f} per report),"
+          f" {args.mechanism} k = 128, h = 2, C = 32, BLAS threads {os.environ['OPENBLAS_NUM_THREADS']}")
     for dist in args.dist:
         p = parse_distribution(dist, len(strings))
         for n in args.n:
