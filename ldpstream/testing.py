@@ -37,6 +37,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,30 @@ class Services:
 
     @property
     def redis(self) -> RedisConfig:
-        return self.config.redis if self.config is not None else RedisConfig(self.redis_url)
+        plain = self.config.redis if self.config is not None else RedisConfig(self.redis_url)
+        return ClosedAfterTestsRedisConfig(**{f.name: getattr(plain, f.name) for f in dataclasses.fields(plain)})
+
+
+#: Clients made by the fixtures' Redis configuration and not closed yet (oldest first).
+_OPEN_CLIENTS: list[Any] = []
+
+
+@dataclass(frozen=True)
+class ClosedAfterTestsRedisConfig(RedisConfig):
+    """A :class:`RedisConfig` whose clients the fixtures close: after the test that made them (``key_prefix``),
+    else at the end of the session. A client left to the garbage collector closes its sockets there with a
+    ``ResourceWarning``, which the test settings turn into an error, in whatever test happens to be running."""
+
+    def client(self) -> Any:
+        made = super().client()
+        _OPEN_CLIENTS.append(made)
+        return made
+
+
+def close_clients_made_since(mark: int) -> None:
+    """Close the fixtures' Redis clients made after the first ``mark`` (see :class:`ClosedAfterTestsRedisConfig`)."""
+    while len(_OPEN_CLIENTS) > mark:
+        _OPEN_CLIENTS.pop().close()
 
 
 SOURCES = ("environment", "testcontainers", "local")
@@ -168,20 +192,23 @@ def kafka_config(services: Services) -> KafkaConfig:
 
 
 @pytest.fixture(scope="session")
-def redis_config(services: Services) -> RedisConfig:
-    return services.redis
+def redis_config(services: Services) -> Iterator[RedisConfig]:
+    yield services.redis
+    close_clients_made_since(0)
 
 
 @pytest.fixture
 def key_prefix(redis_config: RedisConfig) -> Iterator[str]:
     """A Redis key prefix of this test's own; its keys are deleted afterwards (on every node of a cluster)."""
     prefix = f"test:{uuid.uuid4().hex[:10]}"
+    mark = len(_OPEN_CLIENTS)
     yield prefix
     client = redis_config.client()
     pipe = client.pipeline(transaction=False)
     for key in client.scan_iter(f"{prefix}:*", count=1000):
         pipe.delete(key)  # one command each: on a cluster the keys lie in many slots
     pipe.execute()
+    close_clients_made_since(mark)
 
 
 @pytest.fixture

@@ -73,6 +73,7 @@ def test_decode_once_exits_non_zero_naming_the_metrics_that_failed(redis_url, ke
     name = keys.sketch_key(key_prefix, "t", 0, SketchKey(metric.name, metric.fingerprint, 7))
     client.hset(name, "not", "a sketch")
     client.sadd(keys.index_key(key_prefix, metric.name, metric.fingerprint), name)
+    client.close()
     code = main(["decode", "--once", "--no-kafka", "--metrics-port", "0", "--registry", str(registry_path),
                  "--redis", redis_url, "--prefix", key_prefix])
     assert code == 1
