@@ -299,6 +299,7 @@ def run_decode(args: argparse.Namespace) -> int:
                         correction=args.correction, alpha=args.alpha)
     table = results_table(est, not args.all, args.correction, args.alpha)
     write_results(args.out, table)
+    detected = int(np.count_nonzero(est.significant(args.alpha, args.correction)))
     detail = ""
     if args.method == "detect":
         detail = (f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
@@ -307,7 +308,7 @@ def run_decode(args: argparse.Namespace) -> int:
                   f", point {est.info['point']}; the detected strings hold {est.info['detected_mass']:.3f}"
                   " of the reports")
     print(f"ldpstream rappor decode: {args.method}, rule {args.correction} at alpha {args.alpha} over "
-          f"{len(cmap.strings)} candidates: {len(table['string'])} detected{detail}"
+          f"{len(cmap.strings)} candidates: {detected} detected{detail}"
           + ("; --all: every candidate written" if args.all else ""), file=sys.stderr)
     return 0
 

@@ -206,7 +206,11 @@ def test_decode_writes_detected_by_default_all_with_flag(pipeline, capsys):
     assert run(*base, "--out", str(d / "default.csv")) == 0
     assert "rule bh at alpha 0.1 " in capsys.readouterr().err
     assert run(*base, "--significant", "--out", str(d / "sig.csv")) == 0
+    said_detected = capsys.readouterr().err
     assert run(*base, "--all", "--out", str(d / "all.csv")) == 0
+    said_all = capsys.readouterr().err  # --all writes every candidate but still counts the detected ones
+    assert said_all.split(" detected")[0] == said_detected.split(" detected")[0]
+    assert "; --all: every candidate written" in said_all
     assert run(*base, "--correction", "bh", "--out", str(d / "bh.csv")) == 0
     assert "rule bh" in capsys.readouterr().err
     default, sig, every, bh = (read_results(d / f)["string"] for f in ("default.csv", "sig.csv", "all.csv", "bh.csv"))
