@@ -1,7 +1,7 @@
 """Coverage of a window's published interval when its buckets repeat reports of the same clients
 (docs/math/estimators.md#windows-of-several-buckets-repeated-reports, :mod:`ldpstream.estimators.windows`).
 
-Simulated clients (k-RR, O-RR, O-RAPPOR, RAPPOR) report once per bucket in every bucket of an 8-bucket
+Simulated clients (k-RR, k-RAPPOR, O-RR, O-RAPPOR, RAPPOR) report once per bucket in every bucket of an 8-bucket
 window, with the semantics of :class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder` (vectorized):
 each client's cohort and permanent response are drawn once with the mechanism's first layer (RAPPOR: its
 PRR); per bucket the report is the permanent response itself (memo only: identical reports), or the
@@ -37,6 +37,7 @@ BUCKETS = 8
 CLIENTS = 5_000
 TRIALS = 400
 KRR = {"mechanism": "krr", "k": 64, "epsilon": 2.0}
+KRAPPOR = {"mechanism": "krappor", "k": 32, "epsilon": 2.0}
 ORR = {"mechanism": "orr", "k": 16, "epsilon": 2.0, "cohorts": 16, "support": 32}
 ORAPPOR = {"mechanism": "orappor", "k": 32, "hashes": 2, "epsilon": 2.0, "cohorts": 8, "support": 32}
 RAPPOR = {"mechanism": "rappor", "k": 32, "hashes": 2, "cohorts": 8, "p": 0.25, "q": 0.75, "f": 0.5,
@@ -118,6 +119,8 @@ def coverage(spec: dict[str, Any], panel: bool, seed: int) -> tuple[float, float
 CASES = [
     ("krr", KRR, "memo", True), ("krr", KRR, "instantaneous", True), ("krr", KRR, "fresh", True),
     ("krr", KRR, "memo", False),
+    ("krappor", KRAPPOR, "memo", True), ("krappor", KRAPPOR, "instantaneous", True),
+    ("krappor", KRAPPOR, "memo", False),
     ("orr", ORR, "memo", True), ("orr", ORR, "instantaneous", True), ("orr", ORR, "memo", False),
     # O-RAPPOR memoized in every bucket: the window's interval is one bucket's (next test), whose coverage
     # at 5000 clients is the decoder's own, 0.978 (Wald intervals clipped at 0 for frequencies of 2-4%).
