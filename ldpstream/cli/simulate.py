@@ -44,7 +44,7 @@ from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
 from ldpstream.simulation.recommend import TUNE_LOSSES, tune
 from ldpstream.simulation.scenarios import build_setup
-from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, Setup
+from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, SIMULATED_DECODERS, Setup
 from ldpstream.simulation.trials import run_trials
 
 
@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sim.add_argument(
         "--dist", default="geometric", help="uniform, geometric, zipf:A, binomial:P, dirichlet:A, file:PATH"
     )
-    sim.add_argument("--decoder", default="project", choices=DECODERS)
+    sim.add_argument("--decoder", default="project", choices=SIMULATED_DECODERS)
     sim.add_argument("--trials", type=int, default=10)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", action="store_true", help="print one JSON object")

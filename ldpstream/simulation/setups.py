@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from ldpstream.distributions import candidate_strings
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.candidates import decode_bits, decode_orr
+from ldpstream.estimators.detection import detect
 from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.estimate import Estimate
 from ldpstream.estimators.simplex import truncate_normalize
@@ -57,6 +58,9 @@ def is_direct(mechanism: Mechanism | type[Mechanism]) -> bool:
 DIRECT_MECHANISMS: tuple[str, ...] = tuple(name for name in MECHANISM_NAMES if is_direct(MECHANISMS[name]))
 #: Decoder names accepted by :meth:`Setup.decode`.
 DECODERS: tuple[str, ...] = ("unbiased", "truncate", "project", "ls", "nnls", "mle")
+#: Decoders ``simulate`` measures: :data:`DECODERS` plus ``detect`` (bit mechanisms with hashing: screen,
+#: refit, test; no analytic error model, so ``tune`` does not offer it).
+SIMULATED_DECODERS: tuple[str, ...] = (*DECODERS, "detect")
 
 
 def require_epsilon(epsilon: float | None) -> float:
@@ -121,11 +125,20 @@ class Setup:
         ``project`` (the simplex-constrained least squares with identity design is the projection).
         Hashed mechanisms: ``ls`` (weighted least squares), ``project`` (LS then simplex projection, the
         paper's decoder), ``nnls``, ``mle``; ``unbiased`` is ``ls`` and ``truncate`` is ``ls`` followed by
-        truncation and renormalization. The candidate list is complete here, so no "other" term.
+        truncation and renormalization. ``detect`` (hashed bit mechanisms): the lasso screen, refit and
+        tests of :func:`~ldpstream.estimators.detection.detect`. The candidate list is complete here, so no
+        "other" term.
         """
-        if decoder not in DECODERS:
-            raise ParameterError(f"unknown decoder {decoder!r}; expected one of {DECODERS}")
+        if decoder not in SIMULATED_DECODERS:
+            raise ParameterError(f"unknown decoder {decoder!r}; expected one of {SIMULATED_DECODERS}")
         mech = self.mechanism
+        if decoder == "detect":  # the live decoder's detection, with the intervals it publishes
+            if is_direct(mech) or mech.report_kind != "bits":
+                raise ParameterError(f"decoder 'detect' decodes hashed bit sketches (O-RAPPOR, RAPPOR, CMS), not "
+                                     f"{mech.name}")
+            margins = getattr(mech, "margin_sketch", None)  # HCMS: its agreement counts are a bit sketch
+            bits = sketch if margins is None else margins(sketch)
+            return detect(bits, self.design, *mech.response_rates, other=False)
         if is_direct(mech):
             method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
             return estimate(sketch, mech, method)

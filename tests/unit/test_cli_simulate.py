@@ -115,3 +115,16 @@ def test_tune_model_only_and_reference(capsys):
     assert all(a["predicted"] == a["predicted_l1"] for a in data["alternatives"])
     assert main(["tune", "--epsilon", "1", "--support", "16", "--n", "100", "--trials", "-1"]) == 1
     assert "--trials must be in 0..100,000" in capsys.readouterr().err
+
+
+def test_simulate_measures_the_detect_decoder_of_hashed_bit_mechanisms_only(capsys):
+    """``--decoder detect`` runs the live decoder's detection (screen, refit, tests) and reports the coverage
+    of the intervals it publishes; a mechanism it cannot decode is refused with the reason."""
+    argv = ["simulate", "--mechanism", "orappor", "--epsilon", "2", "--k", "32", "--hashes", "2", "--cohorts", "8",
+            "--support", "16", "--n", "20000", "--trials", "2", "--decoder", "detect", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parameters"]["decoder"] == "detect" and 0 <= data["coverage"] <= 1
+    assert main(["simulate", "--mechanism", "krr", "--epsilon", "1", "--support", "16", "--n", "100",
+                 "--decoder", "detect"]) == 1
+    assert "decoder 'detect' decodes hashed bit sketches" in capsys.readouterr().err
