@@ -7,6 +7,7 @@ on a real client and with a seeded :class:`numpy.random.Generator` in simulation
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -59,6 +60,26 @@ def check_probability(name: str, value: Any, *, allow_one: bool = True) -> float
     if not (checked >= 0.0 and upper_ok):
         raise ParameterError(f"{name} must be in [0, 1{']' if allow_one else ')'}, got {checked}")
     return checked
+
+
+def check_mechanism_fields(mechanism: Any, k_max: int | None = None) -> None:
+    """Check and normalize, in place, the fields that the ε-parametrized mechanisms share, those the dataclass
+    declares, in this order: ``k`` (an integer in [2, k_max]), ``epsilon`` (finite, > 0), ``cohorts``
+    (1..:data:`MAX_COHORTS`), ``hashes`` (1..k) and ``support`` (>= 1, unless None).
+
+    The mechanisms are frozen dataclasses, so the checked values are set with ``object.__setattr__``. Their own
+    fields, and ``memoize`` / ``epsilon_permanent``
+    (:meth:`~ldpstream.mechanisms.longitudinal.Memoizing.check_longitudinal`), the caller checks.
+    """
+    declared = {f.name for f in dataclasses.fields(mechanism)}
+    object.__setattr__(mechanism, "k", check_int("k", mechanism.k, 2, k_max))
+    object.__setattr__(mechanism, "epsilon", check_epsilon(mechanism.epsilon))
+    if "cohorts" in declared:
+        object.__setattr__(mechanism, "cohorts", check_int("cohorts", mechanism.cohorts, 1, MAX_COHORTS))
+    if "hashes" in declared:
+        object.__setattr__(mechanism, "hashes", check_int("hashes", mechanism.hashes, 1, mechanism.k))
+    if "support" in declared and mechanism.support is not None:
+        object.__setattr__(mechanism, "support", check_int("support", mechanism.support, 1))
 
 
 def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:

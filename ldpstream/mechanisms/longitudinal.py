@@ -32,6 +32,7 @@ their reports could not be told apart anyway.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from abc import ABC, abstractmethod
@@ -54,11 +55,13 @@ PRR_DOMAIN = b"ldpstream/permanent-response/v1\x00"
 #: keep the fingerprints they had before these fields existed).
 DEFAULT_MEMOIZE = True
 DEFAULT_EPSILON_PERMANENT = None
+_LONGITUDINAL_FIELDS = ("memoize", "epsilon_permanent")
 
 
 class Memoizing(ABC):
     """Mixin of the ε-parametrized mechanisms (listed first among their bases): validation and parameters of
-    ``memoize`` / ``epsilon_permanent``, ε_∞, and the per-client :class:`MemoizedEncoder`.
+    ``memoize`` / ``epsilon_permanent``, the mechanism's :meth:`parameters`, ε_∞, and the per-client
+    :class:`MemoizedEncoder`.
 
     Subclasses give the channel input of a value in a cohort (:meth:`channel_input`) and how their ε maps to
     the ε of one unit channel (:meth:`unit_epsilon`: the k-RR ε of a symbol, or the per-bit ε of a flip).
@@ -94,6 +97,17 @@ class Memoizing(ABC):
                 "bounds all reports of a value, one report of which is ε-private"
             )
         object.__setattr__(self, "epsilon_permanent", permanent)
+
+    def parameters(self) -> dict[str, int | float | str | bool]:
+        """The channel's parameters: ``mechanism`` (the name), the dataclass fields in their declared order (``k``,
+        ``epsilon``, then ``cohorts``, ``hashes``, ``support``, ``subset_size`` where declared; an optional one
+        left out while None), then :meth:`longitudinal_parameters`. ``make_mechanism`` inverts it."""
+        out: dict[str, int | float | str | bool] = {"mechanism": self.name}
+        for declared in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, declared.name)
+            if declared.name not in _LONGITUDINAL_FIELDS and value is not None:
+                out[declared.name] = value
+        return {**out, **self.longitudinal_parameters()}
 
     def longitudinal_parameters(self) -> dict[str, int | float | str | bool]:
         """``memoize`` and ``epsilon_permanent`` where they differ from their defaults (else nothing)."""

@@ -28,13 +28,12 @@ import scipy.sparse as sp
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
-    MAX_COHORTS,
     as_index_array,
     bit_sketch_from_true_counts,
     bits_from_table,
     bloom_design_matrix,
-    check_epsilon,
     check_int,
+    check_mechanism_fields,
     distinct_bit_rows,
     draw_cohorts,
     ensure_generator,
@@ -106,25 +105,8 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
-        object.__setattr__(self, "hashes", check_int("hashes", self.hashes, 1, self.k))
-        if self.support is not None:
-            object.__setattr__(self, "support", check_int("support", self.support, 1))
+        check_mechanism_fields(self)
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {
-            "mechanism": self.name,
-            "k": self.k,
-            "epsilon": self.epsilon,
-            "cohorts": self.cohorts,
-            "hashes": self.hashes,
-        }
-        if self.support is not None:
-            out["support"] = self.support
-        return {**out, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The value's ``(k,)`` bool Bloom filter in ``cohort`` (the row of :meth:`bloom_table`)."""

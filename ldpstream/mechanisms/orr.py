@@ -18,10 +18,9 @@ import scipy.sparse as sp
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
-    MAX_COHORTS,
     as_index_array,
-    check_epsilon,
     check_int,
+    check_mechanism_fields,
     draw_cohorts,
     ensure_generator,
     krr_perturb,
@@ -61,23 +60,8 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
-        if self.support is not None:
-            object.__setattr__(self, "support", check_int("support", self.support, 1))
+        check_mechanism_fields(self)
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {
-            "mechanism": self.name,
-            "k": self.k,
-            "epsilon": self.epsilon,
-            "cohorts": self.cohorts,
-        }
-        if self.support is not None:
-            out["support"] = self.support
-        return {**out, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The value's symbol in ``cohort``: ``π_c(s) mod k`` (closed) or ``HASH_c(s) mod k`` (open), the

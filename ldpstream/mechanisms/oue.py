@@ -22,8 +22,7 @@ from ldpstream.mechanisms._common import (
     as_index_array,
     bernoulli,
     bit_sketch_from_true_counts,
-    check_epsilon,
-    check_int,
+    check_mechanism_fields,
     ensure_generator,
     perturb_bits,
     population_by_cohort,
@@ -55,12 +54,8 @@ class OUE(PermanentOnly, DirectEncoding, BitMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_mechanism_fields(self)
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The one-hot ``(k,)`` bool vector of the symbol (one cohort)."""
