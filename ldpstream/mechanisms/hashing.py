@@ -62,6 +62,18 @@ def value_bytes(value: Value) -> bytes:
     raise ParameterError(f"values must be str or bytes, got {type(value).__name__}")
 
 
+def distinct_value_index(values: Sequence[Value]) -> tuple[np.ndarray, list[bytes]]:
+    """Each value's index among the distinct values (told apart by :func:`value_bytes`), and the distinct
+    values' bytes in first-seen order: an encoder hashes the distinct values once, then indexes their table."""
+    distinct: dict[bytes, int] = {}
+    index = np.fromiter(
+        (distinct.setdefault(value_bytes(v), len(distinct)) for v in values),
+        dtype=np.int64,
+        count=len(values),
+    )
+    return index, list(distinct)
+
+
 def cohort_bytes(cohort: int) -> bytes:
     """``be32(cohort)``: the cohort as 4 bytes big-endian (Google's ``to_big_endian``)."""
     if not 0 <= int(cohort) < MAX_COHORTS:

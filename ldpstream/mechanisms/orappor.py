@@ -190,13 +190,8 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
             assert self.support is not None
             index = as_index_array("values", np.asarray(values), self.support)
             return self.encode_batch(index, rng, cohorts=cohorts)
-        distinct: dict[bytes, int] = {}
-        index = np.fromiter(
-            (distinct.setdefault(hashing.value_bytes(v), len(distinct)) for v in values),
-            dtype=np.int64,
-            count=len(values),
-        )
-        return self.encode_batch(index, rng, cohorts=cohorts, table=self.bloom_table(list(distinct)))
+        index, distinct = hashing.distinct_value_index(values)
+        return self.encode_batch(index, rng, cohorts=cohorts, table=self.bloom_table(distinct))
 
     def encode_batch(
         self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None

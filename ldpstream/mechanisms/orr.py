@@ -153,14 +153,8 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
             assert self.support is not None
             index = as_index_array("values", np.asarray(values), self.support)
             return self.encode_batch(index, rng, cohorts=cohorts)
-        distinct: dict[Any, int] = {}
-        index = np.fromiter(
-            (distinct.setdefault(hashing.value_bytes(v), len(distinct)) for v in values),
-            dtype=np.int64,
-            count=len(values),
-        )
-        table = hashing.orr_table(list(distinct), self.cohorts, self.k)
-        return self.encode_batch(index, rng, cohorts=cohorts, table=table)
+        index, distinct = hashing.distinct_value_index(values)
+        return self.encode_batch(index, rng, cohorts=cohorts, table=hashing.orr_table(distinct, self.cohorts, self.k))
 
     def encode_batch(
         self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None
