@@ -99,6 +99,14 @@ def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:
     return arr
 
 
+def one_hot_input(value: Any, k: int) -> np.ndarray:
+    """The one-hot ``(k,)`` bool vector of a symbol ``value`` in ``0..k-1`` (checked): the channel input of the
+    unary mechanisms (k-RAPPOR, OUE, subset selection)."""
+    bits = np.zeros(k, dtype=bool)
+    bits[as_index_array("value", np.asarray([value]), k)[0]] = True
+    return bits
+
+
 def draw_cohorts(cohorts: Any, n: int, num_cohorts: int, rng: Randomness) -> np.ndarray:
     """The given cohorts (validated, broadcast to ``n``) or ``n`` uniform draws from ``0..C-1``."""
     if cohorts is None:

@@ -9,7 +9,6 @@ import numpy as np
 
 from ldpstream.mechanisms._common import (
     as_index_array,
-    check_mechanism_fields,
     ensure_generator,
     krr_perturb,
     population_by_cohort,
@@ -55,10 +54,6 @@ class KRR(Memoizing, DirectEncoding, SymbolMechanism):
     epsilon: float
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        check_mechanism_fields(self)
-        self.check_longitudinal()
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The symbol itself (one cohort)."""

@@ -43,7 +43,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms._common import MEMO_CAPACITY, check_epsilon, check_int, krr_perturb, perturb_bits
+from ldpstream.mechanisms._common import (
+    MEMO_CAPACITY,
+    check_epsilon,
+    check_int,
+    check_mechanism_fields,
+    krr_perturb,
+    perturb_bits,
+)
 from ldpstream.mechanisms.base import ReportKind, pack_bits
 from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness
 from ldpstream.mechanisms.rates import bit_irr_epsilon, bit_rates, krr_irr_epsilon
@@ -59,9 +66,9 @@ _LONGITUDINAL_FIELDS = ("memoize", "epsilon_permanent")
 
 
 class Memoizing(ABC):
-    """Mixin of the ε-parametrized mechanisms (listed first among their bases): validation and parameters of
-    ``memoize`` / ``epsilon_permanent``, the mechanism's :meth:`parameters`, ε_∞, and the per-client
-    :class:`MemoizedEncoder`.
+    """Mixin of the ε-parametrized mechanisms (listed first among their bases): the dataclass's checks
+    (:meth:`__post_init__`), validation and parameters of ``memoize`` / ``epsilon_permanent``, the mechanism's
+    :meth:`parameters`, ε_∞, and the per-client :class:`MemoizedEncoder`.
 
     Subclasses give the channel input of a value in a cohort (:meth:`channel_input`) and how their ε maps to
     the ε of one unit channel (:meth:`unit_epsilon`: the k-RR ε of a symbol, or the per-bit ε of a flip).
@@ -81,6 +88,12 @@ class Memoizing(ABC):
     @abstractmethod
     def unit_epsilon(self, epsilon: float) -> float:
         """The ε of the unit channel that realizes the mechanism at ``epsilon`` (k-RR's ε, or per-bit ε)."""
+
+    def __post_init__(self) -> None:
+        """The dataclass's checks: the shared fields (:func:`~ldpstream.mechanisms._common.check_mechanism_fields`),
+        then :meth:`check_longitudinal`. A mechanism with fields of its own or other bounds overrides it."""
+        check_mechanism_fields(self)
+        self.check_longitudinal()
 
     def check_longitudinal(self) -> None:
         """Validate ``memoize`` and ``epsilon_permanent`` (call after ``epsilon`` is checked)."""

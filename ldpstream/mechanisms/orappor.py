@@ -33,7 +33,6 @@ from ldpstream.mechanisms._common import (
     bits_from_table,
     bloom_design_matrix,
     check_int,
-    check_mechanism_fields,
     distinct_bit_rows,
     draw_cohorts,
     ensure_generator,
@@ -103,10 +102,6 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        check_mechanism_fields(self)
-        self.check_longitudinal()
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The value's ``(k,)`` bool Bloom filter in ``cohort`` (the row of :meth:`bloom_table`)."""

@@ -20,7 +20,6 @@ from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
     as_index_array,
     check_int,
-    check_mechanism_fields,
     draw_cohorts,
     ensure_generator,
     krr_perturb,
@@ -58,10 +57,6 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        check_mechanism_fields(self)
-        self.check_longitudinal()
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The value's symbol in ``cohort``: ``π_c(s) mod k`` (closed) or ``HASH_c(s) mod k`` (open), the

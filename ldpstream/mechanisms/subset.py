@@ -24,6 +24,7 @@ from ldpstream.mechanisms._common import (
     check_int,
     check_mechanism_fields,
     ensure_generator,
+    one_hot_input,
     population_by_cohort,
 )
 from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
@@ -180,9 +181,7 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The one-hot ``(k,)`` bool vector of the symbol (so the memo is keyed like k-RAPPOR's)."""
-        bits = np.zeros(self.k, dtype=bool)
-        bits[as_index_array("value", np.asarray([value]), self.k)[0]] = True
-        return bits
+        return one_hot_input(value, self.k)
 
     @property
     def q_star(self) -> float:
