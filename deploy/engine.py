@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.deploy.stack import StackConfig, _read_pid, _spawn, _stop_pid, _tail, _wait_until
+from ldpstream.deploy.stack import StackConfig, _launch, _read_pid, _stop_pid, _tail
 from ldpstream.errors import ServiceError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un`` (108 bytes with the terminating NUL).
@@ -182,9 +182,8 @@ def up(cfg: EngineConfig | None = None, timeout: float = 90.0) -> EngineStatus:
         stale.unlink(missing_ok=True)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    proc = _spawn(dockerd_argv(cfg, binary, storage_driver(cfg)), cfg.log, cfg.spawn_pid_file, cfg.run_dir)
-    _wait_until(lambda: socket_answers(cfg.socket), timeout, "the Docker engine", cfg.log,
-                alive=lambda: proc.poll() is None)
+    _launch(dockerd_argv(cfg, binary, storage_driver(cfg)), cwd=cfg.run_dir, pid_file=cfg.spawn_pid_file,
+            log=cfg.log, ready=lambda: socket_answers(cfg.socket), timeout=timeout, what="the Docker engine")
     return status(cfg)
 
 
