@@ -20,6 +20,7 @@ from ldpstream.estimators import (
     truncate_normalize,
     weighted_gram,
 )
+from tests.unit.designs import hashed_design
 
 
 def _reference_projection(v):
@@ -215,17 +216,6 @@ def test_compressed_channel_same_mle(kind):
 
 # -- candidate decoders: sandwich covariance, intervals, MLE ------------------------------------------------
 
-def _hashed_design(rng, C, k, S, h):
-    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
-    rows, cols = [], []
-    for c in range(C):
-        for s in range(S):
-            cells = rng.choice(k, size=h, replace=False)
-            rows.extend(c * k + cells)
-            cols.extend([s] * h)
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
-
-
 def _brute_force_covariance(kind, X, p, Nc, k, rates, other):
     """``Cov β`` of the weighted LS at the truth, from the per-report covariance enumerated over values."""
     C = Nc.size
@@ -265,7 +255,7 @@ def test_ls_sandwich_matches_brute_force(kind, h, other):
 
     rng = np.random.default_rng(21)
     C, k, S, N = 4, 8, 6, 40_000.0
-    X = _hashed_design(rng, C, k, S, h)
+    X = hashed_design(rng, C, k, S, h)
     p = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
     Nc = np.full(C, N / C)
     if kind == "orr":
@@ -311,7 +301,7 @@ def test_constrained_decoders_publish_the_ls_interval(method):
 
     rng = np.random.default_rng(22)
     C, k, S = 4, 16, 6
-    X = _hashed_design(rng, C, k, S, 2)
+    X = hashed_design(rng, C, k, S, 2)
     p = np.array([0.5, 0.3, 0.2, 0.0, 0.0, 0.0])
     Nc = np.full(C, 2000)
     sketch = np.column_stack([Nc, rng.binomial(Nc[:, None], (0.25 + 0.5 * X @ p).reshape(C, k))])
@@ -359,7 +349,7 @@ def test_candidate_mle_matches_scipy_optimizer(kind):
 
     rng = np.random.default_rng(23)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
+    X = hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
     p = np.array([0.45, 0.3, 0.15, 0.1, 0.0, 0.0])
     Nc = np.full(C, 5000)
     if kind == "orr":

@@ -9,17 +9,7 @@ import scipy.sparse as sp
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache
 from ldpstream.estimators.sandwich import bits_meat, orr_meat
-
-
-def _hashed_design(rng, C, k, S, h):
-    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
-    rows, cols = [], []
-    for c in range(C):
-        for s in range(S):
-            cells = rng.choice(k, size=h, replace=False)
-            rows.extend(c * k + cells)
-            cols.extend([s] * h)
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
+from tests.unit.designs import hashed_design
 
 
 @pytest.mark.parametrize("other", [False, True])
@@ -29,7 +19,7 @@ def test_sandwich_diagonal_matches_dense_meat(kind, h, other):
     the meat formed by :meth:`SandwichMeat.dense` (sparse products), for any symmetric ``A``."""
     rng = np.random.default_rng(3)
     C, k, S = 5, 12, 30
-    X = _hashed_design(rng, C, k, S, h).tocsr()
+    X = hashed_design(rng, C, k, S, h).tocsr()
     R = C * k
     o = np.full(R, h / k) if other else None
     P = S + other
@@ -98,7 +88,7 @@ def test_warm_decode_is_the_exact_sandwich_of_its_reference_weights(kind, h, oth
     independent computation), not for its own. The first decode (a miss) equals the uncached decoder."""
     rng = np.random.default_rng(21)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, h).tocsr()
+    X = hashed_design(rng, C, k, S, h).tocsr()
     p_ref = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
     p = np.array([0.38, 0.26, 0.16, 0.1, 0.06, 0.04])  # close enough for the reference to be reused
     cache = FactorCache()
@@ -135,7 +125,7 @@ def test_constrained_methods_hit_and_publish_the_same_point(method):
     publishes what the first did."""
     rng = np.random.default_rng(5)
     C, k, S = 4, 16, 10
-    X = _hashed_design(rng, C, k, S, 2).tocsr()
+    X = hashed_design(rng, C, k, S, 2).tocsr()
     p = np.r_[np.full(5, 0.15), np.full(5, 0.05)]
     sketch, rates = _expected_sketch("bits", X, p, np.full(C, 5000.0), k)
     cache = FactorCache()
@@ -153,7 +143,7 @@ def test_distant_weights_miss_and_the_bound_holds():
     references per key; the bytes held stay under ``max_bytes``; ``resize(0)`` disables and empties."""
     rng = np.random.default_rng(8)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, 1).tocsr()
+    X = hashed_design(rng, C, k, S, 1).tocsr()
     cache = FactorCache(per_key=2)
     sketches = []
     for top in (0.4, 0.9, 0.05):
