@@ -180,13 +180,9 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
         self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Privatize arbitrary values (hashing each DISTINCT value once), then :meth:`encode_batch`."""
-        values = to_value_list(values)
-        if self.closed:
-            assert self.support is not None
-            index = as_index_array("values", np.asarray(values), self.support)
-            return self.encode_batch(index, rng, cohorts=cohorts)
-        index, distinct = hashing.distinct_value_index(values)
-        return self.encode_batch(index, rng, cohorts=cohorts, table=self.bloom_table(distinct))
+        index, distinct = hashing.value_index(to_value_list(values), self.support)
+        table = None if distinct is None else self.bloom_table(distinct)
+        return self.encode_batch(index, rng, cohorts=cohorts, table=table)
 
     def encode_batch(
         self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None
