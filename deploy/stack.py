@@ -182,18 +182,31 @@ def _launch(argv: list[str], *, cwd: Path, pid_file: Path, log: Path, ready: Cal
 
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
-    found = shutil.which("redis-server")
+    return _installed_binary("redis-server", "redis-server",
+                             "redis-server is not installed; install Debian's package: apt-get install redis-server",
+                             recommends=True)
+
+
+def _installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
+                      recommends: bool = False) -> str:
+    """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
+    ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
+    ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
+    found = shutil.which(name)
     if found:
         return found
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("redis-server not found: installing Debian's redis-server package", file=sys.stderr)
+        if announce:
+            print(f"{name} not found: installing Debian's {package} package", file=sys.stderr)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
-        found = shutil.which("redis-server")
+        if update:
+            subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        options = [] if recommends else ["--no-install-recommends"]
+        subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=False, env=env)
+        found = shutil.which(name)
         if found:
             return found
-    raise ServiceError("redis-server is not installed; install Debian's package: apt-get install redis-server")
+    raise ServiceError(missing)
 
 
 def redis_answers(cfg: StackConfig) -> bool:
