@@ -20,7 +20,7 @@ from ldpstream.estimators import (
     truncate_normalize,
     weighted_gram,
 )
-from tests.unit.designs import hashed_design
+from tests.unit.designs import enumerated_covariance, hashed_design
 
 
 def _reference_projection(v):
@@ -216,36 +216,6 @@ def test_compressed_channel_same_mle(kind):
 
 # -- candidate decoders: sandwich covariance, intervals, MLE ------------------------------------------------
 
-def _brute_force_covariance(kind, X, p, Nc, k, rates, other):
-    """``Cov β`` of the weighted LS at the truth, from the per-report covariance enumerated over values."""
-    C = Nc.size
-    blocks, w = [], []
-    for c in range(C):
-        Xc = X[c * k:(c + 1) * k].toarray()
-        if kind == "orr":
-            e = np.exp(rates)
-            cc = (e + k - 1) / (e - 1)
-            m = (1 + (e - 1) * Xc @ p) / (e + k - 1)
-            blocks.append(cc**2 * (np.diag(m) - np.outer(m, m)) / Nc[c])
-            w.append(Nc[c] / (cc**2 * m * (1 - m)))
-        else:
-            qs, ps = rates
-            d = qs - ps
-            r_v = ps + d * Xc.T  # (S, k): per-value bit rates
-            r = p @ r_v
-            cov = np.diag(p @ (r_v * (1 - r_v))) + (r_v - r).T @ ((r_v - r) * p[:, None])
-            blocks.append(cov / d**2 / Nc[c])
-            w.append(Nc[c] * d**2 / (r * (1 - r)))
-    Sigma = sp.block_diag(blocks).toarray()
-    W = np.diag(np.concatenate(w))
-    Xa = X.toarray()
-    if other:
-        h = X.sum() / (X.shape[1] * C)
-        Xa = np.column_stack([Xa, np.full(C * k, (1.0 if kind == "orr" else h) / k)])
-    Gi = np.linalg.inv(Xa.T @ W @ Xa)
-    return Gi @ Xa.T @ W @ Sigma @ W @ Xa @ Gi
-
-
 @pytest.mark.parametrize("other", [False, True])
 @pytest.mark.parametrize(("kind", "h"), [("orr", 1), ("bits", 1), ("bits", 2)])
 def test_ls_sandwich_matches_brute_force(kind, h, other):
@@ -270,7 +240,7 @@ def test_ls_sandwich_matches_brute_force(kind, h, other):
         est = decode_bits(sketch, X, qs, ps, "ls", other=other)
         rates = (qs, ps)
     np.testing.assert_allclose(est.frequencies, p, atol=1e-9)
-    cov = _brute_force_covariance(kind, X, p, Nc, k, rates, other)
+    cov = enumerated_covariance(kind, X, p, Nc, k, rates, None, other)
     np.testing.assert_allclose(est.std_errors**2, np.diag(cov)[:S], rtol=1e-6)
     if other:
         assert est.residual_std_error**2 == pytest.approx(cov[S, S], rel=1e-6)
