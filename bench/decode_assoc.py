@@ -37,6 +37,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -134,8 +135,12 @@ def truth(index1: np.ndarray, index2: np.ndarray, names1: list[str], names2: lis
     return table / len(index1)
 
 
-def run_case(kind: str, n: int, seed: int, workdir: Path) -> None:
-    rng = np.random.default_rng(seed)
+def simulate_case(kind: str, n: int, rng: np.random.Generator, workdir: Path) -> tuple[Any, dict[str, Path],
+                                                                                    AssocVariableSpec, list[str],
+                                                                                    list[str]]:
+    """A case's ``n`` clients (``bool``: the domain and a boolean, else the domain and a color) simulated and
+    written to ``workdir``: the simulation, its files, the second variable, its value names and the
+    ``rappor decode-assoc`` arguments that decode the files."""
     domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
     if kind == "bool":
         second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
@@ -143,14 +148,20 @@ def run_case(kind: str, n: int, seed: int, workdir: Path) -> None:
     else:
         second = AssocVariableSpec("color", "string", "color_params", COLOR_PARAMS)
         names2, joint, cands = COLORS, JOINT_STRINGS, {"domain": DOMAINS[:4], "color": COLORS[:3]}
-    t0 = time.perf_counter()
     sim = simulate_association(domain, DOMAINS, second, names2, joint, n, rng, bytes(32))
     paths = write_association_files(workdir, "m", [domain, second], sim.reports, cands)
-    t_files = time.perf_counter() - t0
     args = ["rappor", "decode-assoc", "--metric-name", "m", "--schema", str(paths["schema"]), "--reports",
             str(paths["reports"]), "--params-dir", str(workdir), "--var1", "domain", "--var2", second.var,
             "--map1", str(paths["map:domain"]), "--output-dir", str(workdir)]
     args += ["--create-bool-map"] if kind == "bool" else ["--map2", str(paths["map:color"])]
+    return sim, paths, second, names2, args
+
+
+def run_case(kind: str, n: int, seed: int, workdir: Path) -> None:
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    sim, paths, second, names2, args = simulate_case(kind, n, rng, workdir)
+    t_files = time.perf_counter() - t0
     t0 = time.perf_counter()
     assert main(args) == 0
     t_ours = time.perf_counter() - t0
@@ -190,20 +201,7 @@ def coverage(kind: str, n: int, seeds: range, workdir: Path) -> None:
 
     hits, cells, zs = 0, 0, []
     for seed in seeds:
-        rng = np.random.default_rng(seed)
-        domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
-        if kind == "bool":
-            second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
-            names2, joint, cands = ["FALSE", "TRUE"], JOINT_BOOL, {"domain": DOMAINS[:4]}
-        else:
-            second = AssocVariableSpec("color", "string", "color_params", COLOR_PARAMS)
-            names2, joint, cands = COLORS, JOINT_STRINGS, {"domain": DOMAINS[:4], "color": COLORS[:3]}
-        sim = simulate_association(domain, DOMAINS, second, names2, joint, n, rng, bytes(32))
-        paths = write_association_files(workdir, "m", [domain, second], sim.reports, cands)
-        args = ["rappor", "decode-assoc", "--metric-name", "m", "--schema", str(paths["schema"]), "--reports",
-                str(paths["reports"]), "--params-dir", str(workdir), "--var1", "domain", "--var2", second.var,
-                "--map1", str(paths["map:domain"]), "--output-dir", str(workdir)]
-        args += ["--create-bool-map"] if kind == "bool" else ["--map2", str(paths["map:color"])]
+        sim, _paths, _second, names2, args = simulate_case(kind, n, np.random.default_rng(seed), workdir)
         with contextlib.redirect_stderr(io.StringIO()):
             assert main(args) == 0
         res = read_assoc_results(workdir / "assoc-results.csv")

@@ -37,7 +37,7 @@ The late and future data policy is in ``docs/late-and-future-data.md``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -113,40 +113,25 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
     result = FoldResult(records_decoded=decoded.record_count)
     refused: dict[int, Rejection] = {
         m.message_index: Rejection(m.message_index, "malformed", m.reason) for m in decoded.malformed}
-    by_id = registry.by_id
     accepted: list[tuple[MetricConfig, RecordBatch]] = []
-    for batch in decoded.batches:
-        metric_ids = _distinct(batch.metric_id)
-        for metric_id in metric_ids:
-            # The common case, one metric per batch, keeps the batch's arrays as they are (no copies).
-            records = batch if metric_ids.size == 1 else batch.take(batch.metric_id == metric_id)
-            metric = by_id.get(int(metric_id))
-            if metric is None:
-                _refuse(refused, records.message_index, "unknown_metric", f"no metric with id {metric_id}")
-                continue
-            records = _with_effective_event_times(records, timestamps)
-            ok = _validate(metric, records, refused, now)
-            accepted.append((metric, records if ok.all() else records.take(ok)))
+    for metric, records in _split_by_id(decoded.batches, [b.metric_id for b in decoded.batches], registry.by_id,
+                                        refused, "metric"):
+        records = _with_effective_event_times(records, timestamps)
+        ok = _validate(metric, records, refused, now)
+        accepted.append((metric, records if ok.all() else records.take(ok)))
     associated: list[tuple[AssociationConfig, AssociationBatch]] = []
-    by_association_id = registry.associations_by_id
-    for tuples in decoded.association_batches:
-        association_ids = _distinct(tuples.association_id)
-        for association_id in association_ids:
-            chosen = tuples if association_ids.size == 1 else tuples.take(tuples.association_id == association_id)
-            association = by_association_id.get(int(association_id))
-            if association is None:
-                _refuse(refused, chosen.message_index, "unknown_association",
-                        f"no association with id {association_id}")
-                continue
-            chosen = _with_effective_event_times(chosen, timestamps)
-            ok = _validate_association(association, chosen, refused, now)
-            if not ok.any():
-                continue
-            chosen = chosen if ok.all() else chosen.take(ok)
-            associated.append((association, chosen))
-            # Every member's (and rider's) marginal sketches count its report, like a version-1 record of it.
-            accepted.extend((member, chosen.member(j, member.id, member.fingerprint))
-                            for j, member in enumerate(association.carried))
+    for association, chosen in _split_by_id(decoded.association_batches,
+                                            [t.association_id for t in decoded.association_batches],
+                                            registry.associations_by_id, refused, "association"):
+        chosen = _with_effective_event_times(chosen, timestamps)
+        ok = _validate_association(association, chosen, refused, now)
+        if not ok.any():
+            continue
+        chosen = chosen if ok.all() else chosen.take(ok)
+        associated.append((association, chosen))
+        # Every member's (and rider's) marginal sketches count its report, like a version-1 record of it.
+        accepted.extend((member, chosen.member(j, member.id, member.fingerprint))
+                        for j, member in enumerate(association.carried))
     capped = [(metric, _cap_buckets(metric, kept, refused)) for metric, records in accepted
               if len(kept := _without_refused(records, refused))]
     for metric, records in capped:
@@ -186,6 +171,25 @@ def _refuse(refused: dict[int, Rejection], messages: np.ndarray, reason: str, de
 
 
 R = TypeVar("R", RecordBatch, AssociationBatch)
+
+
+Config = TypeVar("Config", MetricConfig, AssociationConfig)
+
+
+def _split_by_id(batches: Sequence[R], ids: Sequence[np.ndarray], configs: Mapping[int, Config],
+                 refused: dict[int, Rejection], what: str) -> Iterator[tuple[Config, R]]:
+    """Each batch's records of each id (``ids[i]``: batch i's metric or association ids) with the configuration
+    of that id, lazily; the messages of an id ``configs`` does not know are refused (``unknown_<what>``)."""
+    for batch, batch_ids in zip(batches, ids, strict=True):
+        distinct = _distinct(batch_ids)
+        for ident in distinct:
+            # The common case, one id per batch, keeps the batch's arrays as they are (no copies).
+            records = batch if distinct.size == 1 else batch.take(batch_ids == ident)
+            config = configs.get(int(ident))
+            if config is None:
+                _refuse(refused, records.message_index, f"unknown_{what}", f"no {what} with id {ident}")
+                continue
+            yield config, records
 
 
 def _with_effective_event_times(records: R, timestamps: Timestamps) -> R:

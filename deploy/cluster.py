@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.deploy.stack import StackConfig, _port_open, _spawn, _stop_pid, _wait_until, redis_server_binary
+from ldpstream.deploy.stack import StackConfig, _launch, _port_open, _stop_pid, redis_server_binary
 from ldpstream.errors import ConfigError, ServiceError
 
 CLUSTER_FIRST_PORT = 36501
@@ -94,8 +94,8 @@ def _start_node(cfg: ClusterStackConfig, port: int) -> None:
             "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
             "--cluster-node-timeout", "5000", "--dir", str(folder), "--appendonly", "yes",
             "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", ""]
-    proc = _spawn(argv, log, folder / "redis.pid", folder)
-    _wait_until(pings, 30, f"Redis Cluster node on port {port}", log, alive=lambda: proc.poll() is None)
+    _launch(argv, cwd=folder, pid_file=folder / "redis.pid", log=log, ready=pings, timeout=30,
+            what=f"Redis Cluster node on port {port}")
 
 
 def _form(cfg: ClusterStackConfig) -> None:

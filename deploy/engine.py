@@ -24,12 +24,11 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.deploy.stack import StackConfig, _read_pid, _spawn, _stop_pid, _tail, _wait_until
+from ldpstream.deploy.stack import StackConfig, _installed_binary, _launch, _read_pid, _stop_pid, _tail
 from ldpstream.errors import ServiceError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un`` (108 bytes with the terminating NUL).
@@ -94,19 +93,8 @@ def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
 
 def dockerd_binary() -> str:
     """Path of ``dockerd``; installs Debian's ``docker.io`` when missing and we may."""
-    found = shutil.which("dockerd")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("dockerd not found: installing Debian's docker.io package", file=sys.stderr)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "docker.io"],
-                       check=False, env=env)
-        found = shutil.which("dockerd")
-        if found:
-            return found
-    raise ServiceError("dockerd is not installed; install Debian's package: apt-get install docker.io")
+    return _installed_binary("dockerd", "docker.io",
+                             "dockerd is not installed; install Debian's package: apt-get install docker.io")
 
 
 def overlay_works(where: Path) -> bool:
@@ -182,9 +170,8 @@ def up(cfg: EngineConfig | None = None, timeout: float = 90.0) -> EngineStatus:
         stale.unlink(missing_ok=True)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    proc = _spawn(dockerd_argv(cfg, binary, storage_driver(cfg)), cfg.log, cfg.spawn_pid_file, cfg.run_dir)
-    _wait_until(lambda: socket_answers(cfg.socket), timeout, "the Docker engine", cfg.log,
-                alive=lambda: proc.poll() is None)
+    _launch(dockerd_argv(cfg, binary, storage_driver(cfg)), cwd=cfg.run_dir, pid_file=cfg.spawn_pid_file,
+            log=cfg.log, ready=lambda: socket_answers(cfg.socket), timeout=timeout, what="the Docker engine")
     return status(cfg)
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig
+from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig, _installed_binary
 from ldpstream.errors import ServiceError
 
 DEBIAN_SUITE = "bookworm"
@@ -183,17 +183,9 @@ def _tar_of(entries: list[tuple[Path, str]]) -> Iterator[IO[bytes]]:
 
 
 def _debootstrap() -> str:
-    found = shutil.which("debootstrap")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"],
-                       check=False, env=env)
-        found = shutil.which("debootstrap")
-        if found:
-            return found
-    raise ServiceError("debootstrap is needed to build the base image; install Debian's debootstrap (as root)")
+    return _installed_binary("debootstrap", "debootstrap",
+                             "debootstrap is needed to build the base image; install Debian's debootstrap (as root)",
+                             announce=False, update=False)
 
 
 def build_base(client: Any, work: Path, log: Path) -> str:

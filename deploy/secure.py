@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,11 @@ from typing import Any
 from ldpstream.config import ServiceConfig, read_secret
 from ldpstream.deploy.stack import (
     StackConfig,
-    _java,
+    _launch,
     _port_open,
     _read_pid,
-    _spawn,
+    _run_kafka_broker,
     _stop_pid,
-    _wait_until,
     ensure_kafka_jars,
     redis_server_binary,
 )
@@ -256,10 +254,9 @@ def start_redis(cfg: SecureStackConfig) -> None:
         f"dir {data}", "appendonly yes", "appendfsync everysec", 'save ""', "daemonize no", 'logfile ""',
         "user default off",
         f"user {USER} on >{_password(cfg.secrets_dir / 'redis-password')} ~* &* +@all", ""]))
-    log = cfg.redis_dir / "redis.log"
-    proc = _spawn([redis_server_binary(), str(conf)], log, cfg.redis_dir / "redis.pid", data)
-    _wait_until(lambda: redis_answers(cfg), 30, f"Redis (TLS) on port {cfg.redis_port}", log,
-                alive=lambda: proc.poll() is None)
+    _launch([redis_server_binary(), str(conf)], cwd=data, pid_file=cfg.redis_dir / "redis.pid",
+            log=cfg.redis_dir / "redis.log", ready=lambda: redis_answers(cfg), timeout=30,
+            what=f"Redis (TLS) on port {cfg.redis_port}")
 
 
 # ----------------------------------------------------------------------------------------------- Kafka
@@ -316,27 +313,11 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
         # a SASL_SSL listener ignores the broker-wide ssl.client.auth: only the listener's own setting counts
         # (KIP-684)
         f"listener.name.sasl_ssl.ssl.client.auth={'required' if cfg.client_auth else 'none'}", ""]))
-    classpath = f"{libs}/*"
-    java = _java()
-    if not (data / "meta.properties").exists():
-        fmt = subprocess.run(
-            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
-             "-c", str(properties), "--ignore-formatted",
-             "--add-scram", _scram("admin", admin_password),
-             "--add-scram", _scram(USER, _password(cfg.secrets_dir / "kafka-password"))],
-            capture_output=True, text=True, check=False,
-        )
-        if fmt.returncode != 0:
-            raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}")
-    log = cfg.kafka_dir / "kafka.log"
-    argv = [
-        java, f"-Xmx{cfg.kafka_heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
-        "-cp", classpath, "kafka.Kafka", str(properties),
-    ]
-    proc = _spawn(argv, cfg.kafka_dir / "kafka.out", cfg.kafka_dir / "kafka.pid", cfg.kafka_dir)
-    _wait_until(lambda: kafka_answers(cfg), 120, f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}", log,
-                alive=lambda: proc.poll() is None)
+    # the SCRAM users are created when the storage is formatted (the first start)
+    users = ("--add-scram", _scram("admin", admin_password),
+             "--add-scram", _scram(USER, _password(cfg.secrets_dir / "kafka-password")))
+    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
+                      what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}", format_args=users)
 
 
 # ------------------------------------------------------------------------------------------ the stack

@@ -169,23 +169,44 @@ def _spawn(argv: list[str], log: Path, pid_file: Path, cwd: Path) -> subprocess.
     return proc
 
 
+def _launch(argv: list[str], *, cwd: Path, pid_file: Path, log: Path, ready: Callable[[], bool], timeout: float,
+            what: str, output: Path | None = None) -> None:
+    """Start a daemon (:func:`_spawn`, its stdout and stderr to ``output``, default ``log``) and wait until
+    ``ready()`` (:func:`_wait_until`: a clear error with the tail of ``log`` when it exits or times out)."""
+    proc = _spawn(argv, log if output is None else output, pid_file, cwd)
+    _wait_until(ready, timeout, what, log, alive=lambda: proc.poll() is None)
+
+
 # ----------------------------------------------------------------------------------------------- Redis
 
 
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
-    found = shutil.which("redis-server")
+    return _installed_binary("redis-server", "redis-server",
+                             "redis-server is not installed; install Debian's package: apt-get install redis-server",
+                             recommends=True)
+
+
+def _installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
+                      recommends: bool = False) -> str:
+    """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
+    ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
+    ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
+    found = shutil.which(name)
     if found:
         return found
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("redis-server not found: installing Debian's redis-server package", file=sys.stderr)
+        if announce:
+            print(f"{name} not found: installing Debian's {package} package", file=sys.stderr)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=False, env=env)
-        found = shutil.which("redis-server")
+        if update:
+            subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        options = [] if recommends else ["--no-install-recommends"]
+        subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=False, env=env)
+        found = shutil.which(name)
         if found:
             return found
-    raise ServiceError("redis-server is not installed; install Debian's package: apt-get install redis-server")
+    raise ServiceError(missing)
 
 
 def redis_answers(cfg: StackConfig) -> bool:
@@ -202,15 +223,13 @@ def start_redis(cfg: StackConfig) -> None:
         return
     data = cfg.redis_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    pid_file = cfg.redis_dir / "redis.pid"
     argv = [
         redis_server_binary(), "--port", str(cfg.redis_port), "--bind", "127.0.0.1",
         "--dir", str(data), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
         "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
     ]
-    proc = _spawn(argv, cfg.redis_log, pid_file, data)
-    _wait_until(lambda: redis_answers(cfg), 30, f"Redis on port {cfg.redis_port}", cfg.redis_log,
-                alive=lambda: proc.poll() is None)
+    _launch(argv, cwd=data, pid_file=cfg.redis_dir / "redis.pid", log=cfg.redis_log,
+            ready=lambda: redis_answers(cfg), timeout=30, what=f"Redis on port {cfg.redis_port}")
 
 
 # ----------------------------------------------------------------------------------------------- Kafka
@@ -269,27 +288,35 @@ def start_kafka(cfg: StackConfig) -> None:
     template = (_KAFKA_FILES / "server.properties.template").read_text()
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
+    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
+                      what=f"Kafka broker on port {cfg.kafka_port}")
+    _check_kafka_serves_groups(cfg)
+
+
+def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool], what: str,
+                      format_args: tuple[str, ...] = ()) -> None:
+    """Run the KRaft broker of ``kafka_dir/server.properties`` (already written) from the jars in ``libs``: format
+    its storage ``kafka_dir/data`` once (``kafka.tools.StorageTool``; ``format_args``: more of its arguments, such
+    as SCRAM users), then start ``kafka.Kafka`` (``-Xmx{heap} -Xms{min_heap}``; output ``kafka.out``, log
+    ``kafka.log``, pid ``kafka.pid`` in ``kafka_dir``) and wait up to 120 s until ``ready()``."""
+    properties, log = kafka_dir / "server.properties", kafka_dir / "kafka.log"
     classpath = f"{libs}/*"
     java = _java()
-    if not (data / "meta.properties").exists():
-        cluster_id = str(uuid.uuid4().hex[:22])
+    if not (kafka_dir / "data" / "meta.properties").exists():
         fmt = subprocess.run(
-            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-             "-c", str(properties), "--ignore-formatted"],
+            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
+             "-c", str(properties), "--ignore-formatted", *format_args],
             capture_output=True, text=True, check=False,
         )
         if fmt.returncode != 0:
             raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}")
     argv = [
-        java, f"-Xmx{cfg.kafka_heap}", "-Xms256m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}",
-        f"-Dldpstream.kafka.log={cfg.kafka_log}",
+        java, f"-Xmx{heap}", f"-Xms{min_heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
         "-cp", classpath, "kafka.Kafka", str(properties),
     ]
-    proc = _spawn(argv, cfg.kafka_dir / "kafka.out", cfg.kafka_dir / "kafka.pid", cfg.kafka_dir)
-    _wait_until(lambda: kafka_answers(cfg), 120, f"Kafka broker on port {cfg.kafka_port}", cfg.kafka_log,
-                alive=lambda: proc.poll() is None)
-    _check_kafka_serves_groups(cfg)
+    _launch(argv, cwd=kafka_dir, pid_file=kafka_dir / "kafka.pid", log=log, ready=ready, timeout=120, what=what,
+            output=kafka_dir / "kafka.out")
 
 
 def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:

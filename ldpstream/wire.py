@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
@@ -190,16 +191,20 @@ def encode_records(
     if cohorts.shape not in ((n,), ()):
         raise ReportFormatError("cohorts must be a scalar or have one entry per payload")
     event_time = _checked_header_fields(cohorts, "metric id", metric_id, event_time, n, "payload")
-    header = np.zeros(n, dtype=HEADER_DTYPE)
-    header["version"] = VERSION
-    header["metric_id"] = metric_id
-    header["fingerprint"] = fingerprint
-    header["cohort"] = cohorts
-    header["payload_length"] = length
-    header["event_time"] = event_time
-    out = np.empty((n, HEADER_SIZE + length), dtype=np.uint8)
-    out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
+    out = _rows_with_header(HEADER_DTYPE, n, length, version=VERSION, metric_id=metric_id, fingerprint=fingerprint,
+                            cohort=cohorts, payload_length=length, event_time=event_time)
     out[:, HEADER_SIZE:] = payloads
+    return out
+
+
+def _rows_with_header(dtype: np.dtype[Any], n: int, body: int, **fields: Any) -> np.ndarray:
+    """An ``(n, 16 + body)`` uint8 array whose first 16 bytes of each row are the header ``dtype`` with ``fields``
+    (a scalar or one value per row each); the body bytes are left for the caller to write."""
+    header = np.zeros(n, dtype=dtype)
+    for name, value in fields.items():
+        header[name] = value
+    out = np.empty((n, HEADER_SIZE + body), dtype=np.uint8)
+    out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
     return out
 
 
@@ -244,15 +249,9 @@ def encode_association_records(
     body = sum(ENTRY_HEADER_SIZE + b.shape[1] for b in blocks)
     if body > MAX_PAYLOAD_SIZE:
         raise ReportFormatError(f"record body of {body} bytes exceeds the format's {MAX_PAYLOAD_SIZE}")
-    header = np.zeros(n, dtype=ASSOCIATION_HEADER_DTYPE)
-    header["version"] = ASSOCIATION_VERSION
-    header["association_id"] = association_id
-    header["fingerprint"] = fingerprint
-    header["count"] = count
-    header["body_length"] = body
-    header["event_time"] = event_time
-    out = np.empty((n, HEADER_SIZE + body), dtype=np.uint8)
-    out[:, :HEADER_SIZE] = header.view(np.uint8).reshape(n, HEADER_SIZE)
+    out = _rows_with_header(ASSOCIATION_HEADER_DTYPE, n, body, version=ASSOCIATION_VERSION,
+                            association_id=association_id, fingerprint=fingerprint, count=count, body_length=body,
+                            event_time=event_time)
     at = HEADER_SIZE
     for j, block in enumerate(blocks):
         out[:, at:at + 2] = cohorts[:, j].astype(">u2").reshape(-1, 1).view(np.uint8)

@@ -55,26 +55,18 @@ def simulate_and_publish(metric: MetricConfig, publisher: ReportPublisher, *, cl
     names = metric.value_names()
     p = parse_distribution(distribution, len(names), rng)
     table = value_table(metric)
-    true_counts = np.zeros(len(names), dtype=np.int64)
-    acked_before = publisher.stats.records_acked
-    started = time.monotonic()
-    messages = 0
-    sent = 0
-    while sent < clients and not (should_stop and should_stop()):
-        n = min(chunk, clients - sent)
-        values = rng.choice(len(names), size=n, p=p)
-        true_counts += np.bincount(values, minlength=len(names))
+
+    def send(values: np.ndarray, when: int) -> int:
         cohorts, reports = privatize_population(metric, values, rng, table)
         rows = encode_records(metric.id, metric.fingerprint, cohorts,
-                              payloads_from_reports(metric.mechanism, reports),
-                              event_time=int(time.time()) if event_time is None else event_time)
-        messages += publisher.publish(metric.topic, rows, per_message=per_message)
+                              payloads_from_reports(metric.mechanism, reports), event_time=when)
+        messages = publisher.publish(metric.topic, rows, per_message=per_message)
         if on_drawn is not None:
             on_drawn(np.bincount(values, minlength=len(names)))
-        sent += n
-        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
-    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
-    return LoadResult(true_counts, acked, messages, seconds)
+        return messages
+
+    return _publish_draws(publisher, rng, p, send, clients=clients, chunk=chunk, rate=rate, event_time=event_time,
+                          progress=progress, should_stop=should_stop)
 
 
 @dataclass(frozen=True)
@@ -149,37 +141,32 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
         raise ParameterError("keep_sent returns report pairs: it needs an association of two members")
     flat = joint.reshape(-1) / joint.sum()
     tables = [value_table(m) for m in members]
-    true_counts = np.zeros(joint.size, dtype=np.int64)
     kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    acked_before = publisher.stats.records_acked
-    started = time.monotonic()
-    messages = 0
-    sent = 0
-    while sent < clients and not (should_stop and should_stop()):
-        n = min(chunk, clients - sent)
-        drawn = rng.choice(joint.size, size=n, p=flat)
-        true_counts += np.bincount(drawn, minlength=joint.size)
-        values = np.unravel_index(drawn, sizes)
+
+    def send(drawn: np.ndarray, when: int) -> int:
+        n = drawn.shape[0]
         cohorts, payloads, reports = [], [], []
-        for member, member_values, table in zip(members, values, tables, strict=True):
+        for member, member_values, table in zip(members, np.unravel_index(drawn, sizes), tables, strict=True):
             member_cohorts, member_reports = privatize_population(member, member_values, rng, table)
             cohorts.append(np.broadcast_to(np.asarray(member_cohorts), (n,)))
             reports.append(member_reports)
             payloads.append(payloads_from_reports(member.mechanism, member_reports))
         rows = encode_association_records(association.id, association.fingerprint, np.column_stack(cohorts),
-                                          payloads, event_time=int(time.time()) if event_time is None else event_time)
-        messages += publisher.publish(association.topic, rows, per_message=per_message)
+                                          payloads, event_time=when)
+        messages = publisher.publish(association.topic, rows, per_message=per_message)
         if on_drawn is not None:
             on_drawn(np.bincount(drawn, minlength=joint.size).reshape(sizes))
         if keep_sent:
             kept.append((cohorts[0], reports[0], cohorts[1], reports[1]))
-        sent += n
-        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
-    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
+        return messages
+
+    loaded = _publish_draws(publisher, rng, flat, send, clients=clients, chunk=chunk, rate=rate,
+                            event_time=event_time, progress=progress, should_stop=should_stop)
     patterns = None
     if keep_sent and kept:
         patterns = PairPatterns.from_pairs(*(np.concatenate([k[i] for k in kept]) for i in range(4)))
-    return AssociationLoadResult(true_counts.reshape(sizes), acked, messages, seconds, patterns)
+    return AssociationLoadResult(loaded.true_counts.reshape(sizes), loaded.records_acked, loaded.messages,
+                                 loaded.seconds, patterns)
 
 
 def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, publisher: ReportPublisher, *,
@@ -202,17 +189,10 @@ def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, pub
     config = metric.discovery
     assert config is not None  # scheme_of checked it
     pairs = {(a, b): registry.association(discovery_pair_name(metric.name, a, b)) for a, b in config.slot_pairs}
-    true_counts = np.zeros(len(strings), dtype=np.int64)
-    acked_before = publisher.stats.records_acked
-    started = time.monotonic()
-    messages = 0
-    sent = 0
-    while sent < clients and not (should_stop and should_stop()):
-        n = min(chunk, clients - sent)
-        values = rng.choice(len(strings), size=n, p=p)
-        true_counts += np.bincount(values, minlength=len(strings))
+
+    def send(values: np.ndarray, when: int) -> int:
+        messages = 0
         reports = encode_population(scheme, strings, values, rng)
-        when = int(time.time()) if event_time is None else event_time
         low, high = reports.slots.min(axis=1), reports.slots.max(axis=1)
         first = (reports.slots[:, 0] > reports.slots[:, 1]).astype(np.int64)  # column of the lower slot
         for (a, b), association in pairs.items():
@@ -228,6 +208,29 @@ def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, pub
             rows = encode_association_records(association.id, association.fingerprint, cohorts, payloads,
                                               event_time=when)
             messages += publisher.publish(association.topic, rows, per_message=per_message)
+        return messages
+
+    return _publish_draws(publisher, rng, p, send, clients=clients, chunk=chunk, rate=rate, event_time=event_time,
+                          progress=progress, should_stop=should_stop)
+
+
+def _publish_draws(publisher: ReportPublisher, rng: np.random.Generator, p: np.ndarray,
+                   send: Callable[[np.ndarray, int], int], *, clients: int, chunk: int, rate: float | None,
+                   event_time: int | None, progress: bool, should_stop: Callable[[], bool] | None) -> LoadResult:
+    """The loop of the simulators: chunks of ``chunk`` clients (until ``clients``, or ``should_stop()``), each
+    drawing its clients' values (indices into ``p``, their probabilities) then ``send(values, event time)``, which
+    privatizes and publishes them and returns the Kafka messages it produced; paced to ``rate``, with progress,
+    then flushed. ``true_counts`` of the result are the values drawn, over ``p``'s indices."""
+    true_counts = np.zeros(len(p), dtype=np.int64)
+    acked_before = publisher.stats.records_acked
+    started = time.monotonic()
+    messages = 0
+    sent = 0
+    while sent < clients and not (should_stop and should_stop()):
+        n = min(chunk, clients - sent)
+        values = rng.choice(len(p), size=n, p=p)
+        true_counts += np.bincount(values, minlength=len(p))
+        messages += send(values, int(time.time()) if event_time is None else event_time)
         sent += n
         _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
     acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)

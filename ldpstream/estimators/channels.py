@@ -185,6 +185,20 @@ def as_channel(Q: ArrayLike | sp.spmatrix | sp.sparray | ChannelOperator) -> Cha
     return MatrixChannel(Q)
 
 
+def channel_and_counts(
+    channel: ArrayLike | sp.spmatrix | sp.sparray | ChannelOperator, counts: ArrayLike
+) -> tuple[ChannelOperator, np.ndarray]:
+    """The channel (:func:`as_channel`) and the output ``counts`` as a flat float64 array, checked: one count per
+    output, none negative (the input of the multinomial likelihood decoders)."""
+    ch = as_channel(channel)
+    n = np.asarray(counts, dtype=np.float64).ravel()
+    if n.size != ch.n_outputs:
+        raise ParameterError(f"{n.size} counts for a channel with {ch.n_outputs} outputs")
+    if np.any(n < 0):
+        raise ParameterError("counts must be non-negative")
+    return ch, n
+
+
 
 def compressed_affine_channel(
     X: sp.csr_matrix,

@@ -28,9 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
-from ldpstream.errors import ParameterError
-
-from .channels import ChannelOperator, as_channel
+from .channels import ChannelOperator, channel_and_counts
 from .linalg import TINY, dot
 
 __all__ = ["EMResult", "em_multinomial", "log_likelihood"]
@@ -85,12 +83,7 @@ def em_multinomial(
     else α is halved toward −1 (α = −1 gives ``p' = p2``). So ``ℓ(p) <= ℓ(p1) <= ℓ(p') <= ℓ(p_new)``: monotone,
     three channel products per iteration in the common case.
     """
-    ch = as_channel(channel)
-    n = np.asarray(counts, dtype=np.float64).ravel()
-    if n.size != ch.n_outputs:
-        raise ParameterError(f"{n.size} counts for a channel with {ch.n_outputs} outputs")
-    if np.any(n < 0):
-        raise ParameterError("counts must be non-negative")
+    ch, n = channel_and_counts(channel, counts)
     total = n.sum()
     k = ch.n_inputs
     if total <= 0:

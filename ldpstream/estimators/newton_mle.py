@@ -32,7 +32,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 
-from .channels import AffineChannel, ChannelOperator, as_channel
+from .channels import AffineChannel, ChannelOperator, channel_and_counts
 from .em import em_multinomial
 from .linalg import TINY, dot
 
@@ -109,12 +109,7 @@ def newton_multinomial(
     largest ``α ∈ {1, ½, ¼, …}`` with ``f(P(p + αd)) ≤ f(p) + 10⁻⁴ α g_Fᵀ d_F`` (Armijo along the projection
     ``P = max(·, 0)``).
     """
-    ch = as_channel(channel)
-    n = np.asarray(counts, dtype=np.float64).ravel()
-    if n.size != ch.n_outputs:
-        raise ParameterError(f"{n.size} counts for a channel with {ch.n_outputs} outputs")
-    if np.any(n < 0):
-        raise ParameterError("counts must be non-negative")
+    ch, n = channel_and_counts(channel, counts)
     total = float(n.sum())
     k = ch.n_inputs
     if total <= 0:

@@ -7,6 +7,7 @@ on a real client and with a seeded :class:`numpy.random.Generator` in simulation
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -61,6 +62,26 @@ def check_probability(name: str, value: Any, *, allow_one: bool = True) -> float
     return checked
 
 
+def check_mechanism_fields(mechanism: Any, k_max: int | None = None) -> None:
+    """Check and normalize, in place, the fields that the ε-parametrized mechanisms share, those the dataclass
+    declares, in this order: ``k`` (an integer in [2, k_max]), ``epsilon`` (finite, > 0), ``cohorts``
+    (1..:data:`MAX_COHORTS`), ``hashes`` (1..k) and ``support`` (>= 1, unless None).
+
+    The mechanisms are frozen dataclasses, so the checked values are set with ``object.__setattr__``. Their own
+    fields, and ``memoize`` / ``epsilon_permanent``
+    (:meth:`~ldpstream.mechanisms.longitudinal.Memoizing.check_longitudinal`), the caller checks.
+    """
+    declared = {f.name for f in dataclasses.fields(mechanism)}
+    object.__setattr__(mechanism, "k", check_int("k", mechanism.k, 2, k_max))
+    object.__setattr__(mechanism, "epsilon", check_epsilon(mechanism.epsilon))
+    if "cohorts" in declared:
+        object.__setattr__(mechanism, "cohorts", check_int("cohorts", mechanism.cohorts, 1, MAX_COHORTS))
+    if "hashes" in declared:
+        object.__setattr__(mechanism, "hashes", check_int("hashes", mechanism.hashes, 1, mechanism.k))
+    if "support" in declared and mechanism.support is not None:
+        object.__setattr__(mechanism, "support", check_int("support", mechanism.support, 1))
+
+
 def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:
     """``values`` as a 1-D int64 array with every entry in ``0..upper-1`` (vectorized check)."""
     arr = np.asarray(values)
@@ -76,6 +97,14 @@ def as_index_array(name: str, values: Any, upper: int) -> np.ndarray:
         outside = int(np.count_nonzero((arr < 0) | (arr >= upper)))
         raise ParameterError(f"{name} must lie in 0..{upper - 1}; {outside} of {arr.size} value(s) do not")
     return arr
+
+
+def one_hot_input(value: Any, k: int) -> np.ndarray:
+    """The one-hot ``(k,)`` bool vector of a symbol ``value`` in ``0..k-1`` (checked): the channel input of the
+    unary mechanisms (k-RAPPOR, OUE, subset selection)."""
+    bits = np.zeros(k, dtype=bool)
+    bits[as_index_array("value", np.asarray([value]), k)[0]] = True
+    return bits
 
 
 def draw_cohorts(cohorts: Any, n: int, num_cohorts: int, rng: Randomness) -> np.ndarray:

@@ -37,14 +37,13 @@ import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms._common import (
-    MAX_COHORTS,
     as_index_array,
     bernoulli,
-    check_epsilon,
-    check_int,
+    check_mechanism_fields,
     draw_cohorts,
     ensure_generator,
     population_by_cohort,
+    symbol_design_matrix,
 )
 from ldpstream.mechanisms.base import DecoderFamily, DirectEncoding, HashedEncoding, SymbolMechanism
 from ldpstream.mechanisms.longitudinal import PermanentOnly
@@ -108,12 +107,8 @@ class HadamardResponse(PermanentOnly, DirectEncoding, SymbolMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2, 2**31 - 1))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_mechanism_fields(self, k_max=2**31 - 1)
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
 
     @property
     def order(self) -> int:
@@ -211,21 +206,10 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2, 2**30))
+        check_mechanism_fields(self, k_max=2**30)
         if self.k & (self.k - 1):
             raise ParameterError(f"hcms: k (buckets) must be a power of two, got {self.k}")
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
-        if self.support is not None:
-            object.__setattr__(self, "support", check_int("support", self.support, 1))
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {
-            "mechanism": self.name, "k": self.k, "epsilon": self.epsilon, "cohorts": self.cohorts}
-        if self.support is not None:
-            out["support"] = self.support
-        return {**out, **self.longitudinal_parameters()}
 
     @property
     def closed(self) -> bool:
@@ -299,11 +283,7 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
     def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
         """``(C·k, S)`` 0/1 csr, row ``c·k + u``: 1 where the candidate hashes to bucket u in cohort c (the
         design of the agreement sketch, :meth:`margin_sketch`)."""
-        table = self._table(candidates_or_table)
-        C, S = table.shape
-        rows = (np.arange(C, dtype=np.int64)[:, None] * self.k + table).ravel()
-        cols = np.broadcast_to(np.arange(S, dtype=np.int64)[None, :], (C, S)).ravel()
-        return sp.csr_matrix((np.ones(rows.shape[0]), (rows, cols)), shape=(C * self.k, S))
+        return symbol_design_matrix(self._table(candidates_or_table), self.k)
 
     def privatize(self, inputs: np.ndarray, rng: Randomness) -> np.ndarray:
         """Reports ``2l + b`` of ``(n,)`` buckets: l uniform, b the sign H[u, l] kept w.p. e^ε/(e^ε + 1)."""

@@ -37,11 +37,12 @@ import hashlib
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms._common import MAX_COHORTS
+from ldpstream.mechanisms._common import MAX_COHORTS, as_index_array
 
 Value = str | bytes
 
@@ -60,6 +61,24 @@ def value_bytes(value: Value) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     raise ParameterError(f"values must be str or bytes, got {type(value).__name__}")
+
+
+def value_index(values: Sequence[Any], support: int | None) -> tuple[np.ndarray, list[bytes] | None]:
+    """The index of each value into the table an encoder reads, and the values that table is of.
+
+    Closed alphabet (``support`` given): the values are the indices ``0..support-1`` themselves (checked), and
+    None (the table of the whole alphabet). Open: each value's index among the distinct values (told apart by
+    :func:`value_bytes`), and the distinct values' bytes in first-seen order, so each is hashed once.
+    """
+    if support is not None:
+        return as_index_array("values", np.asarray(values), support), None
+    distinct: dict[bytes, int] = {}
+    index = np.fromiter(
+        (distinct.setdefault(value_bytes(v), len(distinct)) for v in values),
+        dtype=np.int64,
+        count=len(values),
+    )
+    return index, list(distinct)
 
 
 def cohort_bytes(cohort: int) -> bytes:

@@ -11,9 +11,8 @@ import numpy as np
 from ldpstream.mechanisms._common import (
     as_index_array,
     bit_sketch_from_true_counts,
-    check_epsilon,
-    check_int,
     ensure_generator,
+    one_hot_input,
     perturb_bits,
     population_by_cohort,
 )
@@ -44,19 +43,9 @@ class KRappor(Memoizing, DirectEncoding, BitMechanism):
     memoize: bool = True
     epsilon_permanent: float | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
-
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The one-hot ``(k,)`` bool vector of the symbol (one cohort)."""
-        bits = np.zeros(self.k, dtype=bool)
-        bits[as_index_array("value", np.asarray([value]), self.k)[0]] = True
-        return bits
+        return one_hot_input(value, self.k)
 
     def unit_epsilon(self, epsilon: float) -> float:
         """Per-bit ε = ε/2 (two bits differ between any two inputs)."""

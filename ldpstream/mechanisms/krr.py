@@ -9,8 +9,6 @@ import numpy as np
 
 from ldpstream.mechanisms._common import (
     as_index_array,
-    check_epsilon,
-    check_int,
     ensure_generator,
     krr_perturb,
     population_by_cohort,
@@ -56,14 +54,6 @@ class KRR(Memoizing, DirectEncoding, SymbolMechanism):
     epsilon: float
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        return {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The symbol itself (one cohort)."""

@@ -32,6 +32,7 @@ their reports could not be told apart anyway.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from abc import ABC, abstractmethod
@@ -42,7 +43,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms._common import MEMO_CAPACITY, check_epsilon, check_int, krr_perturb, perturb_bits
+from ldpstream.mechanisms._common import (
+    MEMO_CAPACITY,
+    check_epsilon,
+    check_int,
+    check_mechanism_fields,
+    krr_perturb,
+    perturb_bits,
+)
 from ldpstream.mechanisms.base import ReportKind, pack_bits
 from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness
 from ldpstream.mechanisms.rates import bit_irr_epsilon, bit_rates, krr_irr_epsilon
@@ -54,11 +62,13 @@ PRR_DOMAIN = b"ldpstream/permanent-response/v1\x00"
 #: keep the fingerprints they had before these fields existed).
 DEFAULT_MEMOIZE = True
 DEFAULT_EPSILON_PERMANENT = None
+_LONGITUDINAL_FIELDS = ("memoize", "epsilon_permanent")
 
 
 class Memoizing(ABC):
-    """Mixin of the ε-parametrized mechanisms (listed first among their bases): validation and parameters of
-    ``memoize`` / ``epsilon_permanent``, ε_∞, and the per-client :class:`MemoizedEncoder`.
+    """Mixin of the ε-parametrized mechanisms (listed first among their bases): the dataclass's checks
+    (:meth:`__post_init__`), validation and parameters of ``memoize`` / ``epsilon_permanent``, the mechanism's
+    :meth:`parameters`, ε_∞, and the per-client :class:`MemoizedEncoder`.
 
     Subclasses give the channel input of a value in a cohort (:meth:`channel_input`) and how their ε maps to
     the ε of one unit channel (:meth:`unit_epsilon`: the k-RR ε of a symbol, or the per-bit ε of a flip).
@@ -79,6 +89,12 @@ class Memoizing(ABC):
     def unit_epsilon(self, epsilon: float) -> float:
         """The ε of the unit channel that realizes the mechanism at ``epsilon`` (k-RR's ε, or per-bit ε)."""
 
+    def __post_init__(self) -> None:
+        """The dataclass's checks: the shared fields (:func:`~ldpstream.mechanisms._common.check_mechanism_fields`),
+        then :meth:`check_longitudinal`. A mechanism with fields of its own or other bounds overrides it."""
+        check_mechanism_fields(self)
+        self.check_longitudinal()
+
     def check_longitudinal(self) -> None:
         """Validate ``memoize`` and ``epsilon_permanent`` (call after ``epsilon`` is checked)."""
         if not isinstance(self.memoize, bool):
@@ -94,6 +110,17 @@ class Memoizing(ABC):
                 "bounds all reports of a value, one report of which is ε-private"
             )
         object.__setattr__(self, "epsilon_permanent", permanent)
+
+    def parameters(self) -> dict[str, int | float | str | bool]:
+        """The channel's parameters: ``mechanism`` (the name), the dataclass fields in their declared order (``k``,
+        ``epsilon``, then ``cohorts``, ``hashes``, ``support``, ``subset_size`` where declared; an optional one
+        left out while None), then :meth:`longitudinal_parameters`. ``make_mechanism`` inverts it."""
+        out: dict[str, int | float | str | bool] = {"mechanism": self.name}
+        for declared in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, declared.name)
+            if declared.name not in _LONGITUDINAL_FIELDS and value is not None:
+                out[declared.name] = value
+        return {**out, **self.longitudinal_parameters()}
 
     def longitudinal_parameters(self) -> dict[str, int | float | str | bool]:
         """``memoize`` and ``epsilon_permanent`` where they differ from their defaults (else nothing)."""

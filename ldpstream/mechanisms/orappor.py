@@ -28,12 +28,10 @@ import scipy.sparse as sp
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
-    MAX_COHORTS,
     as_index_array,
     bit_sketch_from_true_counts,
     bits_from_table,
     bloom_design_matrix,
-    check_epsilon,
     check_int,
     distinct_bit_rows,
     draw_cohorts,
@@ -104,27 +102,6 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
-        object.__setattr__(self, "hashes", check_int("hashes", self.hashes, 1, self.k))
-        if self.support is not None:
-            object.__setattr__(self, "support", check_int("support", self.support, 1))
-        self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {
-            "mechanism": self.name,
-            "k": self.k,
-            "epsilon": self.epsilon,
-            "cohorts": self.cohorts,
-            "hashes": self.hashes,
-        }
-        if self.support is not None:
-            out["support"] = self.support
-        return {**out, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The value's ``(k,)`` bool Bloom filter in ``cohort`` (the row of :meth:`bloom_table`)."""
@@ -203,18 +180,9 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
         self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Privatize arbitrary values (hashing each DISTINCT value once), then :meth:`encode_batch`."""
-        values = to_value_list(values)
-        if self.closed:
-            assert self.support is not None
-            index = as_index_array("values", np.asarray(values), self.support)
-            return self.encode_batch(index, rng, cohorts=cohorts)
-        distinct: dict[bytes, int] = {}
-        index = np.fromiter(
-            (distinct.setdefault(hashing.value_bytes(v), len(distinct)) for v in values),
-            dtype=np.int64,
-            count=len(values),
-        )
-        return self.encode_batch(index, rng, cohorts=cohorts, table=self.bloom_table(list(distinct)))
+        index, distinct = hashing.value_index(to_value_list(values), self.support)
+        table = None if distinct is None else self.bloom_table(distinct)
+        return self.encode_batch(index, rng, cohorts=cohorts, table=table)
 
     def encode_batch(
         self, candidate_index: Any, rng: Randomness, cohorts: Any = None, table: np.ndarray | None = None

@@ -18,9 +18,7 @@ import scipy.sparse as sp
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import (
-    MAX_COHORTS,
     as_index_array,
-    check_epsilon,
     check_int,
     draw_cohorts,
     ensure_generator,
@@ -59,25 +57,6 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
-        object.__setattr__(self, "cohorts", check_int("cohorts", self.cohorts, 1, MAX_COHORTS))
-        if self.support is not None:
-            object.__setattr__(self, "support", check_int("support", self.support, 1))
-        self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {
-            "mechanism": self.name,
-            "k": self.k,
-            "epsilon": self.epsilon,
-            "cohorts": self.cohorts,
-        }
-        if self.support is not None:
-            out["support"] = self.support
-        return {**out, **self.longitudinal_parameters()}
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The value's symbol in ``cohort``: ``π_c(s) mod k`` (closed) or ``HASH_c(s) mod k`` (open), the
@@ -164,18 +143,8 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
         self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Privatize arbitrary values (hashing each DISTINCT value once), then :meth:`encode_batch`."""
-        values = to_value_list(values)
-        if self.closed:
-            assert self.support is not None
-            index = as_index_array("values", np.asarray(values), self.support)
-            return self.encode_batch(index, rng, cohorts=cohorts)
-        distinct: dict[Any, int] = {}
-        index = np.fromiter(
-            (distinct.setdefault(hashing.value_bytes(v), len(distinct)) for v in values),
-            dtype=np.int64,
-            count=len(values),
-        )
-        table = hashing.orr_table(list(distinct), self.cohorts, self.k)
+        index, distinct = hashing.value_index(to_value_list(values), self.support)
+        table = None if distinct is None else hashing.orr_table(distinct, self.cohorts, self.k)
         return self.encode_batch(index, rng, cohorts=cohorts, table=table)
 
     def encode_batch(

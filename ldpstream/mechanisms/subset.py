@@ -21,9 +21,10 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms._common import (
     as_index_array,
     bernoulli,
-    check_epsilon,
     check_int,
+    check_mechanism_fields,
     ensure_generator,
+    one_hot_input,
     population_by_cohort,
 )
 from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
@@ -163,17 +164,10 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
     epsilon_permanent: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "k", check_int("k", self.k, 2))
-        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_mechanism_fields(self)
         if self.subset_size is not None:
             object.__setattr__(self, "subset_size", check_int("subset_size", self.subset_size, 1, self.k - 1))
         self.check_longitudinal()
-
-    def parameters(self) -> dict[str, int | float | str | bool]:
-        out: dict[str, int | float | str | bool] = {"mechanism": self.name, "k": self.k, "epsilon": self.epsilon}
-        if self.subset_size is not None:
-            out["subset_size"] = self.subset_size
-        return {**out, **self.longitudinal_parameters()}
 
     @property
     def bits_per_report(self) -> int:
@@ -187,9 +181,7 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The one-hot ``(k,)`` bool vector of the symbol (so the memo is keyed like k-RAPPOR's)."""
-        bits = np.zeros(self.k, dtype=bool)
-        bits[as_index_array("value", np.asarray([value]), self.k)[0]] = True
-        return bits
+        return one_hot_input(value, self.k)
 
     @property
     def q_star(self) -> float:

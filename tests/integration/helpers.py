@@ -1,11 +1,15 @@
-"""Shared pieces of the integration tests: registries, producing, waiting for counts."""
+"""Shared pieces of the integration tests: registries, producing, waiting for counts, reading topics."""
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import Consumer, Message
 
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
@@ -39,6 +43,47 @@ def registry_for(topic: str, metrics: dict[str, dict[str, Any]],
 
 def applied_reports(store: RedisSketchStore, topic: str, partitions: int) -> int:
     return store.stats(topic, range(partitions)).get("reports_applied", 0)
+
+
+def topic_reader(bootstrap: str, topic: str) -> Consumer:
+    """A consumer of ``topic`` from its beginning, in a group of its own that commits nothing."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def read_messages(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list[Message]:
+    """Read a topic from the beginning until ``expected`` messages arrived, then one more second."""
+    consumer = topic_reader(bootstrap, topic)
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    settle = None
+    try:
+        while time.monotonic() < deadline and (settle is None or time.monotonic() < settle):
+            got.extend(m for m in consumer.consume(100, 0.2) if m.error() is None)
+            if settle is None and len(got) >= expected:
+                settle = time.monotonic() + 1.0  # anything beyond the expected would show up now
+    finally:
+        consumer.close()
+    return got
+
+
+def read_estimates(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every message of ``topic`` under ``key``, JSON-decoded, in order (read until none came for 1.5 s)."""
+    consumer = topic_reader(bootstrap, topic)
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    quiet = None
+    try:
+        while time.monotonic() < deadline and (quiet is None or time.monotonic() < quiet):
+            batch = [m for m in consumer.consume(100, 0.5) if m.error() is None]
+            got.extend(json.loads(m.value()) for m in batch if m.key() == key.encode())
+            if batch or (got and quiet is None):
+                quiet = time.monotonic() + 1.5
+    finally:
+        consumer.close()
+    return got
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:

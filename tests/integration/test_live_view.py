@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from ldpstream.cli import main
@@ -48,7 +48,7 @@ from ldpstream.kafka import ensure_topics
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 from ldpstream.store import keys as key_schema
-from tests.integration.helpers import wait_for, write_registry
+from tests.integration.helpers import topic_reader, wait_for, write_registry
 from tests.published_schema import validate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -235,9 +235,7 @@ def test_what_the_decoder_publishes_to_redis_follows_the_schemas(first_load: Pip
 
 def test_what_the_decoder_produces_to_the_estimates_topic_follows_the_schemas(first_load: Pipeline):
     first_load.producer.flush(10)
-    consumer = Consumer({"bootstrap.servers": first_load.kafka, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([first_load.estimates_topic])
+    consumer = topic_reader(first_load.kafka, first_load.estimates_topic)
     kinds: dict[str, int] = {}
     keys = set()
     try:

@@ -4,17 +4,16 @@ reaches the topic and decodes against the registry; an unreachable broker fails 
 from __future__ import annotations
 
 import time
-import uuid
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer
 
 from ldpstream.consumers.fold import fold_messages
 from ldpstream.errors import ServiceError
 from ldpstream.producers.client import LdpClient
 from ldpstream.registry import Registry
 from ldpstream.wire import decode_messages, payload_size, reports_from_payloads
+from tests.integration.helpers import topic_reader
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +47,7 @@ def _value_for(metric_name: str, i: int):
 
 
 def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
+    consumer = topic_reader(bootstrap, topic)
     got = []
     deadline = time.monotonic() + timeout
     try:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +20,7 @@ from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.mechanisms.base import pack_bits
 from ldpstream.store import RedisSketchStore
 from ldpstream.wire import encode_records, symbol_payloads
-from tests.integration.helpers import registry_for
+from tests.integration.helpers import read_messages, registry_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,26 +39,6 @@ def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) ->
         producer.produce(topic, value, key=key,
                          on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
     assert producer.flush(15) == 0 and not errors, errors
-
-
-def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
-    """Read a topic from the beginning until ``expected`` messages arrived, then one more second."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + timeout
-    extra_until = None
-    try:
-        while time.monotonic() < deadline and (extra_until is None or time.monotonic() < extra_until):
-            for message in consumer.consume(100, 0.2):
-                if message.error() is None:
-                    got.append(message)
-            if len(got) >= expected and extra_until is None:
-                extra_until = time.monotonic() + 1.0  # anything beyond the expected would show up now
-    finally:
-        consumer.close()
-    return got
 
 
 def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_are_counted(
@@ -125,10 +105,10 @@ def test_bad_messages_go_to_the_dead_letter_topic_whole_and_only_valid_reports_a
     assert {k.split(":", 1)[1]: v for k, v in stats.items() if k.startswith("rejected:")} == expected_reasons
 
     # The dead-letter topic: exactly the bad messages, byte for byte, each with its reason and source.
-    dead = _read_all(kafka_bootstrap, dead_letter_topic, expected=len(bad))
+    dead = read_messages(kafka_bootstrap, dead_letter_topic, expected=len(bad))
     assert sorted(m.key() for m in dead) == sorted(bad)
     offsets_of, timestamps_of = {}, {}
-    for message in _read_all(kafka_bootstrap, topic, expected=len(messages)):
+    for message in read_messages(kafka_bootstrap, topic, expected=len(messages)):
         offsets_of[message.key()] = f"{topic}/{message.partition()}/{message.offset()}"
         timestamps_of[message.key()] = str(message.timestamp()[1])
     for message in dead:
@@ -192,7 +172,7 @@ def test_producer_chosen_kafka_timestamps_cannot_scatter_sketch_keys(kafka_boots
     assert store.stats(topic, [0])["rejected:event_time_out_of_range"] == len(hostile)
     sketch_keys = [k for k in store.client.scan_iter(f"{key_prefix}:*") if b":sk:" in k]
     assert len(sketch_keys) == 2  # the valid reports' bucket and the all-time rollup
-    dead = _read_all(kafka_bootstrap, dead_letter_topic, expected=len(hostile))
+    dead = read_messages(kafka_bootstrap, dead_letter_topic, expected=len(hostile))
     assert len(dead) == len(hostile)
     assert {dict(m.headers())["reason"] for m in dead} == {b"event_time_out_of_range"}
     admin.delete_topics([topic])

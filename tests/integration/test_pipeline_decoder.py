@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,6 +24,7 @@ from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 from ldpstream.wire import encode_records, payloads_from_reports
+from tests.integration.helpers import read_messages
 
 pytestmark = pytest.mark.integration
 
@@ -75,23 +75,6 @@ def _gauge_values(prometheus: CollectorRegistry, name: str) -> dict[tuple[str, s
                 shown.setdefault((sample.labels["metric"], sample.labels["window"]), set()).add(
                     sample.labels["value"])
     return shown
-
-
-def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list = []
-    deadline = time.monotonic() + timeout
-    settle = None
-    try:
-        while time.monotonic() < deadline and (settle is None or time.monotonic() < settle):
-            got.extend(m for m in consumer.consume(100, 0.2) if m.error() is None)
-            if settle is None and len(got) >= expected:
-                settle = time.monotonic() + 1.0  # more than expected would show up now
-    finally:
-        consumer.close()
-    return got
 
 
 def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sliding_windows(
@@ -174,7 +157,7 @@ def test_decoder_publishes_estimates_history_kafka_messages_top_n_gauges_and_sli
 
     # Kafka: one message per metric and window and pass, keyed <metric>:<window>, the JSON published to Redis.
     # flags:1h: its estimate back then, and one retraction record when its window emptied.
-    messages = _read_all(kafka_bootstrap, estimates_topic, expected=4 + 4 * 3 + 1)
+    messages = read_messages(kafka_bootstrap, estimates_topic, expected=4 + 4 * 3 + 1)
     assert Counter(m.key().decode() for m in messages) == {"lang:all": 5, "lang:1h": 5, "flags:all": 5, "flags:1h": 2}
     last = {m.key().decode(): json.loads(m.value()) for m in messages}  # one partition: in order
     for where, body in last.items():

@@ -11,14 +11,11 @@ docs/math/dictionary.md, "Where recovery stops").
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-import uuid
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from ldpstream.config import KafkaConfig
@@ -32,6 +29,7 @@ from ldpstream.producers.loadgen import simulate_discovery_and_publish
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry, discovery_slot_name
 from ldpstream.store import RedisSketchStore
+from tests.integration.helpers import read_estimates
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,24 +48,6 @@ def discovery_registry(topic: str, mechanism: str = "rappor") -> Registry:
         "metrics": {"site": {"id": 50, "retention": "2d", "windows": ["all", "1h"], "discovery": {
             "epsilon": 6.0, "length": 8, "ngram": 2, "alphabet": "abcdefghijklmnopqrstuvwxyz.",
             "full_bits": 64, "ngram_bits": 64, "cohorts": 16, "retire_after": 2, "mechanism": mechanism}}}})
-
-
-def _read_estimates(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> list[dict]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[dict] = []
-    deadline = time.monotonic() + timeout
-    quiet = None
-    try:
-        while time.monotonic() < deadline and (quiet is None or time.monotonic() < quiet):
-            batch = [m for m in consumer.consume(100, 0.5) if m.error() is None]
-            got.extend(json.loads(m.value()) for m in batch if m.key() == key.encode())
-            if batch or (got and quiet is None):
-                quiet = time.monotonic() + 1.5
-    finally:
-        consumer.close()
-    return got
 
 
 def _total(store: RedisSketchStore, registry: Registry, name: str) -> int:
@@ -156,7 +136,7 @@ def test_a_metric_without_a_dictionary_is_discovered_live_and_counted_exactly_on
     assert all(store.latest_joint(a.name, "all") is None for a in pairs)
 
     # The estimates topic and Prometheus carry the dictionary like any marginal.
-    messages = _read_estimates(kafka_bootstrap, estimates_topic, "site:all")
+    messages = read_estimates(kafka_bootstrap, estimates_topic, "site:all")
     assert messages and [v["value"] for v in messages[-1]["values"]] == found
     labels = {"metric": "site", "window": "all"}
     # (the names docs/monitoring.md agreed for dictionaries)

@@ -11,14 +11,12 @@ and Prometheus, and `ldpstream watch` renders it.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 from scipy import stats
 
@@ -35,6 +33,7 @@ from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 from ldpstream.store import keys as key_schema
 from ldpstream.store.contract import PairKey
+from tests.integration.helpers import read_estimates
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -83,25 +82,6 @@ def true_table(counts: np.ndarray, names_x: tuple[str, ...], names_y: tuple[str,
     table = np.zeros((len(rows), len(columns)))
     np.add.at(table, (row_of[:, None], column_of[None, :]), counts)
     return table / counts.sum()
-
-
-def _read_estimates(bootstrap: str, topic: str, key: str, timeout: float = 30.0) -> list[dict]:
-    """Every message of ``topic`` under ``key``, in order (read until none came for 1.5 s)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[dict] = []
-    deadline = time.monotonic() + timeout
-    quiet = None
-    try:
-        while time.monotonic() < deadline and (quiet is None or time.monotonic() < quiet):
-            batch = [m for m in consumer.consume(100, 0.5) if m.error() is None]
-            got.extend(json.loads(m.value()) for m in batch if m.key() == key.encode())
-            if batch or (got and quiet is None):
-                quiet = time.monotonic() + 1.5
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.mark.parametrize("pair", list(PAIRS))
@@ -176,7 +156,7 @@ def test_an_associated_pair_is_decoded_live_and_its_table_is_within_its_errors_o
     assert joint["independence"]["p_value"] < 1e-6
 
     # The estimates topic got the same JSON, under the association's key.
-    messages = _read_estimates(kafka_bootstrap, estimates_topic, "joint:pair:all")
+    messages = read_estimates(kafka_bootstrap, estimates_topic, "joint:pair:all")
     assert len(messages) == len(history) and messages[-1] == joint
 
     # Prometheus: the test, the EM and the top cells.

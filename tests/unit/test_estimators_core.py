@@ -20,6 +20,7 @@ from ldpstream.estimators import (
     truncate_normalize,
     weighted_gram,
 )
+from tests.unit.designs import enumerated_covariance, hashed_design
 
 
 def _reference_projection(v):
@@ -215,47 +216,6 @@ def test_compressed_channel_same_mle(kind):
 
 # -- candidate decoders: sandwich covariance, intervals, MLE ------------------------------------------------
 
-def _hashed_design(rng, C, k, S, h):
-    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
-    rows, cols = [], []
-    for c in range(C):
-        for s in range(S):
-            cells = rng.choice(k, size=h, replace=False)
-            rows.extend(c * k + cells)
-            cols.extend([s] * h)
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
-
-
-def _brute_force_covariance(kind, X, p, Nc, k, rates, other):
-    """``Cov β`` of the weighted LS at the truth, from the per-report covariance enumerated over values."""
-    C = Nc.size
-    blocks, w = [], []
-    for c in range(C):
-        Xc = X[c * k:(c + 1) * k].toarray()
-        if kind == "orr":
-            e = np.exp(rates)
-            cc = (e + k - 1) / (e - 1)
-            m = (1 + (e - 1) * Xc @ p) / (e + k - 1)
-            blocks.append(cc**2 * (np.diag(m) - np.outer(m, m)) / Nc[c])
-            w.append(Nc[c] / (cc**2 * m * (1 - m)))
-        else:
-            qs, ps = rates
-            d = qs - ps
-            r_v = ps + d * Xc.T  # (S, k): per-value bit rates
-            r = p @ r_v
-            cov = np.diag(p @ (r_v * (1 - r_v))) + (r_v - r).T @ ((r_v - r) * p[:, None])
-            blocks.append(cov / d**2 / Nc[c])
-            w.append(Nc[c] * d**2 / (r * (1 - r)))
-    Sigma = sp.block_diag(blocks).toarray()
-    W = np.diag(np.concatenate(w))
-    Xa = X.toarray()
-    if other:
-        h = X.sum() / (X.shape[1] * C)
-        Xa = np.column_stack([Xa, np.full(C * k, (1.0 if kind == "orr" else h) / k)])
-    Gi = np.linalg.inv(Xa.T @ W @ Xa)
-    return Gi @ Xa.T @ W @ Sigma @ W @ Xa @ Gi
-
-
 @pytest.mark.parametrize("other", [False, True])
 @pytest.mark.parametrize(("kind", "h"), [("orr", 1), ("bits", 1), ("bits", 2)])
 def test_ls_sandwich_matches_brute_force(kind, h, other):
@@ -265,7 +225,7 @@ def test_ls_sandwich_matches_brute_force(kind, h, other):
 
     rng = np.random.default_rng(21)
     C, k, S, N = 4, 8, 6, 40_000.0
-    X = _hashed_design(rng, C, k, S, h)
+    X = hashed_design(rng, C, k, S, h)
     p = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
     Nc = np.full(C, N / C)
     if kind == "orr":
@@ -280,7 +240,7 @@ def test_ls_sandwich_matches_brute_force(kind, h, other):
         est = decode_bits(sketch, X, qs, ps, "ls", other=other)
         rates = (qs, ps)
     np.testing.assert_allclose(est.frequencies, p, atol=1e-9)
-    cov = _brute_force_covariance(kind, X, p, Nc, k, rates, other)
+    cov = enumerated_covariance(kind, X, p, Nc, k, rates, None, other)
     np.testing.assert_allclose(est.std_errors**2, np.diag(cov)[:S], rtol=1e-6)
     if other:
         assert est.residual_std_error**2 == pytest.approx(cov[S, S], rel=1e-6)
@@ -311,7 +271,7 @@ def test_constrained_decoders_publish_the_ls_interval(method):
 
     rng = np.random.default_rng(22)
     C, k, S = 4, 16, 6
-    X = _hashed_design(rng, C, k, S, 2)
+    X = hashed_design(rng, C, k, S, 2)
     p = np.array([0.5, 0.3, 0.2, 0.0, 0.0, 0.0])
     Nc = np.full(C, 2000)
     sketch = np.column_stack([Nc, rng.binomial(Nc[:, None], (0.25 + 0.5 * X @ p).reshape(C, k))])
@@ -359,7 +319,7 @@ def test_candidate_mle_matches_scipy_optimizer(kind):
 
     rng = np.random.default_rng(23)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
+    X = hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
     p = np.array([0.45, 0.3, 0.15, 0.1, 0.0, 0.0])
     Nc = np.full(C, 5000)
     if kind == "orr":

@@ -9,17 +9,7 @@ import scipy.sparse as sp
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache
 from ldpstream.estimators.sandwich import bits_meat, orr_meat
-
-
-def _hashed_design(rng, C, k, S, h):
-    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
-    rows, cols = [], []
-    for c in range(C):
-        for s in range(S):
-            cells = rng.choice(k, size=h, replace=False)
-            rows.extend(c * k + cells)
-            cols.extend([s] * h)
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
+from tests.unit.designs import enumerated_covariance, hashed_design
 
 
 @pytest.mark.parametrize("other", [False, True])
@@ -29,7 +19,7 @@ def test_sandwich_diagonal_matches_dense_meat(kind, h, other):
     the meat formed by :meth:`SandwichMeat.dense` (sparse products), for any symmetric ``A``."""
     rng = np.random.default_rng(3)
     C, k, S = 5, 12, 30
-    X = _hashed_design(rng, C, k, S, h).tocsr()
+    X = hashed_design(rng, C, k, S, h).tocsr()
     R = C * k
     o = np.full(R, h / k) if other else None
     P = S + other
@@ -45,34 +35,6 @@ def test_sandwich_diagonal_matches_dense_meat(kind, h, other):
     expected = np.einsum("ij,ji->i", A, meat.dense() @ A)
     np.testing.assert_allclose(meat.sandwich_diagonal(np.asarray(Xa @ A)), expected, rtol=1e-10,
                                atol=1e-12 * np.abs(expected).max())
-
-
-def _enumerated_covariance(kind, X, p, Nc, k, rates, w, other):
-    """``Cov β`` of the least squares with the row weights ``w``: ``Ga⁻¹ Xaᵀ W Σ W Xa Ga⁻¹`` with ``Σ`` the
-    per-report covariance enumerated over values (multinomial for O-RR, Bloom bits set together)."""
-    C = Nc.size
-    blocks = []
-    for c in range(C):
-        Xc = X[c * k:(c + 1) * k].toarray()
-        if kind == "orr":
-            e = np.exp(rates)
-            cc = (e + k - 1) / (e - 1)
-            m = (1 + (e - 1) * Xc @ p) / (e + k - 1)
-            blocks.append(cc**2 * (np.diag(m) - np.outer(m, m)) / Nc[c])
-        else:
-            qs, ps = rates
-            d = qs - ps
-            r_v = ps + d * Xc.T
-            r = p @ r_v
-            cov = np.diag(p @ (r_v * (1 - r_v))) + (r_v - r).T @ ((r_v - r) * p[:, None])
-            blocks.append(cov / d**2 / Nc[c])
-    Sigma = sp.block_diag(blocks).toarray()
-    W = np.diag(w)
-    Xa = X.toarray()
-    if other:
-        Xa = np.column_stack([Xa, np.full(C * k, (1.0 if kind == "orr" else X.sum() / (X.shape[1] * C)) / k)])
-    Gi = np.linalg.inv(Xa.T @ W @ Xa)
-    return Gi @ Xa.T @ W @ Sigma @ W @ Xa @ Gi
 
 
 def _expected_sketch(kind, X, p, Nc, k):
@@ -98,7 +60,7 @@ def test_warm_decode_is_the_exact_sandwich_of_its_reference_weights(kind, h, oth
     independent computation), not for its own. The first decode (a miss) equals the uncached decoder."""
     rng = np.random.default_rng(21)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, h).tocsr()
+    X = hashed_design(rng, C, k, S, h).tocsr()
     p_ref = np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])
     p = np.array([0.38, 0.26, 0.16, 0.1, 0.06, 0.04])  # close enough for the reference to be reused
     cache = FactorCache()
@@ -117,7 +79,7 @@ def test_warm_decode_is_the_exact_sandwich_of_its_reference_weights(kind, h, oth
     warm = _decode(kind, sketch, X, rates, cache, other)
     assert warm.info["factor_cache"] == "hit"
     np.testing.assert_allclose(warm.frequencies, p, atol=1e-9)
-    cov = _enumerated_covariance(kind, X, p, Nc2, k, rates, w_ref, other)
+    cov = enumerated_covariance(kind, X, p, Nc2, k, rates, w_ref, other)
     np.testing.assert_allclose(warm.std_errors**2, np.diag(cov)[:S], rtol=1e-6)
     if other:
         assert warm.residual_std_error**2 == pytest.approx(cov[S, S], rel=1e-6)
@@ -135,7 +97,7 @@ def test_constrained_methods_hit_and_publish_the_same_point(method):
     publishes what the first did."""
     rng = np.random.default_rng(5)
     C, k, S = 4, 16, 10
-    X = _hashed_design(rng, C, k, S, 2).tocsr()
+    X = hashed_design(rng, C, k, S, 2).tocsr()
     p = np.r_[np.full(5, 0.15), np.full(5, 0.05)]
     sketch, rates = _expected_sketch("bits", X, p, np.full(C, 5000.0), k)
     cache = FactorCache()
@@ -153,7 +115,7 @@ def test_distant_weights_miss_and_the_bound_holds():
     references per key; the bytes held stay under ``max_bytes``; ``resize(0)`` disables and empties."""
     rng = np.random.default_rng(8)
     C, k, S = 4, 8, 6
-    X = _hashed_design(rng, C, k, S, 1).tocsr()
+    X = hashed_design(rng, C, k, S, 1).tocsr()
     cache = FactorCache(per_key=2)
     sketches = []
     for top in (0.4, 0.9, 0.05):
