@@ -34,6 +34,11 @@ regime two more rows isolate its two steps: "refit pt" (adaptive BH, refit value
 (plain BH at 0.10 and refit values: the previous default); in the under regime neither step runs (the full
 design is underdetermined), so those rows would repeat ``*``. "no screen, LS z" (zipf only, where the
 design is well-determined) is the evaluated alternative described in :mod:`ldpstream.estimators.detection`.
+Also zipf only, on the same fit (``detect``'s ``full_fit``; docs/math/estimators.md, "Local false discovery
+rates and the empirical null"): "lfdr NPMLE pi0" and "lfdr Storey pi0" (the largest set of smallest local
+fdr's with mean <= 0.10, the null share from the NPMLE's atom at 0 or from Storey's estimate), "empirical
+null" (adaptive BH at 0.10 under Efron's empirical null), and "frontier z > t" (fixed thresholds on the refit
+z: the power frontier, not rules). Every one of these publishes the posterior means of its detected strings.
 Each seed prints a line (true / false / TV / time of Google's re-implementation, the default and "plain").
 
 Writes a table per regime: per decoder, mean (min-max over seeds) of true and false detections, total
@@ -176,7 +181,7 @@ def google_baseline(sketch: np.ndarray, design: sp.csr_matrix, params: Rappor,
 
 def mean_lfdr_selection(lfdr: np.ndarray, alpha: float) -> np.ndarray:
     """The largest set of smallest local fdr's whose mean is at most ``alpha``: its expected share of false
-    detections given the data (the Bayesian FDR) is that mean (Efron 2008, Stat. Sci. 23 §3; Sun and Cai
+    detections given the data (the Bayesian FDR) is that mean (Efron 2008, Stat. Sci. 23; Sun and Cai
     2007, JASA 102: with the true lfdr's, the most powerful rule at that marginal FDR)."""
     order = np.argsort(lfdr, kind="stable")
     running = np.cumsum(lfdr[order]) / np.arange(1, lfdr.size + 1)
@@ -200,7 +205,7 @@ def local_fdr(est: Any, null_mass: str) -> np.ndarray:
 
 
 def empirical_null(z: np.ndarray, half_width: float = 1.5) -> tuple[float, float]:
-    """Efron's empirical null (2004, JASA 99; 2007, Ann. Stat. 35, the "MLE" fit of locfdr): ``N(δ0, σ0²)``
+    """Efron's empirical null (2004, JASA 99; 2010, *Large-Scale Inference*, ch. 6): ``N(δ0, σ0²)``
     fitted by maximum likelihood to the z-values in ``[−half_width, half_width]``, a normal truncated to
     that interval (there, in a one-sided problem, the z's are mostly null)."""
     zc = z[np.abs(z) <= half_width]
