@@ -34,6 +34,11 @@ regime two more rows isolate its two steps: "refit pt" (adaptive BH, refit value
 (plain BH at 0.10 and refit values: the previous default); in the under regime neither step runs (the full
 design is underdetermined), so those rows would repeat ``*``. "no screen, LS z" (zipf only, where the
 design is well-determined) is the evaluated alternative described in :mod:`ldpstream.estimators.detection`.
+Also zipf only, on the same fit (``detect``'s ``full_fit``; docs/math/estimators.md, "Local false discovery
+rates and the empirical null"): "lfdr NPMLE pi0" and "lfdr Storey pi0" (the largest set of smallest local
+fdr's with mean <= 0.10, the null share from the NPMLE's atom at 0 or from Storey's estimate), "empirical
+null" (adaptive BH at 0.10 under Efron's empirical null), and "frontier z > t" (fixed thresholds on the refit
+z: the power frontier, not rules). Every one of these publishes the posterior means of its detected strings.
 Each seed prints a line (true / false / TV / time of Google's re-implementation, the default and "plain").
 
 Writes a table per regime: per decoder, mean (min-max over seeds) of true and false detections, total
@@ -52,10 +57,11 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import optimize
+from scipy import optimize, stats
 
 from ldpstream.estimators.candidates import decode_bits
-from ldpstream.estimators.detection import detect
+from ldpstream.estimators.detection import detect, storey_null_fraction
+from ldpstream.estimators.empirical_bayes import posterior_mean
 from ldpstream.estimators.estimate import Estimate
 from ldpstream.estimators.least_squares import fista_constrained_ls
 from ldpstream.estimators.simplex import project_capped_simplex
@@ -170,6 +176,103 @@ def google_baseline(sketch: np.ndarray, design: sp.csr_matrix, params: Rappor,
     return np.where(reported, ave / N, 0.0), reported
 
 
+# --- detection rules evaluated on detect's fit (zipf regime: the full design is well-determined) -----------
+
+
+def mean_lfdr_selection(lfdr: np.ndarray, alpha: float) -> np.ndarray:
+    """The largest set of smallest local fdr's whose mean is at most ``alpha``: its expected share of false
+    detections given the data (the Bayesian FDR) is that mean (Efron 2008, Stat. Sci. 23; Sun and Cai
+    2007, JASA 102: with the true lfdr's, the most powerful rule at that marginal FDR)."""
+    order = np.argsort(lfdr, kind="stable")
+    running = np.cumsum(lfdr[order]) / np.arange(1, lfdr.size + 1)
+    n = int(np.max(np.flatnonzero(running <= alpha) + 1, initial=0))
+    mask = np.zeros(lfdr.size, dtype=bool)
+    mask[order[:n]] = True
+    return mask
+
+
+def local_fdr(est: Any, null_mass: str) -> np.ndarray:
+    """Local fdr ``π0 φ(x_s/se_s)/se_s / f̂(x_s)`` of each candidate from the full weighted LS ``x = β̂`` and
+    ``se`` (null N(0, se²), exact), ``f̂`` the NPMLE's marginal density ``Σ_j g_j φ((x − a_j)/se)/se``.
+    ``null_mass``: ``"npmle"`` takes π0 = the NPMLE's atom at 0 (then lfdr = the posterior probability that
+    ``f_s = 0``), ``"storey"`` the conservative Storey estimate ``est.null_fraction``. Capped at 1."""
+    fit = est.full_fit
+    x, se, grid, prior = fit.estimates, fit.std_errors, fit.grid, fit.prior
+    dens = np.exp(-0.5 * ((x[None, :] - grid[:, None]) / se[None, :]) ** 2)
+    marginal = prior @ dens
+    pi0 = float(prior[0]) if null_mass == "npmle" else float(est.null_fraction)
+    return np.asarray(np.minimum(1.0, pi0 * np.exp(-0.5 * (x / se) ** 2) / np.maximum(marginal, 1e-300)))
+
+
+def empirical_null(z: np.ndarray, half_width: float = 1.5) -> tuple[float, float]:
+    """Efron's empirical null (2004, JASA 99; 2010, *Large-Scale Inference*, ch. 6): ``N(δ0, σ0²)``
+    fitted by maximum likelihood to the z-values in ``[−half_width, half_width]``, a normal truncated to
+    that interval (there, in a one-sided problem, the z's are mostly null)."""
+    zc = z[np.abs(z) <= half_width]
+    a, b = -half_width, half_width
+
+    def nll(theta: np.ndarray) -> float:
+        m, sd = float(theta[0]), float(np.exp(theta[1]))
+        mass = stats.norm.cdf(b, m, sd) - stats.norm.cdf(a, m, sd)
+        return float(-(stats.norm.logpdf(zc, m, sd).sum() - zc.size * np.log(max(mass, 1e-300))))
+
+    res = optimize.minimize(nll, np.zeros(2), method="Nelder-Mead")
+    return float(res.x[0]), float(np.exp(res.x[1]))
+
+
+def _points(est: Any, mask: np.ndarray) -> np.ndarray:
+    """Published values for a rule's detected set: the posterior means of the full LS (as detect's default)."""
+    fit = est.full_fit
+    out = np.zeros(mask.size)
+    out[mask] = posterior_mean(fit.estimates[mask], fit.std_errors[mask], fit.grid, fit.prior)
+    return out
+
+
+def _lfdr_rule(null_mass: str) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    def rule(est: Any) -> tuple[np.ndarray, np.ndarray]:
+        mask = mean_lfdr_selection(local_fdr(est, null_mass), 0.10)
+        return _points(est, mask), mask
+    return rule
+
+
+def _empirical_null_bh(est: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Adaptive BH at 0.10 with p-values under Efron's empirical null fitted to the full LS z's."""
+    fit = est.full_fit
+    d0, s0 = empirical_null(fit.estimates / fit.std_errors)
+    pi0 = storey_null_fraction(stats.norm.sf((fit.estimates / fit.std_errors - d0) / s0))
+    z = est.z_scores()  # the refit's, as detect's default (0 for unselected candidates)
+    mask = _bh(stats.norm.sf((z - d0) / s0), min(0.10 / pi0, 1 - 1e-12)) & (z > d0)
+    return _points(est, mask), mask
+
+
+def _bh(p: np.ndarray, q: float) -> np.ndarray:
+    order = np.argsort(p, kind="stable")
+    ok = np.flatnonzero(p[order] <= q * np.arange(1, p.size + 1) / p.size)
+    mask = np.zeros(p.size, dtype=bool)
+    if ok.size:
+        mask[order[: ok[-1] + 1]] = True
+    return mask
+
+
+def _threshold(t: float) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    def rule(est: Any) -> tuple[np.ndarray, np.ndarray]:
+        mask = est.z_scores() > t
+        return _points(est, mask), mask
+    return rule
+
+
+#: zipf-regime rows beyond detect's own (docs/math/estimators.md, "Local false discovery rates"); the
+#: fixed thresholds on the refit z are the power frontier, not rules (t is not known before the data)
+EVALUATED_RULES: dict[str, Callable[[Any], tuple[np.ndarray, np.ndarray]]] = {
+    "lfdr NPMLE pi0/mean .10": _lfdr_rule("npmle"),
+    "lfdr Storey pi0/mean .10": _lfdr_rule("storey"),
+    "empirical null/bh 0.10": _empirical_null_bh,
+    "frontier z > 1.75": _threshold(1.75),
+    "frontier z > 1.80": _threshold(1.80),
+    "frontier z > 1.85": _threshold(1.85),
+}
+
+
 # --- the benchmark ---------------------------------------------------------------------------------------
 
 
@@ -207,6 +310,8 @@ def run_one(regime: str, seed: int) -> dict[str, dict[str, float]]:
         return clipped.frequencies, clipped.significant(0.10, "bh")
     if regime == "zipf":  # well-determined design only
         decoders["no screen, LS z/bh 0.10"] = no_screen
+        for name, rule in EVALUATED_RULES.items():
+            decoders[name] = lambda rule=rule: rule(detect(sketch, X, mech.q_star, mech.p_star))
     for name, fn in decoders.items():
         t0 = time.perf_counter()
         est, mask = fn()

@@ -83,6 +83,13 @@ P(z > 1.645) measured 0.032) and loses a quarter of the detections. A refit cons
 change nothing: the refit's total is 0.93–0.96. A posterior median (the Bayes rule for absolute error) gave
 a larger TV than the posterior mean (.144 against .140, development seeds), the NPMLE's atom at 0 being
 unidentifiable from small positive frequencies.
+Also evaluated and not adopted (docs/math/estimators.md, "Local false discovery rates and the empirical null";
+bench rows "lfdr …", "empirical null"): ranking by the local fdr of the full LS under the NPMLE prior selects
+the same strings as ranking by z (the standard errors differ by 0.34%), selecting by mean lfdr <= 0.10 is
+anticonservative with the NPMLE's atom at 0 as the null share (it is not identified from small positive
+frequencies: 110.5 true / 34.7 false, seeds 0-9) and the same rule as adaptive BH with Storey's (87.0 / 9.2
+against 87.3 / 8.8), and Efron's empirical null, fitted to z's whose theoretical null is exact, absorbs the
+present strings near 0 and is conservative (53.8 / 1.3).
 A more permissive screen changes little (Zipf regime, seeds 0-2, plain BH 0.10: ``alpha_screen`` 0.05 / 0.2
 / 0.5 give 76.3 / 73.3 / 75.0 true and 6.0 / 5.0 / 5.3 false); without backward elimination the permissive
 screen keeps ≈ 240 columns and drops to 61.7 true.
@@ -116,7 +123,7 @@ from .empirical_bayes import npmle_prior, posterior_mean
 from .estimate import ConfidenceInterval, detection_floor
 from .intervals import Z95, ScoreTestedEstimate
 
-__all__ = ["Correction", "DetectionEstimate", "detect", "nn_lasso", "storey_null_fraction"]
+__all__ = ["Correction", "DetectionEstimate", "FullDesignFit", "detect", "nn_lasso", "storey_null_fraction"]
 
 Correction = Literal["bonferroni", "bh"]
 _CORRECTIONS = ("bonferroni", "bh")
@@ -196,14 +203,31 @@ def storey_null_fraction(p_values: np.ndarray, lam: float = 0.5) -> float:
 
 
 @dataclass(frozen=True, eq=False)
+class FullDesignFit:
+    """The weighted least squares of *every* candidate at the refit's weights (step 3 of the module docstring),
+    computed only when that design is well-determined: ``estimates`` ``β̂ = G⁻¹XᵀWz`` and ``std_errors``
+    ``sqrt(diag G⁻¹)`` (absent candidates' ``β̂/se`` are N(0, 1)), and the empirical-Bayes prior fitted to them
+    (:func:`~ldpstream.estimators.empirical_bayes.npmle_prior`: support ``grid``, masses ``prior``; ``None``
+    when ``shrink`` is off). Kept for diagnostics and for evaluating other detection rules on the same fit
+    (``bench/rappor_detection.py``); not published."""
+
+    estimates: np.ndarray
+    std_errors: np.ndarray
+    grid: np.ndarray | None = None
+    prior: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class DetectionEstimate(ScoreTestedEstimate):
     """What :func:`detect` returns: an :class:`~ldpstream.estimators.estimate.Estimate` whose tests use the
     refit's z-scores (``null_z``: ``refit / se``, 0 for unselected candidates), not the published point
     (which may be the empirical-Bayes posterior mean), and whose Benjamini–Hochberg rule is adaptive:
     ``"bh"`` at level ``q`` runs BH at ``q / null_fraction`` (Storey's adaptive BH; ``null_fraction`` = 1
-    gives plain BH). Bonferroni is unchanged."""
+    gives plain BH). Bonferroni is unchanged. ``full_fit``: the weighted LS of all candidates and its
+    empirical-Bayes prior (:class:`FullDesignFit`), ``None`` when the full design is not well-determined."""
 
     null_fraction: float = 1.0
+    full_fit: FullDesignFit | None = None
 
     def significant(
         self, alpha: float = 0.05, correction: Literal["bonferroni", "bh", "none"] = "bonferroni"
@@ -397,14 +421,17 @@ def detect(
     null_fraction = 1.0
     full = _full_least_squares(G, g_now, rows, max_fraction, cond_max) if (adaptive or shrink) else None
     eb = False
+    full_fit: FullDesignFit | None = None
     if full is not None:
         beta, beta_se = full[0][:S], full[1][:S]
+        full_fit = FullDesignFit(beta, beta_se)
         if adaptive:
             null_fraction = storey_null_fraction(stats.norm.sf(beta / beta_se))
         if shrink and S:
             grid, prior = npmle_prior(beta, beta_se)
             freq = np.zeros(S)
             freq[sel] = posterior_mean(beta[sel], beta_se[sel], grid, prior)
+            full_fit = FullDesignFit(beta, beta_se, grid, prior)
             eb = True
     info: dict[str, Any] = {
         "candidates": S,
@@ -425,7 +452,8 @@ def detect(
     est = DetectionEstimate(
         freq, se, round(N), "bits/detect", labels, residual, residual_se,
         detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
-        info, interval, "wald-refit", null_z=null_z, null_fraction=null_fraction)
+        info, interval, "wald-refit", null_z=null_z, null_fraction=null_fraction,
+        full_fit=full_fit)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])
     info["detected_mass"] = float(freq[info["detected"]].sum())
