@@ -77,7 +77,7 @@ def offline_dictionary(name: str, found: list[Mapping[str, Any]], n_reports: int
     se = np.array([float(d["std_error"]) for d in found])
     interval = ConfidenceInterval(frequencies - 1.96 * se, frequencies + 1.96 * se)
     estimate = Estimate(frequencies, se, int(n_reports), "discovery/detect", labels=list(names), interval=interval,
-                        interval_method="wald-refit")
+                        interval_method="wald")
     block: dict[str, Any] = {
         "source": "offline",
         "dictionary": [{"value": text, "significant": True, "misses": 0} for text in names],

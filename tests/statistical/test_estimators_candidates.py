@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpstream.estimators import decode_bits, decode_orr
+from ldpstream.estimators import decode_bits, decode_orr, detect
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor
@@ -19,6 +19,8 @@ METHODS = ("ls", "nnls", "project", "mle")
 def decode(mech, sketch, X, method, **kw):
     if isinstance(mech, ORR):
         return decode_orr(sketch, X, mech.epsilon, method, **kw)
+    if method == "detect":  # screen, refit, tests: its published interval is the least-squares one
+        return detect(sketch, X, mech.q_star, mech.p_star, **kw)
     return decode_bits(sketch, X, mech.q_star, mech.p_star, method, **kw)
 
 
@@ -97,8 +99,8 @@ N_VALUE_TESTS = 5 + 5 + 10 + 10 + 10 + 8  # values with p >= 1% over the cases (
 
 @pytest.mark.parametrize("case", CASES)
 def test_ci_coverage_candidates(case):
-    """Two-sided coverage of the published 95% interval (``ci(0.95, clip=True)``) of every method, over every
-    value with p > 0, and per value for p >= 1%.
+    """Two-sided coverage of the published 95% interval (``ci(0.95, clip=True)``) of every method (and of
+    ``detect`` for the bit mechanisms), over every value with p > 0, and per value for p >= 1%.
 
     Band: pooled over the values, ``TRIALS · #values`` >= 1250 intervals, binomial SE <= 0.0062, so
     [0.93, 0.97] is >= 3.2 SE either side of 0.95 (checked below). Per value, ``TRIALS`` intervals: coverage
@@ -107,10 +109,11 @@ def test_ci_coverage_candidates(case):
     mech, table, p, n, other = coverage_case(case)
     X = mech.design_matrix(table)
     rng = np.random.default_rng(7)
-    hits = {m: np.zeros((TRIALS, p.size), dtype=bool) for m in METHODS}
+    methods = METHODS if isinstance(mech, ORR) else (*METHODS, "detect")  # detect decodes bit sketches
+    hits = {m: np.zeros((TRIALS, p.size), dtype=bool) for m in methods}
     for t in range(TRIALS):
         sketch = mech.simulate_sketch(rng.multinomial(n, p), rng, table=table)
-        for m in METHODS:
+        for m in methods:
             lo, hi = decode(mech, sketch, X, m, other=other).ci(0.95, clip=True)
             assert np.all((lo >= 0) & (hi <= 1))
             hits[m][t] = (lo <= p) & (p <= hi)
