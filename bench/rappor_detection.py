@@ -392,7 +392,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES))
-    ap.add_argument("--files", action="store_true", help="also one run through Google-format files")
+    ap.add_argument("--files", action="store_true", help="also runs through Google-format files")
+    ap.add_argument("--file-seeds", type=int, nargs="+", default=None,
+                    help="seeds of the Google-format file runs (default: the first of --seeds)")
+    ap.add_argument("--file-clients", type=int, default=100_000, help="clients of each file run")
     ap.add_argument("--out", help="also write the report here")
     args = ap.parse_args()
     lines = []
@@ -420,13 +423,16 @@ def main() -> None:
         lines.append("")
         print("\n".join(lines[-len(runs[0]) - 2:]), flush=True)
     if args.files:
-        lines.append(file_run(args.seeds[0]))
-        print(lines[-1], flush=True)
+        for seed in args.file_seeds or args.seeds[:1]:
+            lines.append(file_run(seed, args.file_clients))
+            print(lines[-1], flush=True)
     lines.append(f"wall time {time.perf_counter() - t_start:.0f} s")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write("$ PYTHONPATH=. python bench/rappor_detection.py " + " ".join(
-                ["--seeds", *map(str, args.seeds), "--regimes", *args.regimes] + (["--files"] if args.files else []))
+                ["--seeds", *map(str, args.seeds), "--regimes", *args.regimes]
+                + (["--files", "--file-clients", str(args.file_clients), "--file-seeds",
+                    *map(str, args.file_seeds or args.seeds[:1])] if args.files else []))
                 + "\n\n" + "\n".join(lines) + "\n")
 
 
