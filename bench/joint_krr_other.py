@@ -1,6 +1,6 @@
 """Two direct members whose Others hide associated values (issue 10; docs/math/joint.md#direct-members-the-full-
 alphabet): the inversion of the full alphabets (shipped) beside the EM with the product Other × Other law (the
-baseline, ``estimate_joint(direct_inversion=False)``), on the same report pairs.
+baseline, ``estimate_joint(inversion=False)``), on the same report pairs.
 
 The paper's simulation (Fanti, Pihur, Erlingsson 2016 §4.E; ``simulation/joint_trials.py``): ``--support`` (100)
 Zipf(1) categories per variable, ρ = ``--rho`` (0.5: Y copies X half the time, hidden values included), top 5 +
@@ -49,7 +49,7 @@ def run(n: int, args: argparse.Namespace) -> None:
         pairs = sample_pairs(joint, mech, mech, n, rng)
         for m in names:
             began = time.process_time()
-            est = estimate_joint(pairs, var, var, direct_inversion=ESTIMATORS[m])
+            est = estimate_joint(pairs, var, var, inversion=ESTIMATORS[m])
             seconds[m] += time.process_time() - began
             covered[m].append((est.low <= truth) & (truth <= est.high))
             errors[m].append(est.table - truth)

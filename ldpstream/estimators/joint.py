@@ -274,7 +274,7 @@ def estimate_joint(
     self_consistent: bool = False,
     frequency_tolerance: float = FREQUENCY_TOLERANCE,
     max_refits: int = MAX_REFITS,
-    direct_inversion: bool = True,
+    inversion: bool = True,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
@@ -297,12 +297,16 @@ def estimate_joint(
 
     Two direct members (k-RR, k-RAPPOR) one of whose Other holds two values or more, each member's categories
     partitioning its alphabet (Other, or every value a candidate), are decoded instead, when
-    ``direct_inversion`` (default), by the unbiased inversion of their full alphabets' channels aggregated to the
+    ``inversion`` (default), by the unbiased inversion of their full alphabets' channels aggregated to the
     published categories (:mod:`ldpstream.estimators.joint_direct`; docs/math/joint.md#direct-members-the-full-
     alphabet): no Other law, no EM (``iterations`` 0; ``start`` and the EM's options unused), every cell
     identified, ``interval_method`` ``"wald-clipped-inversion"``, independence by the Wald test of the interaction
-    contrasts. ``direct_inversion=False`` keeps the EM with its Other laws (the comparison of
-    ``bench/joint_krr_other.py``), whose cells rule 2 of :mod:`~ldpstream.estimators.joint_identification` flags.
+    contrasts. Likewise, when ``inversion``, two members that both have Other, at least one hashed, each either
+    direct or hashed with a well-determined ``dictionary`` holding its candidates: the per-report least squares
+    against the dictionary (eq. J3; docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
+    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws (the
+    comparison of ``bench/joint_krr_other.py`` and ``bench/joint_hashed_inversion.py``), whose cells rule 2 of
+    :mod:`~ldpstream.estimators.joint_identification` flags.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -312,8 +316,11 @@ def estimate_joint(
     counts = np.asarray(patterns.counts, dtype=np.float64)
     other_x = other if x.other is None else x.other
     other_y = other if y.other is None else y.other
-    if direct_inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
+    if inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
         return _estimate_direct(patterns, x, y, other_x, other_y, began)
+    if inversion and joint_direct.applies_hashed(x.mechanism, x.values, other_x, x.dictionary,
+                                                        y.mechanism, y.values, other_y, y.dictionary):
+        return _estimate_direct(patterns, x, y, other_x, other_y, began, hashed=True)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
                         dictionary=x.dictionary)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
@@ -374,14 +381,23 @@ def estimate_joint(
 
 
 def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable, other_x: bool, other_y: bool,
-                     began: float) -> JointEstimate:
+                     began: float, hashed: bool = False) -> JointEstimate:
     """Two direct members, one of whose Other holds several values: the unbiased inversion of the full alphabets'
     channels aggregated to the published categories (:mod:`ldpstream.estimators.joint_direct`, eqs. J1–J2;
     docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified.
     The table is the unbiased one, projected onto the simplex only if a cell came out negative; intervals are
-    clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts."""
-    ax = joint_direct.category_estimates(x.mechanism, x.values, patterns.reports_x, other_x)
-    ay = joint_direct.category_estimates(y.mechanism, y.values, patterns.reports_y, other_y)
+    clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts.
+
+    ``hashed``: a hashed member's categories come from the per-report least squares against its well-determined
+    dictionary instead (eq. J3; docs/math/joint.md#hashed-members-with-a-well-determined-dictionary)."""
+    if hashed:
+        ax = joint_direct.dictionary_category_estimates(x.mechanism, x.values, x.dictionary, patterns.cohort_x,
+                                                        patterns.reports_x, patterns.counts)
+        ay = joint_direct.dictionary_category_estimates(y.mechanism, y.values, y.dictionary, patterns.cohort_y,
+                                                        patterns.reports_y, patterns.counts)
+    else:
+        ax = joint_direct.category_estimates(x.mechanism, x.values, patterns.reports_x, other_x)
+        ay = joint_direct.category_estimates(y.mechanism, y.values, patterns.reports_y, other_y)
     built = time.perf_counter()
     direct = joint_direct.direct_joint_table(ax, ay, patterns.counts)
     r, c = direct.table.shape
@@ -403,7 +419,7 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
         n=int(patterns.total), iterations=0, converged=True, seconds=done - began, log_likelihood=0.0,
         stopping_rule="closed form, no iterations: unbiased inversion of the full alphabets' channels",
         likelihood_seconds=built - began, em_seconds=done - built, patterns=len(patterns),
-        info={"estimator": "direct-inversion",
+        info={"estimator": "dictionary-inversion" if hashed else "direct-inversion",
               "candidate_frequencies_x": margins_x[: len(x.values)].tolist(),
               "candidate_frequencies_y": margins_y[: len(y.values)].tolist(),
               "frequencies_x": "inversion", "frequencies_y": "inversion",

@@ -38,7 +38,17 @@ import numpy as np
 
 from ldpstream.errors import ParameterError
 
-__all__ = ["DirectTable", "applies", "category_estimates", "direct_joint_table", "hidden_values"]
+from .joint_likelihood import dictionary_design, other_regressor
+
+__all__ = [
+    "DirectTable",
+    "applies",
+    "applies_hashed",
+    "category_estimates",
+    "dictionary_category_estimates",
+    "direct_joint_table",
+    "hidden_values",
+]
 
 #: Patterns per block of the covariance's accumulation (bounds memory to a block × (rc)).
 BLOCK = 65_536
@@ -132,3 +142,55 @@ def direct_joint_table(ax: np.ndarray, ay: np.ndarray, counts: np.ndarray) -> Di
     flat = table.ravel()
     cov = (second - np.outer(flat, flat)) / total
     return DirectTable(table, (cov + cov.T) / 2.0)
+
+
+def applies_hashed(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
+                   my: Any, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None) -> bool:
+    """Whether :func:`dictionary_category_estimates` decodes this pair (docs/math/joint.md#hashed-members-with-a-
+    well-determined-dictionary): both members have Other (the pairs rule 2 flags) and at least one is hashed, and
+    each is either direct or hashed with a well-determined dictionary holding its candidates."""
+    if not (other_x and other_y) or (_is_direct(mx) and _is_direct(my)):
+        return False
+    return all(_is_direct(m) or dictionary_design(m, v, d) is not None
+               for m, v, d in ((mx, values_x, dictionary_x), (my, values_y, dictionary_y)))
+
+
+def dictionary_category_estimates(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None,
+                                  cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``(D, S + 1)`` unbiased estimates of each pattern's category one-hot (candidates, then Other) for a member
+    with Other: :func:`category_estimates` for a direct mechanism; for a hashed one, the per-report least squares
+    against its dictionary's design with the "other" regressor (eq. J3 of docs/math/joint.md):
+    ``θ̂_R = G⁻¹ X_cᵀ (x_R − lo)/Δ``, ``G = Σ_c π̂_c X_cᵀ X_c`` (``π̂_c`` the member's cohort shares in the patterns,
+    ``X_c = [H_c, o]``), whose candidates' rows are ``a_R[s]``; ``a_R[Other] = 1 − Σ_s a_R[s]``. Unbiased for every
+    dictionary value (and for mass outside it that spreads as the "other" regressor assumes)."""
+    if _is_direct(mechanism):
+        return category_estimates(mechanism, values, reports, True)
+    design = dictionary_design(mechanism, values, dictionary)
+    if design is None:
+        raise ParameterError(f"{mechanism.name}: no well-determined dictionary holding the candidates")
+    truth, positions = design
+    C, k, M = truth.shape
+    lo, delta = _rates(mechanism)
+    X = np.concatenate([truth.astype(np.float64), np.full((C, k, 1), other_regressor(mechanism, truth))], axis=2)
+    cohorts = np.asarray(cohorts, dtype=np.int64)
+    w = np.asarray(counts, dtype=np.float64)
+    share = np.bincount(cohorts, weights=w, minlength=C) / max(float(w.sum()), 1.0)
+    gram = np.einsum("c,cjm,cjn->mn", share, X, X)
+    # W_c = [G⁻¹ X_cᵀ]_{candidates} / Δ: (C, S, k); a_R = W_c x_R − lo W_c 1.
+    solved = np.linalg.solve(gram, X.transpose(0, 2, 1).reshape(C, M + 1, k).transpose(1, 0, 2).reshape(M + 1, -1))
+    W = solved.reshape(M + 1, C, k)[positions].transpose(1, 0, 2) / delta  # (C, S, k)
+    offset = lo * W.sum(axis=2)  # (C, S)
+    rep = np.asarray(reports)
+    if rep.ndim == 2:
+        est = np.empty((len(cohorts), len(positions)))
+        order = np.argsort(cohorts, kind="stable")
+        bounds = np.searchsorted(cohorts[order], np.arange(C + 1))
+        for c in range(C):
+            idx = order[bounds[c]:bounds[c + 1]]
+            for start in range(0, len(idx), BLOCK):
+                part = idx[start:start + BLOCK]
+                est[part] = rep[part].astype(np.float64) @ W[c].T - offset[c]
+    else:
+        est = W[cohorts, :, rep.astype(np.int64)] - offset[cohorts]
+    out: np.ndarray = np.column_stack([est, 1.0 - est.sum(axis=1)])
+    return out

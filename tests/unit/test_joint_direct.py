@@ -168,3 +168,73 @@ def test_the_table_is_unbiased_over_repeated_krappor_samples():
     assert np.all(np.abs(e.mean(axis=0)) < 4 * mc_se), (e.mean(axis=0), mc_se)
     # The reported SEs match the spread of the estimates (ratio within 15%: 200 samples give ±10% at 2 sd).
     np.testing.assert_allclose(e.std(axis=0, ddof=1), np.sqrt(np.mean(variances, axis=0)), rtol=0.15)
+
+
+# ------------------------------------------------------------------------ hashed members with a dictionary
+
+
+def _symbol_law_by_cohort(mech: ORR, words: list[str]) -> np.ndarray:
+    """``(C, k, M)`` P(report y | value, cohort c) of O-RR, from its design."""
+    from ldpstream.estimators.joint_likelihood import candidate_truth
+
+    hi, lo = mech.response_rates
+    return lo + (hi - lo) * candidate_truth(mech, words).astype(np.float64)
+
+
+def test_orr_with_a_dictionary_and_krr_pair_law_gives_the_true_table():
+    """Fed the exact law of (cohort_x, y_x, y_y) (cohorts uniform and independent of the values), eq. J3's
+    per-report least squares against the dictionary returns the true aggregated table: unbiased for every
+    dictionary value, hidden ones included, whatever their association."""
+    words = [f"w{i}" for i in range(6)]
+    mx, my = ORR(k=8, epsilon=1.5, cohorts=4), KRR(5, 1.0)
+    P = _random_joint(6, 5, 4)
+    law_x = _symbol_law_by_cohort(mx, words)  # (C, k, M)
+    Qy = my.channel()
+    C, k, _ = law_x.shape
+    # m[c, y_x, y_y] = (1/C) Σ_{v,v'} P[v, v'] law_x[c, y_x, v] Qy[v', y_y]
+    m = np.einsum("ab,cxa,by->cxy", P, law_x, Qy) / C
+    cx, yx, yy = (g.ravel() for g in np.meshgrid(np.arange(C), np.arange(k), np.arange(5), indexing="ij"))
+    zeros = np.zeros(len(cx), dtype=np.int64)
+    ax = joint_direct.dictionary_category_estimates(mx, ["w3", "w0"], words, cx, yx, m.ravel())
+    ay = joint_direct.dictionary_category_estimates(my, [2], None, zeros, yy, m.ravel())
+    got = joint_direct.direct_joint_table(ax, ay, m.ravel())
+    truth = _aggregation(6, [3, 0], True) @ P @ _aggregation(5, [2], True).T
+    np.testing.assert_allclose(got.table, truth, atol=1e-10)
+    assert joint_direct.applies_hashed(mx, ["w3", "w0"], True, words, my, [2], True, None)
+    assert not joint_direct.applies_hashed(mx, ["w3", "w0"], True, None, my, [2], True, None)  # no dictionary
+    assert not joint_direct.applies_hashed(mx, ["w3", "w0"], True, words, my, [2], False, None)  # one Other
+
+
+def test_rappor_with_a_dictionary_pair_law_enumerated_gives_the_true_table():
+    """The same for bits: RAPPOR, 6 bits, 2 hashes, 3 cohorts (18 cells for 5 values and the "other"
+    regressor), the report law of every bit pattern enumerated; the per-report estimates against a plain
+    ``np.linalg.lstsq`` of the stacked, share-weighted design."""
+    from ldpstream.estimators.joint_likelihood import candidate_truth, other_regressor
+    from ldpstream.mechanisms.rappor import Rappor
+
+    words = [f"s{i}" for i in range(5)]
+    mech = Rappor(k=6, hashes=2, cohorts=3, p=0.3, q=0.8, f=0.0)
+    truth_bits = candidate_truth(mech, words).astype(np.float64)  # (C, k, M)
+    C, k, M = truth_bits.shape
+    qs, ps = mech.q_star, mech.p_star
+    bits = np.array(list(itertools.product([0, 1], repeat=k)), dtype=np.uint8)  # (64, k)
+    rate = ps + (qs - ps) * truth_bits  # (C, k, M)
+    law = np.prod(np.where(bits[None, :, :, None] == 1, rate[:, None], 1.0 - rate[:, None]), axis=2)  # (C, 64, M)
+    P = _random_joint(M, M, 5)
+    m = np.einsum("ab,cua,dvb->cudv", P, law, law) / C**2  # independent uniform cohorts
+    cx, ux, cy, uy = (g.ravel() for g in np.meshgrid(np.arange(C), np.arange(64), np.arange(C), np.arange(64),
+                                                      indexing="ij"))
+    w = m.ravel()
+    ax = joint_direct.dictionary_category_estimates(mech, ["s1", "s4"], words, cx, bits[ux], w)
+    ay = joint_direct.dictionary_category_estimates(mech, ["s0"], words, cy, bits[uy], w)
+    got = joint_direct.direct_joint_table(ax, ay, w)
+    A = _aggregation(M, [1, 4], True)
+    np.testing.assert_allclose(got.table, A @ P @ _aggregation(M, [0], True).T, atol=1e-10)
+    # Independent: θ̂ for one cohort-0 report by lstsq on the design scaled by √share (all shares 1/3 here).
+    X = np.concatenate([truth_bits, np.full((C, k, 1), other_regressor(mech, truth_bits))], axis=2)
+    x = bits[37].astype(np.float64)
+    rhs = np.zeros(C * k)
+    rhs[:k] = (x - ps) / (qs - ps) * C  # only cohort 0 holds the report: X_0ᵀ x / share_0
+    theta = np.linalg.lstsq(X.reshape(C * k, M + 1), rhs.reshape(C * k), rcond=None)[0]
+    row = np.flatnonzero((cx == 0) & (ux == 37))[0]
+    np.testing.assert_allclose(ax[row, :2], theta[[1, 4]], atol=1e-10)
