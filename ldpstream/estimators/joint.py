@@ -47,6 +47,7 @@ __all__ = [
     "IndependenceTest",
     "JointEstimate",
     "JointVariable",
+    "centred_intervals",
     "estimate_joint",
     "top_values",
 ]
@@ -92,6 +93,15 @@ class JointVariable:
         return tuple(str(x) for x in self.labels)
 
 
+def centred_intervals(table: np.ndarray, se: np.ndarray, center: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Clipped Wald 95% bounds around ``center`` (``None``: ``table``), widened to hold ``table``: the interval
+    covers whenever the Wald interval around the unbiased ``center`` does, and contains the published point."""
+    if center is None:
+        return wald_clipped(table, se)
+    low, high = wald_clipped(center, se)
+    return np.minimum(low, table), np.maximum(high, table)
+
+
 def top_values(estimate: Estimate, count: int) -> list[int]:
     """Indices of the ``count`` largest frequencies of a marginal estimate, largest first (ties: lower index)."""
     freq = np.asarray(estimate.frequencies, dtype=np.float64)
@@ -135,6 +145,15 @@ class JointEstimate:
     identified: np.ndarray | None = None
     #: Why some cells are not identified (empty when all are).
     identification: tuple[str, ...] = ()
+    #: ``(r, c)``: where the cells' Wald intervals are centred when that is not ``table`` (the unbiased table of
+    #: an inversion whose published table was projected onto the simplex; the intervals are then the hull of
+    #: the Wald interval around it and the published point); ``None``: ``table``.
+    interval_center: np.ndarray | None = None
+
+    def intervals(self, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Clipped Wald 95% bounds for standard errors ``se`` around :attr:`interval_center` (or the table),
+        widened to hold the published point."""
+        return centred_intervals(self.table, se, self.interval_center)
 
     def identified_mask(self) -> np.ndarray:
         """``(r, c)`` bool, all true when not assessed."""
@@ -404,9 +423,10 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
     unbiased = direct.table
     projected = bool((unbiased < 0.0).any())
     table = project_simplex(unbiased.ravel()).reshape(r, c) if projected else unbiased
+    center = unbiased if projected else None
     cov = direct.covariance
     se = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(r, c)
-    low, high = wald_clipped(table, se)
+    low, high = centred_intervals(table, se, center)
     x_given_y, y_given_x = conditional_tables(table, cov)
     test = wald_independence_test(table, cov)
     done = time.perf_counter()
@@ -426,5 +446,5 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
               "frequency_refits": 0, "frequency_change": 0.0, "projected": projected,
               "hidden_x": joint_direct.hidden_values(x.mechanism, x.values, other_x),
               "hidden_y": joint_direct.hidden_values(y.mechanism, y.values, other_y)},
-        identified=np.ones((r, c), dtype=bool), identification=(),
+        identified=np.ones((r, c), dtype=bool), identification=(), interval_center=center,
     )

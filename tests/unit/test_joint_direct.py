@@ -142,9 +142,20 @@ def test_a_negative_unbiased_cell_is_projected_onto_the_simplex():
     pat = sample_pairs(joint, krr, krr, 300, np.random.default_rng(0))
     var = JointVariable(krr, [0, 1, 2, 3])
     est = estimate_joint(pat, var, var)
-    assert est.info["projected"]
+    assert est.info["projected"] and est.interval_center is not None
     assert est.table.min() >= 0.0 and est.table.sum() == pytest.approx(1.0)
     assert np.all(est.low <= est.table) and np.all(est.table <= est.high)
+    # The intervals hold the Wald interval around the unbiased table (the promise) and the published point.
+    unbiased = est.interval_center
+    assert unbiased.min() < 0.0 and unbiased.sum() == pytest.approx(1.0)
+    z = 1.959963984540054
+    np.testing.assert_allclose(est.low, np.minimum(np.clip(unbiased - z * est.std_error, 0, 1), est.table))
+    np.testing.assert_allclose(est.high, np.maximum(np.clip(unbiased + z * est.std_error, 0, 1), est.table))
+    # A window's design effect widens them around the same centre.
+    from ldpstream.estimators.windows import widen_joint
+
+    wide = widen_joint(est, 4.0)
+    np.testing.assert_allclose(wide.high, np.maximum(np.clip(unbiased + 2 * z * est.std_error, 0, 1), est.table))
 
 
 def test_the_table_is_unbiased_over_repeated_krappor_samples():
