@@ -16,8 +16,9 @@ reports do not reveal:
    are identified.
 2. **Two members, each with an Other that holds two values or more, decoded by the EM.** (Two direct
    members, k-RR or k-RAPPOR, do not reach the EM: their Others hold known values and
-   :mod:`ldpstream.estimators.joint_direct` inverts their full alphabets, every cell identified; the rule stays
-   for a hashed member's Other, whose values are unknown, and for ``estimate_joint(inversion=False)``.)
+   :mod:`ldpstream.estimators.joint_direct` inverts their full alphabets, every cell identified; nor do hashed
+   members with a well-determined dictionary, inverted against it; the rule stays for a hashed member's Other
+   without such a dictionary, whose values are unknown, and for ``estimate_joint(inversion=False)``.)
    The Other × Other cell's report-pair law is taken as the product of the two Other laws, which an association
    among the hidden values breaks: both reports then depend on the same hidden value (through the same hash,
    distinct hashes for a fixed hash realization, or, for k-RR, the value's own symbol). The EM answers the
