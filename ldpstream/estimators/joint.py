@@ -337,9 +337,10 @@ def estimate_joint(
     other_y = other if y.other is None else y.other
     if inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
         return _estimate_direct(patterns, x, y, other_x, other_y, began)
-    if inversion and joint_direct.applies_hashed(x.mechanism, x.values, other_x, x.dictionary,
-                                                        y.mechanism, y.values, other_y, y.dictionary):
-        return _estimate_direct(patterns, x, y, other_x, other_y, began, hashed=True)
+    designs = (joint_direct.hashed_designs(x.mechanism, x.values, other_x, x.dictionary, y.mechanism, y.values,
+                                           other_y, y.dictionary) if inversion else None)
+    if designs is not None:
+        return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
                         dictionary=x.dictionary)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
@@ -400,20 +401,23 @@ def estimate_joint(
 
 
 def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable, other_x: bool, other_y: bool,
-                     began: float, hashed: bool = False) -> JointEstimate:
+                     began: float, designs: tuple[joint_direct.Design, joint_direct.Design] | None = None
+                     ) -> JointEstimate:
     """Two direct members, one of whose Other holds several values: the unbiased inversion of the full alphabets'
     channels aggregated to the published categories (:mod:`ldpstream.estimators.joint_direct`, eqs. J1–J2;
     docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified.
     The table is the unbiased one, projected onto the simplex only if a cell came out negative; intervals are
     clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts.
 
-    ``hashed``: a hashed member's categories come from the per-report least squares against its well-determined
-    dictionary instead (eq. J3; docs/math/joint.md#hashed-members-with-a-well-determined-dictionary)."""
-    if hashed:
+    ``designs`` (:func:`~ldpstream.estimators.joint_direct.hashed_designs`): a hashed member's categories come
+    from the per-report least squares against its well-determined dictionary instead (eq. J3;
+    docs/math/joint.md#hashed-members-with-a-well-determined-dictionary)."""
+    hashed = designs is not None
+    if designs is not None:
         ax = joint_direct.dictionary_category_estimates(x.mechanism, x.values, x.dictionary, patterns.cohort_x,
-                                                        patterns.reports_x, patterns.counts)
+                                                        patterns.reports_x, patterns.counts, designs[0])
         ay = joint_direct.dictionary_category_estimates(y.mechanism, y.values, y.dictionary, patterns.cohort_y,
-                                                        patterns.reports_y, patterns.counts)
+                                                        patterns.reports_y, patterns.counts, designs[1])
     else:
         ax = joint_direct.category_estimates(x.mechanism, x.values, patterns.reports_x, other_x)
         ay = joint_direct.category_estimates(y.mechanism, y.values, patterns.reports_y, other_y)

@@ -144,28 +144,53 @@ def direct_joint_table(ax: np.ndarray, ay: np.ndarray, counts: np.ndarray) -> Di
     return DirectTable(table, (cov + cov.T) / 2.0)
 
 
+#: A member's dictionary design for :func:`dictionary_category_estimates`: ``(truth (C, k, M), positions)``, or
+#: ``None`` for a direct member.
+Design = tuple[np.ndarray, np.ndarray] | None
+
+
+def hashed_designs(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
+                   my: Any, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None
+                   ) -> tuple[Design, Design] | None:
+    """The two members' designs when :func:`dictionary_category_estimates` decodes this pair
+    (docs/math/joint.md#hashed-members-with-a-well-determined-dictionary): both members have Other (the pairs
+    rule 2 flags) and at least one is hashed, each either direct (design ``None``) or hashed with a well-determined
+    dictionary holding its candidates; else ``None``. Each design is computed once (its well-determined check
+    costs an eigendecomposition of the dictionary's Gram matrix)."""
+    if not (other_x and other_y) or (_is_direct(mx) and _is_direct(my)):
+        return None
+    designs: list[Design] = []
+    for m, v, d in ((mx, values_x, dictionary_x), (my, values_y, dictionary_y)):
+        if _is_direct(m):
+            designs.append(None)
+            continue
+        design = dictionary_design(m, v, d)
+        if design is None:
+            return None
+        designs.append(design)
+    return designs[0], designs[1]
+
+
 def applies_hashed(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
                    my: Any, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None) -> bool:
-    """Whether :func:`dictionary_category_estimates` decodes this pair (docs/math/joint.md#hashed-members-with-a-
-    well-determined-dictionary): both members have Other (the pairs rule 2 flags) and at least one is hashed, and
-    each is either direct or hashed with a well-determined dictionary holding its candidates."""
-    if not (other_x and other_y) or (_is_direct(mx) and _is_direct(my)):
-        return False
-    return all(_is_direct(m) or dictionary_design(m, v, d) is not None
-               for m, v, d in ((mx, values_x, dictionary_x), (my, values_y, dictionary_y)))
+    """Whether :func:`hashed_designs` applies."""
+    return hashed_designs(mx, values_x, other_x, dictionary_x, my, values_y, other_y, dictionary_y) is not None
 
 
 def dictionary_category_estimates(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None,
-                                  cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
+                                  cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray,
+                                  design: Design = None) -> np.ndarray:
     """``(D, S + 1)`` unbiased estimates of each pattern's category one-hot (candidates, then Other) for a member
     with Other: :func:`category_estimates` for a direct mechanism; for a hashed one, the per-report least squares
     against its dictionary's design with the "other" regressor (eq. J3 of docs/math/joint.md):
     ``θ̂_R = G⁻¹ X_cᵀ (x_R − lo)/Δ``, ``G = Σ_c π̂_c X_cᵀ X_c`` (``π̂_c`` the member's cohort shares in the patterns,
-    ``X_c = [H_c, o]``), whose candidates' rows are ``a_R[s]``; ``a_R[Other] = 1 − Σ_s a_R[s]``. Unbiased for every
-    dictionary value (and for mass outside it that spreads as the "other" regressor assumes)."""
+    ``X_c = [H_c, o]``; ``design``: :func:`hashed_designs`'s, else computed), whose candidates' rows are
+    ``a_R[s]``; ``a_R[Other] = 1 − Σ_s a_R[s]``. Unbiased for every dictionary value (and for mass outside it that
+    spreads as the "other" regressor assumes)."""
     if _is_direct(mechanism):
         return category_estimates(mechanism, values, reports, True)
-    design = dictionary_design(mechanism, values, dictionary)
+    if design is None:
+        design = dictionary_design(mechanism, values, dictionary)
     if design is None:
         raise ParameterError(f"{mechanism.name}: no well-determined dictionary holding the candidates")
     truth, positions = design
