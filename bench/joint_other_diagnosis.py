@@ -81,7 +81,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
                 est = estimate_joint(pat, vx, vy)
             elif mode == "dictionary":
                 var = JointVariable(mech, names[:5], dictionary=names)
-                est = estimate_joint(pat, var, var)
+                est = estimate_joint(pat, var, var, inversion=False)  # the EM (else the dictionary inversion)
             else:
                 var = JointVariable(mech, names[:5], frequencies=freq)
                 est = estimate_joint(pat, var, var, self_consistent=mode == "est")

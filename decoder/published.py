@@ -154,7 +154,8 @@ class PublishedJoint:
     decode_seconds: float
     buckets: int
     estimate: JointEstimate
-    #: Whether the EM started from the previous decode's table (the candidates had not changed).
+    #: Whether the EM started from the previous decode's table (the candidates had not changed); false when no EM
+    #: ran (two direct members: the closed-form inversion of :mod:`ldpstream.estimators.joint_direct`).
     warm_start: bool
     covers: tuple[int, int] | None = None
     #: The design effect of the window's repeated report pairs applied to the table's uncertainty

@@ -313,8 +313,10 @@ class DecoderService:
             seconds = time.perf_counter() - started
             covers = ((min(buckets) * association.bucket_seconds, (max(buckets) + 1) * association.bucket_seconds)
                       if buckets else None)
+            # Only the EM starts from a table (two direct members are decoded in closed form: nothing to warm).
+            warm = start is not None and result.info.get("estimator") == "em"
             out.append(PublishedJoint(association.name, (x.name, y.name), window.name, now, seconds, len(buckets),
-                                      result, start is not None, covers, deff, designs))
+                                      result, warm, covers, deff, designs))
         return out, empty
 
     def _warm_start(self, association: str, window: str,

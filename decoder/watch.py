@@ -115,7 +115,10 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
     test = published["independence"]
     lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
                  f"p-value {test['p_value']:.3g}")
-    if em:
+    if em and published.get("interval_method") == "wald-clipped-inversion":
+        lines.append(f"closed form (inversion of the full alphabets or candidate lists, no EM): "
+                     f"{em.get('estimate_seconds', em['seconds']):.3f} s")
+    elif em:
         whole = f" (estimate with intervals {em['estimate_seconds']:.3f} s)" if "estimate_seconds" in em else ""
         lines.append(f"EM: {em['iterations']} iterations{'' if em['converged'] else ' (not converged)'}, "
                      f"{em['seconds']:.3f} s{whole}{', warm start' if em.get('warm_start') else ''}")

@@ -21,6 +21,7 @@ import numpy as np
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
 
+from . import joint_direct
 from .estimate import Estimate
 from .joint_em import JointFit, PairChannel, fit_joint, warm_start
 from .joint_identification import VariableIdentification, identified_cells
@@ -31,18 +32,22 @@ from .joint_inference import (
     covariance_from_information,
     independence_test,
     wald_clipped,
+    wald_independence_test,
 )
 from .joint_likelihood import VariableLikelihood, VariableModel, variable_model
 from .joint_sandwich import frequency_score_jacobian, margin_matrix, nuisance_terms, sandwich_covariance
 from .pairs import PairPatterns
+from .simplex import project_simplex
 
 __all__ = [
+    "INVERSION_INTERVAL_METHOD",
     "OTHER_LABEL",
     "SANDWICH_INTERVAL_METHOD",
     "ConditionalTable",
     "IndependenceTest",
     "JointEstimate",
     "JointVariable",
+    "centred_intervals",
     "estimate_joint",
     "top_values",
 ]
@@ -50,6 +55,9 @@ __all__ = [
 #: ``interval_method`` of cells whose covariance includes the Other law's uncertainty (the stacked sandwich of
 #: :mod:`ldpstream.estimators.joint_sandwich`); ``"wald-clipped"`` (observed information) without an Other law.
 SANDWICH_INTERVAL_METHOD = "wald-clipped-sandwich"
+#: ``interval_method`` of two direct members decoded by the unbiased inversion of their full alphabets'
+#: channels (:mod:`ldpstream.estimators.joint_direct`): the covariance of the i.i.d. per-pair terms.
+INVERSION_INTERVAL_METHOD = "wald-clipped-inversion"
 #: The label of each variable's "Other" category.
 OTHER_LABEL = "Other"
 
@@ -83,6 +91,15 @@ class JointVariable:
         if len(self.labels) != len(self.values):
             raise ParameterError(f"{len(self.values)} values but {len(self.labels)} labels")
         return tuple(str(x) for x in self.labels)
+
+
+def centred_intervals(table: np.ndarray, se: np.ndarray, center: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Clipped Wald 95% bounds around ``center`` (``None``: ``table``), widened to hold ``table``: the interval
+    covers whenever the Wald interval around the unbiased ``center`` does, and contains the published point."""
+    if center is None:
+        return wald_clipped(table, se)
+    low, high = wald_clipped(center, se)
+    return np.minimum(low, table), np.maximum(high, table)
 
 
 def top_values(estimate: Estimate, count: int) -> list[int]:
@@ -128,6 +145,15 @@ class JointEstimate:
     identified: np.ndarray | None = None
     #: Why some cells are not identified (empty when all are).
     identification: tuple[str, ...] = ()
+    #: ``(r, c)``: where the cells' Wald intervals are centred when that is not ``table`` (the unbiased table of
+    #: an inversion whose published table was projected onto the simplex; the intervals are then the hull of
+    #: the Wald interval around it and the published point); ``None``: ``table``.
+    interval_center: np.ndarray | None = None
+
+    def intervals(self, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Clipped Wald 95% bounds for standard errors ``se`` around :attr:`interval_center` (or the table),
+        widened to hold the published point."""
+        return centred_intervals(self.table, se, self.interval_center)
 
     def identified_mask(self) -> np.ndarray:
         """``(r, c)`` bool, all true when not assessed."""
@@ -267,6 +293,7 @@ def estimate_joint(
     self_consistent: bool = False,
     frequency_tolerance: float = FREQUENCY_TOLERANCE,
     max_refits: int = MAX_REFITS,
+    inversion: bool = True,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
@@ -286,6 +313,19 @@ def estimate_joint(
     until they equal the fitted table's candidate margins: ``f ← G p̂(f)`` by Newton, EM warm-started, until no
     frequency moves by ``frequency_tolerance`` or after ``max_refits`` refits
     (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment).
+
+    Two direct members (k-RR, k-RAPPOR) one of whose Other holds two values or more, each member's categories
+    partitioning its alphabet (Other, or every value a candidate), are decoded instead, when
+    ``inversion`` (default), by the unbiased inversion of their full alphabets' channels aggregated to the
+    published categories (:mod:`ldpstream.estimators.joint_direct`; docs/math/joint.md#direct-members-the-full-
+    alphabet): no Other law, no EM (``iterations`` 0; ``start`` and the EM's options unused), every cell
+    identified, ``interval_method`` ``"wald-clipped-inversion"``, independence by the Wald test of the interaction
+    contrasts. Likewise, when ``inversion``, two members that both have Other, at least one hashed, each either
+    direct or hashed with a well-determined ``dictionary`` holding its candidates: the per-report least squares
+    against the dictionary (eq. J3; docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
+    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws (the
+    comparison of ``bench/joint_krr_other.py`` and ``bench/joint_hashed_inversion.py``), whose cells rule 2 of
+    :mod:`~ldpstream.estimators.joint_identification` flags.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -295,6 +335,12 @@ def estimate_joint(
     counts = np.asarray(patterns.counts, dtype=np.float64)
     other_x = other if x.other is None else x.other
     other_y = other if y.other is None else y.other
+    if inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
+        return _estimate_direct(patterns, x, y, other_x, other_y, began)
+    designs = (joint_direct.hashed_designs(x.mechanism, x.values, other_x, x.dictionary, y.mechanism, y.values,
+                                           other_y, y.dictionary) if inversion else None)
+    if designs is not None:
+        return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
                         dictionary=x.dictionary)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
@@ -345,9 +391,64 @@ def estimate_joint(
         stopping_rule=f"max |Δp| < {tolerance:g} or {max_iterations} iterations"
                       + (" (SQUAREM)" if accelerate else " (plain EM)"),
         likelihood_seconds=built - began, em_seconds=fitted - built, patterns=len(patterns),
-        info={"candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
+        info={"estimator": "em",
+              "candidate_frequencies_x": None if lx.frequencies is None else lx.frequencies.tolist(),
               "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist(),
               "frequencies_x": source_x, "frequencies_y": source_y,
               "frequency_refits": refits, "frequency_change": refit_change},
         identified=cells.mask, identification=cells.reasons,
+    )
+
+
+def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable, other_x: bool, other_y: bool,
+                     began: float, designs: tuple[joint_direct.Design, joint_direct.Design] | None = None
+                     ) -> JointEstimate:
+    """Two direct members, one of whose Other holds several values: the unbiased inversion of the full alphabets'
+    channels aggregated to the published categories (:mod:`ldpstream.estimators.joint_direct`, eqs. J1–J2;
+    docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified.
+    The table is the unbiased one, projected onto the simplex only if a cell came out negative; intervals are
+    clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts.
+
+    ``designs`` (:func:`~ldpstream.estimators.joint_direct.hashed_designs`): a hashed member's categories come
+    from the per-report least squares against its well-determined dictionary instead (eq. J3;
+    docs/math/joint.md#hashed-members-with-a-well-determined-dictionary)."""
+    hashed = designs is not None
+    if designs is not None:
+        ax = joint_direct.dictionary_category_estimates(x.mechanism, x.values, x.dictionary, patterns.cohort_x,
+                                                        patterns.reports_x, patterns.counts, designs[0])
+        ay = joint_direct.dictionary_category_estimates(y.mechanism, y.values, y.dictionary, patterns.cohort_y,
+                                                        patterns.reports_y, patterns.counts, designs[1])
+    else:
+        ax = joint_direct.category_estimates(x.mechanism, x.values, patterns.reports_x, other_x)
+        ay = joint_direct.category_estimates(y.mechanism, y.values, patterns.reports_y, other_y)
+    built = time.perf_counter()
+    direct = joint_direct.direct_joint_table(ax, ay, patterns.counts)
+    r, c = direct.table.shape
+    unbiased = direct.table
+    projected = bool((unbiased < 0.0).any())
+    table = project_simplex(unbiased.ravel()).reshape(r, c) if projected else unbiased
+    center = unbiased if projected else None
+    cov = direct.covariance
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0)).reshape(r, c)
+    low, high = centred_intervals(table, se, center)
+    x_given_y, y_given_x = conditional_tables(table, cov)
+    test = wald_independence_test(table, cov)
+    done = time.perf_counter()
+    rows = x.names() + ((OTHER_LABEL,) if other_x else ())
+    cols = y.names() + ((OTHER_LABEL,) if other_y else ())
+    margins_x, margins_y = unbiased.sum(axis=1), unbiased.sum(axis=0)
+    return JointEstimate(
+        row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
+        interval_method=INVERSION_INTERVAL_METHOD, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
+        n=int(patterns.total), iterations=0, converged=True, seconds=done - began, log_likelihood=0.0,
+        stopping_rule="closed form, no iterations: unbiased inversion of the full alphabets' channels",
+        likelihood_seconds=built - began, em_seconds=done - built, patterns=len(patterns),
+        info={"estimator": "dictionary-inversion" if hashed else "direct-inversion",
+              "candidate_frequencies_x": margins_x[: len(x.values)].tolist(),
+              "candidate_frequencies_y": margins_y[: len(y.values)].tolist(),
+              "frequencies_x": "inversion", "frequencies_y": "inversion",
+              "frequency_refits": 0, "frequency_change": 0.0, "projected": projected,
+              "hidden_x": joint_direct.hidden_values(x.mechanism, x.values, other_x),
+              "hidden_y": joint_direct.hidden_values(y.mechanism, y.values, other_y)},
+        identified=np.ones((r, c), dtype=bool), identification=(), interval_center=center,
     )

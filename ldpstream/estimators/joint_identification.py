@@ -14,17 +14,22 @@ reports do not reveal:
    ones of a direct mechanism and the least squares against a well-determined candidate list (``"given"``,
    ``"dictionary"``, or ``"least-squares"`` of a direct mechanism, which is the unbiased direct estimator)
    are identified.
-2. **Two members, each with an Other that holds two values or more (any mechanisms).** The Other ×
-   Other cell's report-pair law is taken as the product of the two Other laws, which an association among the
-   hidden values breaks: both reports then depend on the same hidden value (through the same hash, distinct
-   hashes for a fixed hash realization, or, for k-RR, the value's own symbol). The EM answers the misfit by
-   moving mass into Other × Other and the diagonal and out of the Other row and column, so it reaches every
-   cell. Measured (ρ = 0.5): O-RR k = 32, 8 cohorts, dictionary frequencies: all cells cover 0.938 at 10^5
-   pairs and 0.877 at 4·10^5 (same hash), 0.960 and 0.920 (distinct hashes), the 35 cells other than Other ×
-   Other 0.886 and 0.924 at 4·10^5; k-RR k = 100, ε = 4 (exact frequencies): 0.947, 0.933 and 0.879 at 10^5,
-   4·10^5 and 10^6; 32-bit RAPPOR, h = 2, 8 cohorts, dictionary frequencies: 0.949, 0.944 and 0.875 at 10^5,
-   4·10^5 and 10^6. Every cell is flagged. An Other of one value (a closed alphabet with all but one value
-   among the candidates) has an exact law, so the product is exact too.
+2. **Two members, each with an Other that holds two values or more, decoded by the EM.** (Two direct
+   members, k-RR or k-RAPPOR, do not reach the EM: their Others hold known values and
+   :mod:`ldpstream.estimators.joint_direct` inverts their full alphabets, every cell identified; nor do hashed
+   members with a well-determined dictionary, inverted against it; the rule stays for a hashed member's Other
+   without such a dictionary, whose values are unknown, and for ``estimate_joint(inversion=False)``.)
+   The Other × Other cell's report-pair law is taken as the product of the two Other laws, which an association
+   among the hidden values breaks: both reports then depend on the same hidden value (through the same hash,
+   distinct hashes for a fixed hash realization, or, for k-RR, the value's own symbol). The EM answers the
+   misfit by moving mass into Other × Other and the diagonal and out of the Other row and column, so it reaches
+   every cell. Measured (ρ = 0.5): O-RR k = 32, 8 cohorts, dictionary frequencies: all cells cover 0.938 at
+   10^5 pairs and 0.877 at 4·10^5 (same hash), 0.960 and 0.920 (distinct hashes), the 35 cells other than
+   Other × Other 0.886 and 0.924 at 4·10^5; k-RR k = 100, ε = 4 (exact frequencies), the EM: 0.947, 0.933 and
+   0.879 at 10^5, 4·10^5 and 10^6 (the inversion: 0.948, 0.956 and 0.950); 32-bit RAPPOR, h = 2, 8 cohorts,
+   dictionary frequencies: 0.949, 0.944 and 0.875 at 10^5, 4·10^5 and 10^6. Every cell is flagged. An Other of
+   one value (a closed alphabet with all but one value among the candidates) has an exact law, so the product is
+   exact too.
 """
 
 from __future__ import annotations

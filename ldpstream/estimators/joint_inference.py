@@ -29,6 +29,7 @@ from scipy import stats
 
 __all__ = [
     "INDEPENDENCE_METHOD",
+    "WALD_INDEPENDENCE_METHOD",
     "Z95",
     "ConditionalTable",
     "IndependenceTest",
@@ -36,6 +37,7 @@ __all__ = [
     "covariance_from_information",
     "independence_test",
     "wald_clipped",
+    "wald_independence_test",
 ]
 
 Z95 = float(stats.norm.isf(0.025))
@@ -164,3 +166,24 @@ def independence_test(p: np.ndarray, cov: np.ndarray, information: np.ndarray) -
     sol = np.linalg.lstsq(cov_h, h, rcond=None)[0]
     w = float(max(h @ sol, 0.0))
     return IndependenceTest(t, df, float(stats.chi2.sf(t, df)), INDEPENDENCE_METHOD, w, float(stats.chi2.sf(w, df)))
+
+
+#: ``IndependenceTest.method`` when the published statistic is the Wald statistic of the interaction contrasts
+#: (estimates that are not the maximum likelihood of a product channel, e.g.
+#: :mod:`ldpstream.estimators.joint_direct`'s, for which ``T = dᵀ I_p d`` has no information to weigh by).
+WALD_INDEPENDENCE_METHOD = "wald-interaction-contrasts"
+
+
+def wald_independence_test(p: np.ndarray, cov: np.ndarray) -> IndependenceTest:
+    """The Wald test of the interaction contrasts published as the statistic (``statistic = wald_statistic``),
+    calibrated by the delta method for any asymptotically normal ``p̂`` with a consistent ``cov``."""
+    r, c = p.shape
+    df = (r - 1) * (c - 1)
+    if df == 0:
+        return IndependenceTest(0.0, 0, 1.0, WALD_INDEPENDENCE_METHOD, 0.0, 1.0)
+    h, jac = interaction_contrasts(p)
+    cov_h = jac @ cov @ jac.T
+    sol = np.linalg.lstsq(cov_h, h, rcond=None)[0]
+    w = float(max(h @ sol, 0.0))
+    p_value = float(stats.chi2.sf(w, df))
+    return IndependenceTest(w, df, p_value, WALD_INDEPENDENCE_METHOD, w, p_value)

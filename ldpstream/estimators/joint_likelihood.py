@@ -57,8 +57,10 @@ __all__ = [
     "VariableModel",
     "candidate_frequencies",
     "candidate_truth",
+    "dictionary_design",
     "dictionary_frequencies",
     "other_bit_rates",
+    "other_regressor",
     "other_symbol_rates",
     "pattern_sketch",
     "variable_likelihood",
@@ -233,6 +235,30 @@ def dictionary_frequencies(mechanism: Any, values: Sequence[Any], dictionary: Se
     that does not apply: a direct mechanism (its frequencies are exact already), no dictionary, a candidate
     outside it, or a design that is not well-determined (more columns than half the cells, or ill-conditioned:
     there the least squares is worse than the candidates' own)."""
+    design = dictionary_design(mechanism, values, dictionary)
+    if design is None:
+        return None
+    truth, positions = design
+    words = list(dictionary or [])
+    M = truth.shape[2]
+    est = estimate(sketch, mechanism, "ls", candidates=words)
+    fitted = np.clip(np.asarray(est.frequencies, dtype=np.float64)[:M], 0.0, 1.0)
+    return DictionaryFit(truth, fitted, positions)
+
+
+def other_regressor(mechanism: Any, truth: np.ndarray) -> float:
+    """The "other" regressor's value per cell (the hidden mass spread evenly): ``h̄/k`` per bit, ``1/k`` per
+    symbol, for a design ``truth`` of shape ``(C, k, M)``."""
+    C, k, M = truth.shape
+    return float(truth.sum() / max(M * C, 1) / k) if _is_bits(mechanism) else 1.0 / float(k)
+
+
+def dictionary_design(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(truth (C, k, M), positions of the candidates in it)`` of a hashed mechanism's dictionary when its design
+    with the "other" regressor is well-determined (at most :data:`DICTIONARY_MAX_FRACTION` of the cells, scaled
+    Gram condition number below :data:`DICTIONARY_COND_MAX`) and holds every candidate; else ``None`` (also for a
+    direct mechanism or no dictionary)."""
     if dictionary is None or not getattr(mechanism, "needs_value_table", True):
         return None
     words = list(dictionary)
@@ -244,7 +270,7 @@ def dictionary_frequencies(mechanism: Any, values: Sequence[Any], dictionary: Se
     if DICTIONARY_MAX_FRACTION * C * k < M + 1:
         return None
     X = truth.reshape(C * k, M).astype(np.float64)
-    Xa = np.column_stack([X, np.full(C * k, X.sum() / max(M * C, 1) / k if _is_bits(mechanism) else 1.0 / k)])
+    Xa = np.column_stack([X, np.full(C * k, other_regressor(mechanism, truth))])
     gram = Xa.T @ Xa
     d = np.sqrt(np.diag(gram))
     if np.any(d <= 0):
@@ -252,9 +278,7 @@ def dictionary_frequencies(mechanism: Any, values: Sequence[Any], dictionary: Se
     eig = np.linalg.eigvalsh(gram / np.outer(d, d))
     if not (eig[0] > 0 and eig[-1] / eig[0] < DICTIONARY_COND_MAX):
         return None
-    est = estimate(sketch, mechanism, "ls", candidates=words)
-    fitted = np.clip(np.asarray(est.frequencies, dtype=np.float64)[:M], 0.0, 1.0)
-    return DictionaryFit(truth, fitted, np.array([index[str(v)] for v in values], dtype=np.int64))
+    return truth, np.array([index[str(v)] for v in values], dtype=np.int64)
 
 
 def other_bit_rates(truth: np.ndarray, freq: np.ndarray, sketch: np.ndarray, q_star: float, p_star: float,

@@ -391,7 +391,7 @@ def widen_joint(est: JointEstimate, deff: float) -> JointEstimate:
         return replace(table, std_error=se, low=low, high=high)
 
     se = est.std_error * root
-    low, high = wald_clipped(est.table, se)
+    low, high = est.intervals(se)
     test = est.independence
     statistic, wald = test.statistic / d, test.wald_statistic / d
     p_value, wald_p = ((float(stats.chi2.sf(statistic, test.df)), float(stats.chi2.sf(wald, test.df)))

@@ -57,7 +57,7 @@ def trials(dictionary: bool, count: int = TRIALS) -> dict[str, Any]:
     x_given_y = truth / truth.sum(axis=0, keepdims=True)
     for _ in range(count):
         pat = sample_pairs(joint, mech, mech, PAIRS, rng, table, table)
-        est = estimate_joint(pat, var, var)
+        est = estimate_joint(pat, var, var, inversion=False)  # the EM's Other rule (the inversion: its own tests)
         assert est.converged
         errors.append(est.table - truth)
         ses.append(est.std_error)

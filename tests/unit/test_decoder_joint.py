@@ -32,8 +32,10 @@ CANDIDATES = 2
 TOP_N = 3
 
 
-def make_registry(drop: str | None = None) -> Registry:
-    """The test registry, without the association ``drop`` when one is named."""
+def make_registry(drop: str | None = None, candidates: int = CANDIDATES) -> Registry:
+    """The test registry, without the association ``drop`` when one is named. Its members are direct (k-RR,
+    k-RAPPOR): with ``CANDIDATES`` their Others hold several known values and the table is the closed-form
+    inversion of the full alphabets (no EM); with ``candidates`` ≥ 5 each Other holds one value and the EM runs."""
     spec = {
         "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all", "1h"], "retention": "1d"},
         "metrics": {
@@ -42,8 +44,8 @@ def make_registry(drop: str | None = None) -> Registry:
             "flags": {"id": 3, "mechanism": "krappor", "k": 4, "epsilon": 4.0},
         },
         "associations": {
-            "lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": CANDIDATES, "windows": ["all", "1h"]},
-            "lang_flags": {"id": 2, "metrics": ["lang", "flags"], "candidates": CANDIDATES, "windows": ["all"]},
+            "lang_os": {"id": 1, "metrics": ["lang", "os"], "candidates": candidates, "windows": ["all", "1h"]},
+            "lang_flags": {"id": 2, "metrics": ["lang", "flags"], "candidates": candidates, "windows": ["all"]},
         }}
     spec["associations"].pop(drop or "", None)
     return Registry.from_dict(spec)
@@ -135,10 +137,10 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         assert np.array(joint["std_error"]).shape == table.shape
         assert isinstance(joint["interval_method"], str) and joint["interval_method"]
         assert joint["design_effect"] >= 1 and set(joint["repetition"]) == {"lang", "os"}
-        # Two k-RR members whose Other holds 4 and 2 values: the Other x Other product pair law is not identified,
-        # so no cell is promised (docs/math/joint.md#cells-the-reports-do-not-identify).
-        assert joint["identified"] == [[False] * (CANDIDATES + 1)] * (CANDIDATES + 1)
-        assert len(joint["identification"]) == 1
+        # Two k-RR members whose Other holds 4 and 2 known values: the inversion of the full alphabets identifies
+        # every cell (docs/math/joint.md#direct-members-the-full-alphabet).
+        assert joint["identified"] == [[True] * (CANDIDATES + 1)] * (CANDIDATES + 1)
+        assert joint["identification"] == [] and joint["interval_method"] == "wald-clipped-inversion"
         if window == "1h":
             assert joint["interval_assumes"] == "one report pair per client (a single bucket)"
             assert joint["design_effect"] == 1.0
@@ -152,7 +154,7 @@ def test_each_window_of_each_association_is_published_with_its_candidates_and_ot
         assert test["df"] == CANDIDATES * CANDIDATES and test["statistic"] >= 0 and 0 <= test["p_value"] <= 1
         assert test["p_value"] < 1e-6  # the simulated pair is strongly associated
         em = joint["em"]
-        assert em["iterations"] >= 1 and em["converged"] and em["stopping_rule"] and em["patterns"] >= 1
+        assert em["iterations"] == 0 and em["converged"] and em["stopping_rule"] and em["patterns"] >= 1
         assert 0 <= em["seconds"] <= em["estimate_seconds"] <= joint["decode_seconds"]
     assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["hi", "ar"]
     # lang_flags declares only "all"; flags' values are named by their numbers.
@@ -199,15 +201,39 @@ def test_joint_estimates_keep_a_bounded_history_and_go_to_the_estimates_topic(se
     assert last == store.latest_joint("lang_os", "all")
 
 
-def test_the_em_starts_warm_from_the_previous_table_while_the_candidates_stay(service, store):
+def em_service(prometheus: CollectorRegistry | None = None) -> tuple[DecoderService, InMemorySketchStore, Registry]:
+    """A decoder whose joint tables run the EM (every Other holds one value), over the same clients."""
+    registry = make_registry(candidates=5)
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = JointFeeder(registry, store, now=NOW)
+    feed.add("lang_os", *OLD_VALUES, OLD_TIME, seed=11)
+    feed.add("lang_os", *RECENT_VALUES, RECENT_TIME, seed=12)
+    feed.add("lang_flags", *FLAG_VALUES, OLD_TIME, seed=13)
+    return (DecoderService(registry, store, metrics=DecoderMetrics(prometheus or CollectorRegistry())), store,
+            registry)
+
+
+def test_the_em_starts_warm_from_the_previous_table_while_the_candidates_stay():
+    service, store, _ = em_service()
     service.run_once(now=NOW)
     first = store.latest_joint("lang_os", "all")
-    assert first["em"]["warm_start"] is False
+    assert first["em"]["warm_start"] is False and first["interval_method"] != "wald-clipped-inversion"
     service.run_once(now=NOW + 1)
     second = store.latest_joint("lang_os", "all")
     assert second["em"]["warm_start"] is True
     assert second["em"]["iterations"] <= first["em"]["iterations"]
     np.testing.assert_allclose(second["table"], first["table"], atol=1e-4)
+
+
+def test_two_direct_members_with_several_hidden_values_are_decoded_in_closed_form(service, store):
+    """No EM, so nothing starts warm; the same pairs give the same table; every cell is identified."""
+    service.run_once(now=NOW)
+    service.run_once(now=NOW + 1)
+    second = store.latest_joint("lang_os", "all")
+    assert second["interval_method"] == "wald-clipped-inversion"
+    assert second["em"]["warm_start"] is False and second["em"]["iterations"] == 0
+    assert np.all(second["identified"]) and second["identification"] == []
+    assert second["independence"]["method"] == "wald-interaction-contrasts"
 
 
 def test_an_association_dropped_from_the_registry_leaves_no_warm_start_behind(service):
@@ -218,16 +244,18 @@ def test_an_association_dropped_from_the_registry_leaves_no_warm_start_behind(se
     assert {key[0] for key in service._joint_start} == {"lang_os"}
 
 
-def test_the_em_starts_cold_when_the_candidates_change(service, store):
+def test_the_em_starts_cold_when_the_candidates_change():
+    service, store, _ = em_service()
     service.run_once(now=OLD_TIME + 300)  # the last hour then: en and es lead
-    assert store.latest_joint("lang_os", "1h")["rows"][:CANDIDATES] == ["en", "es"]
+    assert store.latest_joint("lang_os", "1h")["rows"][:2] == ["en", "es"]
     service.run_once(now=NOW)  # the last hour now: hi and ar
     now = store.latest_joint("lang_os", "1h")
-    assert now["rows"][:CANDIDATES] == ["hi", "ar"] and now["em"]["warm_start"] is False
+    assert now["rows"][:2] == ["hi", "ar"] and now["em"]["warm_start"] is False
 
 
-def test_a_restarted_decoder_starts_warm_from_the_published_table(registry, store, prometheus):
-    DecoderService(registry, store, metrics=DecoderMetrics(prometheus)).run_once(now=NOW)
+def test_a_restarted_decoder_starts_warm_from_the_published_table():
+    service, store, registry = em_service()
+    service.run_once(now=NOW)
     restarted = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()))
     restarted.run_once(now=NOW + 1)
     assert store.latest_joint("lang_os", "all")["em"]["warm_start"] is True

@@ -61,8 +61,8 @@ def test_two_members_whose_other_holds_several_values_flag_every_cell():
     assert identified_cells((6, 2), SYMBOLS_GIVEN, boolean).all
 
 
-def _pairs(mx, my, names, n=20_000):
-    joint = zipf_association(100, 1.0, 0.5)
+def _pairs(mx, my, names, n=20_000, support=100):
+    joint = zipf_association(support, 1.0, 0.5)
     tx = None if names is None else mx.value_table(names)
     ty = None if names is None else my.value_table(names)
     return sample_pairs(joint, mx, my, n, np.random.default_rng(5), tx, ty)
@@ -71,11 +71,15 @@ def _pairs(mx, my, names, n=20_000):
 def test_rappor_frequencies_are_identified_with_a_well_determined_dictionary_and_not_without_it():
     names = value_names(100)
     wide = Rappor(k=32, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 256 cells
-    est = estimate_joint(_pairs(wide, wide, names), JointVariable(wide, names[:5], dictionary=names),
-                         JointVariable(wide, names[:5], dictionary=names))
-    # Only the Other x Other rule (both members have an open Other) flags it.
+    pairs, var = _pairs(wide, wide, names), JointVariable(wide, names[:5], dictionary=names)
+    # The EM: only the Other x Other rule (both members have an open Other) flags it.
+    est = estimate_joint(pairs, var, var, inversion=False)
     assert est.info["frequencies_x"] == "dictionary" and len(est.identification) == 1
     assert not est.identified_mask().any() and est.identification[0].startswith("both members")
+    # The inversion against the well-determined dictionary (shipped) identifies every cell.
+    est = estimate_joint(pairs, var, var)
+    assert est.info["estimator"] == "dictionary-inversion" and est.identified_mask().all()
+    assert est.interval_method == "wald-clipped-inversion"
     narrow = Rappor(k=16, hashes=2, cohorts=8, p=0.25, q=0.75, f=0.0)  # 101 columns, 128 cells: not
     est = estimate_joint(_pairs(narrow, narrow, names), JointVariable(narrow, names[:5], dictionary=names),
                          JointVariable(narrow, names[:5], dictionary=names))
@@ -83,20 +87,32 @@ def test_rappor_frequencies_are_identified_with_a_well_determined_dictionary_and
     assert est.to_dict()["identified"] == [[False] * 6] * 6 and len(est.to_dict()["identification"]) == 3
 
 
-def test_krr_is_identified_when_one_other_holds_one_value_and_two_orr_members_are_not():
+def test_krr_is_identified_by_the_full_alphabet_and_two_orr_members_are_not():
     krr = KRR(k=100, epsilon=4.0)
-    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
-                         JointVariable(krr, list(range(5))))
-    assert not est.identified_mask().any() and len(est.identification) == 1  # 95 hidden values each
-    est = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
-                         JointVariable(krr, list(range(99))))
-    assert est.identified_mask().all() and est.identification == ()  # Y's Other is value 99 alone
+    pairs = _pairs(krr, krr, None)
+    x, y = JointVariable(krr, list(range(5))), JointVariable(krr, list(range(5)))
+    # 95 hidden values each, but known ones: the inversion of the full alphabets identifies every cell.
+    est = estimate_joint(pairs, x, y)
+    assert est.identified_mask().all() and est.identification == ()
+    assert est.interval_method == "wald-clipped-inversion" and est.info["estimator"] == "direct-inversion"
+    # The EM with its product Other x Other law (the comparison) is what rule 2 flags.
+    em = estimate_joint(pairs, x, y, inversion=False)
+    assert not em.identified_mask().any() and len(em.identification) == 1 and em.info["estimator"] == "em"
+    est = estimate_joint(pairs, JointVariable(krr, list(range(5))), JointVariable(krr, list(range(99))))
+    assert est.identified_mask().all() and est.identification == ()  # X's Other holds 95 values: inversion too
+    small = KRR(k=6, epsilon=4.0)
+    est = estimate_joint(_pairs(small, small, None, support=6), JointVariable(small, list(range(5))),
+                         JointVariable(small, list(range(5))))
+    assert est.info["estimator"] == "em" and est.identified_mask().all()  # two Others of one value: the EM
     names = value_names(100)
     orr = ORR(k=32, epsilon=3.0, cohorts=8)
     est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
-                         JointVariable(orr, names[:5], dictionary=names))
+                         JointVariable(orr, names[:5], dictionary=names), inversion=False)
     assert est.info["frequencies_x"] == "dictionary"
     assert not est.identified_mask().any()
+    # Without a dictionary the hidden values are unknown: the EM, flagged.
+    est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5]), JointVariable(orr, names[:5]))
+    assert est.info["estimator"] == "em" and not est.identified_mask().any()
 
 
 def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
@@ -105,7 +121,7 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     names = value_names(100)
     orr = ORR(k=32, epsilon=3.0, cohorts=8)
     est = estimate_joint(_pairs(orr, orr, names), JointVariable(orr, names[:5], dictionary=names),
-                         JointVariable(orr, names[:5], dictionary=names))
+                         JointVariable(orr, names[:5], dictionary=names), inversion=False)
     published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, est, warm_start=False).to_json()
     validate(published, "joint-estimate/1")
     assert published["identified"] == [[False] * 6] * 6
@@ -118,12 +134,21 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     text = render_joint(published, now=2.0)
     assert text.count("]?") == 36 and "? not identified" in text and est.identification[0] in text
     assert "]?" not in render_joint(older, now=2.0)
+    # Two direct members: every cell identified, the inversion's interval method in the schema.
+    krr = KRR(k=100, epsilon=4.0)
+    direct = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                            JointVariable(krr, list(range(5))))
+    published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, direct, warm_start=False).to_json()
+    validate(published, "joint-estimate/1")
+    assert published["identified"] == [[True] * 6] * 6 and published["identification"] == []
+    text = render_joint(published, now=2.0)
+    assert published["em"]["iterations"] == 0 and "]?" not in text and "closed form" in text and "EM:" not in text
 
 
 def test_the_decoder_passes_a_closed_alphabet_as_the_dictionary_so_its_table_is_identified():
     """A closed O-RAPPOR alphabet has no candidate list; its every index is the dictionary (well-determined:
-    41 columns, 16 cohorts × 16 bits), so the frequencies are ``dictionary`` and only the Other x Other rule
-    flags the table."""
+    41 columns, 16 cohorts × 16 bits), so the EM's frequencies are ``dictionary`` and only the Other x Other rule
+    flags its table, and the shipped decode is the inversion against that dictionary, every cell identified."""
     from ldpstream.decoder.published import joint_variable
     from ldpstream.estimators.estimate import Estimate
     from ldpstream.registry import Registry
@@ -136,9 +161,11 @@ def test_the_decoder_passes_a_closed_alphabet_as_the_dictionary_so_its_table_is_
     var = joint_variable(metric, marginal, 5)
     assert list(var.dictionary or []) == list(range(40)) and list(var.values) == [0, 1, 2, 3, 4]
     pat = _pairs_closed(metric.mechanism, z)
-    est = estimate_joint(pat, var, var)
+    est = estimate_joint(pat, var, var, inversion=False)
     assert est.info["frequencies_x"] == "dictionary"
     assert [r.split(":")[0] for r in est.identification] == ["both members' Other holds several values"]
+    est = estimate_joint(pat, var, var)
+    assert est.info["estimator"] == "dictionary-inversion" and est.identified_mask().all()
 
 
 def _pairs_closed(mech, joint, n=20_000):

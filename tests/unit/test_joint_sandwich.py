@@ -49,8 +49,9 @@ def _with_counts(p: PairPatterns, counts: np.ndarray) -> PairPatterns:
 
 
 def _estimate(p: PairPatterns, var: JointVariable, self_consistent: bool) -> Any:
+    # The EM's influence (inversion=False: two hashed members with a dictionary are otherwise inverted).
     return estimate_joint(p, var, var, tolerance=1e-12, max_iterations=20000, self_consistent=self_consistent,
-                          frequency_tolerance=1e-11, max_refits=2000)
+                          frequency_tolerance=1e-11, max_refits=2000, inversion=False)
 
 
 def _influence(p: PairPatterns, var: JointVariable, self_consistent: bool) -> tuple[np.ndarray, np.ndarray]:
