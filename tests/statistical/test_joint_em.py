@@ -57,7 +57,8 @@ def run_trials(mechanism: Any, values: list[Any], trials: int, seed: int, withou
     rng = np.random.default_rng(seed)
     var = JointVariable(mechanism, values)
     truth_y_given_x = truth / truth.sum(axis=1, keepdims=True)
-    errors, covered, covered_y_given_x, no_other = [], [], [], []
+    truth_x_given_y = truth / truth.sum(axis=0, keepdims=True)
+    errors, covered, covered_y_given_x, covered_x_given_y, no_other = [], [], [], [], []
     for t in range(trials):
         patterns = sample_pairs(joint, mechanism, mechanism, N, rng, table, table)
         est = estimate_joint(patterns, var, var)
@@ -66,10 +67,12 @@ def run_trials(mechanism: Any, values: list[Any], trials: int, seed: int, withou
         covered.append((est.low <= truth) & (truth <= est.high))
         cond = est.y_given_x
         covered_y_given_x.append((cond.low <= truth_y_given_x) & (truth_y_given_x <= cond.high))
+        cond = est.x_given_y
+        covered_x_given_y.append((cond.low <= truth_x_given_y) & (truth_x_given_y <= cond.high))
         if t < without_other:
             no_other.append(estimate_joint(patterns, var, var, other=False))
     return {"errors": np.array(errors), "covered": np.array(covered), "no_other": no_other,
-            "covered_y_given_x": np.array(covered_y_given_x),
+            "covered_y_given_x": np.array(covered_y_given_x), "covered_x_given_y": np.array(covered_x_given_y),
             "truth_no_other": collapse(joint, TOP, TOP, other=False)}
 
 
@@ -124,6 +127,7 @@ def test_krr_paper_simulation() -> None:
     check_coverage(result["covered"], band_in_se=3.0)
     check_other_matters(result, min_bias=0.02)  # measured: −0.038
     check_coverage(result["covered_y_given_x"], band_in_se=3.0)  # the conditionals' delta-method intervals
+    check_coverage(result["covered_x_given_y"], band_in_se=3.0)
 
 
 def independence_p_values(strength: float, trials: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
