@@ -168,7 +168,8 @@ function jointView(name, joint, truth) {
   const test = joint.independence;
   const verdict = test.p_value < 0.05 ? "dependent (independence rejected at 5%)" : "no evidence against independence at 5%";
   return [el("div", {class: "meta"}, `${num(joint.n_reports)} report pairs · intervals `,
-             el("b", {}, joint.interval_method), ` · EM ${joint.em.iterations} iterations` ,
+             el("b", {}, joint.interval_method),
+             joint.interval_method === "wald-clipped-inversion" ? " · closed form (no EM)" : ` · EM ${joint.em.iterations} iterations`,
              truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
           el("div", {class: "axis-note"}, "cell = share of clients with that pair of values; each with its 95% interval"),
           table,
