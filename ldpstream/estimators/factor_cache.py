@@ -96,6 +96,8 @@ class ReferenceFactor:
     #: The design-only pattern of the sandwich's pair part (:meth:`SandwichMeat.sandwich_diagonal`), made on
     #: first use.
     pair_structure: dict[str, Any] = field(default_factory=dict)
+    #: ``Xa = [X, o]`` (sparse), shared by the references of one key: the design of the key, not rebuilt per decode.
+    design: sp.csr_matrix | None = None
 
     @property
     def nbytes(self) -> int:
@@ -306,13 +308,23 @@ class CachedLeastSquares:
         key: Hashable,
         exact_max: int = 1024,
     ) -> None:
-        Xa = sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr") if other_col is not None else X
-        self.z, self.X, self.o, self.Xa = z, X, other_col, sp.csr_matrix(Xa)
+        references = cache.references(key)
+        # the key names the design (mechanism, candidates, "other"): its Xa is the one an earlier decode built
+        held = references[0].design if references else None
+        width = X.shape[1] + (other_col is not None)
+        if held is not None and held.shape == (X.shape[0], width):
+            Xa = held
+        else:
+            Xa = sp.csr_matrix(sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr")
+                               if other_col is not None else X, copy=True)
+            for arr in (Xa.data, Xa.indices, Xa.indptr):  # shared by later decodes: never edited in place
+                arr.flags.writeable = False
+        self.z, self.X, self.o, self.Xa = z, X, other_col, Xa
         self.info: dict[str, Any] = {"se_method": "exact"}
         self._cache, self._key = cache, key
         #: ``Ga`` when this decode formed it (a miss), for :meth:`dense_gram`.
         self._fresh_gram: np.ndarray | None = None
-        for ref in cache.references(key):
+        for ref in references:
             b = np.asarray(self.Xa.T @ (ref.weights * z))
             beta = ref.inverse @ b
             if ref.matches(self._weights(var_fn, self.Xa @ beta), cache.tolerance):
@@ -326,7 +338,7 @@ class CachedLeastSquares:
             raise ValueError("CachedLeastSquares needs the dense back end")
         if other_col is not None:
             G = np.block([[G, wls.g[:, None]], [wls.g[None, :], np.array([[wls.gamma]])]])
-        self.ref = ReferenceFactor(wls.w, symmetric_inverse(G))
+        self.ref = ReferenceFactor(wls.w, symmetric_inverse(G), design=self.Xa)
         self._fresh_gram = G
         self.w, self.b, self.beta = wls.w, wls.b, wls.beta
         self.info.update(wls.gram.info)

@@ -273,7 +273,9 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
     With several cohorts and the values' estimated ``frequencies``, the cohort-mix term of a cell counts only
     the other values behind it, ``(1 − 1/C)(hi − lo)² g(1 − g)`` with ``g = f_j − p_s``: the fluctuation of
     the value's own share between cohorts cancels in its estimate (its clients are all counted somewhere)."""
-    X = sp.csr_matrix(value_cells, dtype=np.float64)
+    # the decoder passes its cached (read-only) design: used as it is, not copied
+    X = (value_cells if isinstance(value_cells, sp.csr_matrix) and value_cells.dtype == np.float64
+         else sp.csr_matrix(value_cells, dtype=np.float64))
     factor = max(design.span - 1.0, 0.0) * design.overlap
     if factor == 0.0:
         return np.ones(X.shape[1])
