@@ -157,6 +157,8 @@ out["parts_warm"] = warm[-1][1]
 if factor_cache is not None:
     out["cache_mb"] = factor_cache().nbytes / 2**20
     out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
+    out["information_hits"] = getattr(factor_cache(), "information_hits", 0)
+    out["information_misses"] = getattr(factor_cache(), "information_misses", 0)
     if cfg["reuse"]:
         service.reuse = False  # the same warm cache, every window decoded from scratch
         norep = [refresh() for _ in range(cfg["warm"])]
@@ -235,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'ours, warm cache and reuse':<34} {fmt(after['warm'])}")
             print(f"{'ours, reuse, no report since':<34} {fmt([after['unchanged']])}")
             print(f"# cache: {after['cache_mb']:.0f} MB held, {after['cache_hits']} hits, "
-                  f"{after['cache_misses']} misses")
+                  f"{after['cache_misses']} misses; O-RR mle information variances reused "
+                  f"{after['information_hits']}, computed {after['information_misses']}")
             print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'noreuse':>8} "
                   f"{'warm':>8}")
             parts = after["parts_warm"]
