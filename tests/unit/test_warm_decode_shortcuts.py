@@ -232,3 +232,25 @@ def test_a_value_back_in_the_top_is_exported_again():
     assert 'value="a"' not in shown and 'value="b"' in shown
     back = publish([0.5, 0.4, 0.1])
     assert 'ldpstream_estimate_ratio{metric="m",value="a",window="all"} 0.5' in back
+
+
+def test_published_body_is_the_json_of_the_estimate_and_of_its_republished_copy():
+    """The body published is ``json.dumps(to_json())`` byte for byte, also for a copy republished unchanged
+    (which reuses the text of its values) and for a discovery dictionary (a subclass with more keys)."""
+    import json
+    from dataclasses import replace
+
+    from ldpstream.decoder.discovery import PublishedDictionary
+    from ldpstream.decoder.published import PublishedEstimate
+    from ldpstream.estimators import Estimate
+
+    est = Estimate(np.array([0.5, 0.25, np.nan]), np.array([0.1, 0.05, 0.2]), 100, "krr/project",
+                   residual=0.1, info={"x": 1})
+    published = PublishedEstimate("m", "all", 1.0, 0.5, 3, est, ('a"', "é", "c"), (0, 3600), None,
+                                  np.array([1.0, 1.5, 2.0]))
+    assert published.body() == json.dumps(published.to_json())
+    again = replace(published, snapshot_time=2.0, reused=True)
+    assert again.values_text == published.values_text
+    assert again.body() == json.dumps(again.to_json()) != published.body()
+    dictionary = PublishedDictionary("d", "all", 1.0, 0.5, 1, est, ("a", "b", "c"), discovery={"k": 2})
+    assert dictionary.body() == json.dumps(dictionary.to_json())
