@@ -19,12 +19,13 @@ Ours runs with the decoder service's reuse of its last decode (``DecoderService(
 ``nnls`` / ``mle`` from the window's previous estimate, unchanged windows republished without decoding) and, on
 the same warm factor cache, with ``reuse=False`` (every window decoded from scratch); then one refresh with no
 report added since the previous one (every window unchanged: nothing is decoded). The baseline tree runs as it
-is (a tree without ``reuse`` decodes from scratch).
+is (a tree without ``reuse`` decodes from scratch), with ``reuse=False`` unless ``--before-reuse`` (then its warm
+refreshes are the ones to compare with ours, warm cache and reuse).
 Printed: the wall and CPU time of each refresh (the machine is shared: CPU time is the figure to compare when
 it is loaded) and, per family and candidate count, the summed decode wall seconds (``decode_seconds`` of the
 published estimates) of the last refresh of each kind.
 
-Usage: python bench/decoder_refresh.py [--before main] [--reports 20000] [--fresh 200] [--warm 3]
+Usage: python bench/decoder_refresh.py [--before main] [--before-reuse] [--reports 20000] [--fresh 200] [--warm 3]
                                        [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
                                        [--candidate-methods project,nnls,mle,ls]
 """
@@ -157,6 +158,8 @@ out["parts_warm"] = warm[-1][1]
 if factor_cache is not None:
     out["cache_mb"] = factor_cache().nbytes / 2**20
     out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
+    out["information_hits"] = getattr(factor_cache(), "information_hits", 0)
+    out["information_misses"] = getattr(factor_cache(), "information_misses", 0)
     if cfg["reuse"]:
         service.reuse = False  # the same warm cache, every window decoded from scratch
         norep = [refresh() for _ in range(cfg["warm"])]
@@ -201,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--candidate-methods", default="project,nnls,mle,ls",
                     help="estimators the candidate metrics cycle through")
+    ap.add_argument("--before-reuse", action="store_true",
+                    help="run the baseline tree with its own reuse of the last decode too (when it has one), so that "
+                         "its warm refreshes compare with ours")
     args = ap.parse_args(argv)
     rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.strip()
@@ -221,21 +227,23 @@ def main(argv: list[str] | None = None) -> int:
             cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-", "seed": args.seed,
                    "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
                    "candidate_methods": args.candidate_methods.split(","), "reuse": False}
-            before = run(tree, cfg)
+            before = run(tree, {**cfg, "reuse": bool(args.before_reuse)})
             after = run(ROOT, {**cfg, "reuse": True})
             print(f"\n## store: {store} ({after['estimates']} estimates a refresh; setup {after['setup']:.1f} s)")
             def fmt(runs: list[list[float]]) -> str:
                 return "  ".join(f"{w:6.2f} {c:6.2f}" for w, c in runs)
 
             print(f"{'refresh of 100 metrics':<34} wall s  CPU s (each refresh)")
-            print(f"{args.before + ' (cold, then warm)':<34} {fmt([before['cold'], *before['warm']])}")
+            label = args.before + (", reuse" if args.before_reuse else "") + " (cold, then warm)"
+            print(f"{label:<34} {fmt([before['cold'], *before['warm']])}")
             print(f"{'ours, cache and reuse disabled':<34} {fmt(after['off'])}")
             print(f"{'ours, cold cache (first refresh)':<34} {fmt([after['cold']])}")
             print(f"{'ours, warm cache, reuse disabled':<34} {fmt(after['noreuse'])}")
             print(f"{'ours, warm cache and reuse':<34} {fmt(after['warm'])}")
             print(f"{'ours, reuse, no report since':<34} {fmt([after['unchanged']])}")
             print(f"# cache: {after['cache_mb']:.0f} MB held, {after['cache_hits']} hits, "
-                  f"{after['cache_misses']} misses")
+                  f"{after['cache_misses']} misses; O-RR mle information variances reused "
+                  f"{after['information_hits']}, computed {after['information_misses']}")
             print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'noreuse':>8} "
                   f"{'warm':>8}")
             parts = after["parts_warm"]

@@ -42,6 +42,8 @@ class DecoderMetrics:
         self.last_run = Gauge("ldpstream_decoder_last_run_timestamp_seconds",
                               "Unix time of the decoder's last completed pass", registry=registry)
         self._shown: dict[tuple[str, str], set[str]] = {}
+        #: (metric, window, value) → its frequency, low and high series while the value is shown.
+        self._value_series: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
         # Joint estimates of associations (one table per association and window).
         cell = ["association", "window", "x", "y"]
         self.joint_cell = Gauge("ldpstream_joint_cell_ratio", "Estimated joint frequency of a top cell (x, y)",
@@ -123,12 +125,18 @@ class DecoderMetrics:
         order = np.argsort(-est.frequencies, kind="stable")[:top_n]
         shown = {result.names[i] for i in order}
         ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
-        for i in order:
+        for i in order.tolist():
             labels = (result.metric, result.window, result.names[i])
-            self.frequency.labels(*labels).set(float(est.frequencies[i]))
+            # the three series of one value, looked up once while it stays shown (prometheus_client's labels()
+            # validates and locks on every call: 9,000 calls a refresh of 100 metrics)
+            series = self._value_series.get(labels)
+            if series is None:
+                series = (self.frequency.labels(*labels), self.low.labels(*labels), self.high.labels(*labels))
+                self._value_series[labels] = series
+            series[0].set(float(est.frequencies[i]))
             if ci is not None:
-                self.low.labels(*labels).set(float(ci.low[i]))
-                self.high.labels(*labels).set(float(ci.high[i]))
+                series[1].set(float(ci.low[i]))
+                series[2].set(float(ci.high[i]))
         previous = self._shown.get((result.metric, result.window), set())
         self._remove_values(result.metric, result.window, previous - shown)
         self._shown[(result.metric, result.window)] = shown
@@ -224,6 +232,7 @@ class DecoderMetrics:
 
     def _remove_values(self, metric: str, window: str, values: set[str]) -> None:
         for value in values:
+            self._value_series.pop((metric, window, value), None)
             for gauge in (self.frequency, self.low, self.high):
                 with contextlib.suppress(KeyError):
                     gauge.remove(metric, window, value)

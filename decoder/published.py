@@ -4,8 +4,9 @@ table over the members' candidates, :class:`PublishedJoint`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -78,8 +79,27 @@ class PublishedEstimate:
     design_effects: np.ndarray | None = None
     #: Republished from the previous pass without decoding: the window's counts had not changed since.
     reused: bool = False
+    #: The JSON text of ``values`` once made (at most one entry), shared by the copies that republish this
+    #: estimate unchanged (:func:`dataclasses.replace` passes it on): see :meth:`body`.
+    values_text: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    def body(self) -> str:
+        """``json.dumps(self.to_json())``, with the text of ``values`` (the bulk of it: up to thousands of rows)
+        made once per decode and reused when the estimate is republished unchanged ("values" is the last key, so
+        the text is the same)."""
+        if type(self).to_json is not PublishedEstimate.to_json:  # a subclass adds keys: no splicing
+            return json.dumps(self.to_json())
+        if not self.values_text:
+            self.values_text.append(json.dumps(self._values()))
+        head = json.dumps(self._head())  # a non-empty object: "{...}"
+        return f'{head[:-1]}, "values": {self.values_text[0]}}}'
 
     def to_json(self) -> dict[str, Any]:
+        out = self._head()
+        out["values"] = self._values()
+        return out
+
+    def _values(self) -> list[dict[str, Any]]:
         est = self.estimate
         ci = est.ci(0.95, clip=True) if est.std_errors is not None or est.interval is not None else None
         # Columns as Python floats in one conversion each (tolist), then one dict per value.
@@ -93,6 +113,11 @@ class PublishedEstimate:
         keys = ["value", *(key for key, _ in columns)]
         values: list[dict[str, Any]] = [dict(zip(keys, row, strict=False))
                                         for row in zip(self.names, *(col for _, col in columns), strict=False)]
+        return values
+
+    def _head(self) -> dict[str, Any]:
+        """Every field of :meth:`to_json` but ``values`` (its last)."""
+        est = self.estimate
         return {
             "schema": MARGINAL_SCHEMA,
             "metric": self.metric,
@@ -110,7 +135,6 @@ class PublishedEstimate:
             "n_reports": int(est.n_reports),
             "residual": est.residual,
             "detection_floor": est.detection_floor,
-            "values": values,
         }
 
 

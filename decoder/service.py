@@ -413,7 +413,7 @@ class DecoderService:
             self._produce(f"{metric}:{window}", body)
 
     def publish(self, result: PublishedEstimate) -> None:
-        body = json.dumps(result.to_json())
+        body = result.body()
         self.store.publish_estimate(result.metric, result.window, body, self.history)
         if self.producer is not None:
             self._produce(f"{result.metric}:{result.window}", body)

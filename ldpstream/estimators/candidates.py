@@ -35,7 +35,9 @@ Methods:
   weights at the estimate).
 - ``"nnls"``: the same weighted least squares constrained to ``p >= 0`` and ``Σ p <= 1`` (or, with the
   "other" term, to the simplex over candidates + other), solved by FISTA on the normal equations with
-  sparse products ``Xᵀ(W(Xv))`` (Lipschitz constant: the largest row sum of XᵀWX, whose entries are >= 0).
+  sparse products ``Xᵀ(W(Xv))`` (Lipschitz constant: the largest row sum of XᵀWX, whose entries are >= 0);
+  from a previous solution (``start``), first the KKT system on the face of its support, kept when the KKT
+  conditions certify it (:func:`~ldpstream.estimators.least_squares.face_solve_constrained_ls`).
 - ``"project"``: least squares then Euclidean projection onto the simplex (Kairouz et al.'s decoder; with
   ``other=False`` exactly the paper's).
 - ``"mle"``: EM over the candidates plus the "other" component. O-RR: exact multinomial likelihood over
@@ -43,7 +45,10 @@ Methods:
   composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
   ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
   to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
-  exact); bits: the least-squares sandwich (the Godambe covariance, above). Solved by
+  exact; with a ``factor_cache``, reused from an earlier decode whose information weights ``n/m²`` are within
+  a spread of 1.04, standard errors within 1% of the exact ones and the bound in ``info``:
+  docs/math/estimators.md#information-variances-from-an-earlier-decode); bits: the least-squares sandwich (the
+  Godambe covariance, above). Solved by
   :func:`ldpstream.estimators.newton_mle.newton_multinomial`: SQUAREM EM from the uniform distribution (stopping
   on steps below ``tol`` in p or gains below 1e-7 nats), then projected Newton steps on the information until
   the duality-gap certificate is below 5e-7 nats (docs/math/estimators.md#maximum-likelihood-by-projected-newton);
@@ -93,7 +98,7 @@ from ldpstream.mechanisms.base import CANDIDATE_METHODS
 from .channels import AffineChannel, compressed_affine_channel
 from .estimate import ConfidenceInterval, Estimate, detection_floor
 from .factor_cache import CachedLeastSquares, FactorCache
-from .least_squares import WeightedLeastSquares, fista_constrained_ls
+from .least_squares import WeightedLeastSquares, face_solve_constrained_ls, fista_constrained_ls
 from .newton_mle import newton_multinomial
 from .sandwich import bits_meat, orr_meat
 from .simplex import project_capped_simplex, project_simplex
@@ -203,18 +208,42 @@ def _decode(
     elif method == "project":
         est = project_simplex(beta)
     else:  # nnls
-        proj = project_simplex if other else project_capped_simplex
-        est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta if x0 is None else x0,
-                                           max_iter=max_iter, lipschitz=wls.lipschitz())
-        info["n_iter"] = n_iter
+        face = None
+        if x0 is not None:
+            # from a previous solution: the KKT system on its face, certified, else FISTA
+            # (docs/math/estimators.md#non-negative-least-squares)
+            Ga = wls.dense_gram()
+            if Ga is not None:
+                face = face_solve_constrained_ls(wls.matvec, lambda F: Ga[np.ix_(F, F)], wls.b, x0, simplex=other)
+        if face is not None:
+            est = face
+            info.update(n_iter=0, nnls_solver="face-kkt")
+        else:
+            proj = project_simplex if other else project_capped_simplex
+            est, n_iter = fista_constrained_ls(wls.matvec, wls.b, proj, beta if x0 is None else x0,
+                                               max_iter=max_iter, lipschitz=wls.lipschitz())
+            info.update(n_iter=n_iter, nnls_solver="fista")
     top = _top(est, S, se_top)
     se_ls = np.sqrt(wls.variances(top, meat_fn(wls)))
     info.update(wls.info if isinstance(wls, CachedLeastSquares) else wls.gram.info)
     se = se_ls
     if method == "mle" and kind == "orr":
-        # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs
+        # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs, from an
+        # earlier decode's when its weights n/m² are close enough for a stated bound (factor_cache module docstring)
         m = np.maximum(ch.forward(est), 1e-300)
-        se = np.sqrt(affine_constrained_variances(ch, counts / m**2, exact_max=exact_se_max, top=top, info=info))
+        d = counts / m**2
+        info_key = (cache_key, "orr-information", bool(other), X.shape)
+        reused = (factor_cache.information_variances(info_key, d)
+                  if isinstance(wls, CachedLeastSquares) and factor_cache is not None else None)
+        if reused is not None:
+            var_info, bound = reused
+            info.update(information_variances="reused", information_se_bound=bound)
+        else:
+            var_info = affine_constrained_variances(ch, d, exact_max=exact_se_max, top=top, info=info)
+            if isinstance(wls, CachedLeastSquares) and factor_cache is not None:
+                factor_cache.add_information(info_key, d, var_info)
+                info["information_variances"] = "exact"
+        se = np.sqrt(var_info)
     freq = est[:S]
     if other:
         residual, residual_se = float(est[S]), float(se[S])

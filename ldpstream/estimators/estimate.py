@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from ldpstream.errors import ParameterError
 
@@ -30,7 +30,9 @@ def bonferroni_z(n_tests: int, alpha: float = 0.05) -> float:
     """``Φ⁻¹(1 − α/S)``: the one-sided Bonferroni critical value over ``S = n_tests`` tests."""
     if not 0 < alpha < 1:
         raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
-    return float(stats.norm.isf(alpha / max(int(n_tests), 1)))
+    # −Φ⁻¹(α/S) is scipy.stats.norm.isf's own formula, without its per-call argument checking (≈ 0.25 ms, which
+    # the live decoder paid for every window of every metric)
+    return float(-special.ndtri(alpha / max(int(n_tests), 1)))
 
 
 def detection_floor(zero_sd: float, n_tests: int, alpha: float = 0.05) -> float:
@@ -119,7 +121,7 @@ class Estimate:
         if self.interval is not None and abs(level - 0.95) < 1e-12:
             low, high = self.interval
         else:
-            half = stats.norm.isf((1 - level) / 2) * self._se()
+            half = -special.ndtri((1 - level) / 2) * self._se()
             low, high = self.frequencies - half, self.frequencies + half
         if clip:
             low, high = np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)

@@ -24,6 +24,15 @@ the reference weights), so a cache hit is decided by the data of the decode, not
 :class:`FactorCache` keeps, per key (the mechanism, the candidate list and the decoder's options), up to
 ``per_key`` references (the windows of one metric: ``all``, ``1d``, ``1h`` may need different ones), least
 recently used first out, bounded in bytes overall. Only the exact back end (``S ≤ exact_se_max``) is cached.
+
+**Information variances** (docs/math/estimators.md#information-variances-from-an-earlier-decode). The O-RR
+maximum likelihood publishes the variances of the observed information restricted to the simplex, ``J⁻¹`` with
+``J = Bᵀ diag(d) B``, ``d = n / m²`` per channel output and ``B`` fixed by the design. If ``d`` lies within
+``[a, b] · d_ref`` cell by cell (the same cells non-zero), ``J`` lies within ``[a, b] · J_ref`` in the Loewner
+order, so every variance lies within ``[1/b, 1/a]`` times its reference value. With ``b/a ≤ κ_I`` (default
+1.04) the cache returns ``var_ref / sqrt(a b)``: each variance within a factor ``sqrt(b/a) ≤ 1.02`` of the
+exact one, each standard error within ``(b/a)^{1/4} − 1 ≤ 1%`` (the bound is returned with it). A refresh of
+a window of many buckets changes ``d`` by far less (a few fresh reports in hundreds per cell).
 """
 
 from __future__ import annotations
@@ -39,10 +48,11 @@ import scipy.linalg as sl
 import scipy.sparse as sp
 
 from .least_squares import WeightedLeastSquares
+from .linalg import weighted_gram
 from .sandwich import SandwichMeat
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "CachedLeastSquares", "FactorCache", "ReferenceFactor",
-           "symmetric_inverse"]
+__all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "CachedLeastSquares",
+           "FactorCache", "InformationReference", "ReferenceFactor", "symmetric_inverse"]
 
 #: Default bound of a :class:`FactorCache` (bytes of ``Ga⁻¹`` and ``B`` held). The decoder visits every (metric,
 #: window) once a refresh, a cyclic pattern: when the references it needs exceed the bound, least-recently-used
@@ -54,6 +64,9 @@ DEFAULT_MAX_BYTES = 1024 * 2**20
 #: The weights hold the cohorts' report counts ``N_c``: in a window of one bucket (``1h``) with ~300 reports a
 #: cohort they scatter by ±6% about those of ``all``, a spread of ≈ 1.35 over 64 cohorts.
 DEFAULT_TOLERANCE = 1.5
+#: Default largest spread ``κ_I = b/a`` of ``d / d_ref`` for which information variances are reused: standard
+#: errors within ``κ_I^{1/4} − 1`` (1%) of the exact ones (module docstring).
+DEFAULT_INFORMATION_TOLERANCE = 1.04
 
 
 def symmetric_inverse(G: np.ndarray) -> np.ndarray:
@@ -78,10 +91,19 @@ class ReferenceFactor:
     inverse: np.ndarray
     rows: np.ndarray | None = None
     hits: int = field(default=0)
+    #: ``Ga`` itself (dense), made on first use by the non-negative least squares' face solves.
+    gram: np.ndarray | None = None
+    #: The design-only pattern of the sandwich's pair part (:meth:`SandwichMeat.sandwich_diagonal`), made on
+    #: first use.
+    pair_structure: dict[str, Any] = field(default_factory=dict)
+    #: ``Xa = [X, o]`` (sparse), shared by the references of one key: the design of the key, not rebuilt per decode.
+    design: sp.csr_matrix | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.weights.nbytes + self.inverse.nbytes + (0 if self.rows is None else self.rows.nbytes))
+        return int(self.weights.nbytes + self.inverse.nbytes + (0 if self.rows is None else self.rows.nbytes)
+                   + (0 if self.gram is None else self.gram.nbytes)
+                   + sum(a.nbytes for a in self.pair_structure.values()))
 
     def matches(self, w: np.ndarray, tolerance: float) -> bool:
         """Whether ``w`` is within ``tolerance`` (``max r / min r``, ``r = w / w_ref``) of the reference, with
@@ -96,6 +118,28 @@ class ReferenceFactor:
         return bool(np.max(ratio) <= tolerance * np.min(ratio))
 
 
+@dataclass(eq=False)
+class InformationReference:
+    """Weights ``d_ref`` of an information matrix ``Bᵀ diag(d_ref) B`` and the variances computed from it."""
+
+    weights: np.ndarray
+    variances: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weights.nbytes + self.variances.nbytes)
+
+    def spread(self, d: np.ndarray) -> tuple[float, float] | None:
+        """``(min, max)`` of ``d / d_ref`` over the cells weighted in both, or None when the shapes or the sets of
+        weighted cells differ (then no bound holds)."""
+        ref = self.weights
+        used = ref > 0
+        if d.shape != ref.shape or not np.array_equal(used, d > 0) or not used.any():
+            return None
+        ratio = d[used] / ref[used]
+        return float(np.min(ratio)), float(np.max(ratio))
+
+
 class FactorCache:
     """A bounded, thread-safe cache of :class:`ReferenceFactor` per key (module docstring).
 
@@ -106,16 +150,24 @@ class FactorCache:
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, per_key: int = 4,
-                 tolerance: float = DEFAULT_TOLERANCE) -> None:
+                 tolerance: float = DEFAULT_TOLERANCE,
+                 information_tolerance: float = DEFAULT_INFORMATION_TOLERANCE) -> None:
         if tolerance < 1:
             raise ValueError(f"tolerance must be >= 1, got {tolerance}")
+        if information_tolerance < 1:
+            raise ValueError(f"information_tolerance must be >= 1, got {information_tolerance}")
         self.max_bytes = int(max_bytes)
         self.per_key = int(per_key)
         self.tolerance = float(tolerance)
+        self.information_tolerance = float(information_tolerance)
         self._entries: OrderedDict[Hashable, list[ReferenceFactor]] = OrderedDict()
+        #: Information variances per key (:class:`InformationReference`), most recently stored first.
+        self._information: OrderedDict[Hashable, list[InformationReference]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.information_hits = 0
+        self.information_misses = 0
 
     @property
     def enabled(self) -> bool:
@@ -124,7 +176,45 @@ class FactorCache:
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(e.nbytes for refs in self._entries.values() for e in refs)
+            return self._held()
+
+    def _held(self) -> int:
+        return (sum(e.nbytes for refs in self._entries.values() for e in refs)
+                + sum(e.nbytes for refs in self._information.values() for e in refs))
+
+    def information_variances(self, key: Hashable, d: np.ndarray) -> tuple[np.ndarray, float] | None:
+        """Variances of the information ``Bᵀ diag(d) B`` of ``key`` from a stored reference whose weights are
+        within the spread ``information_tolerance`` of ``d`` (module docstring): ``(var_ref / sqrt(a b), bound)``
+        with ``bound = (b/a)^{1/4} − 1`` the largest relative error of their square roots; None (a miss) when
+        no reference is that close."""
+        with self._lock:
+            refs = self._information.get(key)
+            if not refs:
+                return None
+            self._information.move_to_end(key)
+            for ref in refs:
+                spread = ref.spread(d)
+                if spread is None:
+                    continue
+                a, b = spread
+                if b <= self.information_tolerance * a:
+                    self.information_hits += 1
+                    refs.remove(ref)  # most recently used first, so that misses evict the unused ones
+                    refs.insert(0, ref)
+                    return ref.variances / np.sqrt(a * b), float((b / a) ** 0.25 - 1.0)
+        return None
+
+    def add_information(self, key: Hashable, d: np.ndarray, variances: np.ndarray) -> None:
+        """Store the exact variances of the information ``Bᵀ diag(d) B`` of ``key`` (a miss)."""
+        with self._lock:
+            self.information_misses += 1
+            if not self.enabled:
+                return
+            refs = self._information.setdefault(key, [])
+            self._information.move_to_end(key)
+            refs.insert(0, InformationReference(np.array(d, dtype=np.float64), np.array(variances, dtype=np.float64)))
+            del refs[self.per_key:]
+            self._shrink()
 
     def __len__(self) -> int:
         with self._lock:
@@ -175,18 +265,25 @@ class FactorCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self.hits = self.misses = 0
+            self._information.clear()
+            self.hits = self.misses = self.information_hits = self.information_misses = 0
 
     def _shrink(self) -> None:
         """Drop references, least recently used first, until the bytes held are within the bound (called
         when references are added or grow, not on hits)."""
-        total = sum(e.nbytes for refs in self._entries.values() for e in refs)
+        total = self._held()
         while self._entries and total > self.max_bytes:
             key, refs = next(iter(self._entries.items()))  # least recently used key
             dropped = refs.pop()  # its least recently used reference
             total -= dropped.nbytes
             if not refs:
                 del self._entries[key]
+        # information references are small (R + S floats): they go only once no Gram factor is left
+        while self._information and total > self.max_bytes:
+            key, info_refs = next(iter(self._information.items()))
+            total -= info_refs.pop().nbytes
+            if not info_refs:
+                del self._information[key]
 
 
 class CachedLeastSquares:
@@ -211,11 +308,23 @@ class CachedLeastSquares:
         key: Hashable,
         exact_max: int = 1024,
     ) -> None:
-        Xa = sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr") if other_col is not None else X
-        self.z, self.X, self.o, self.Xa = z, X, other_col, sp.csr_matrix(Xa)
+        references = cache.references(key)
+        # the key names the design (mechanism, candidates, "other"): its Xa is the one an earlier decode built
+        held = references[0].design if references else None
+        width = X.shape[1] + (other_col is not None)
+        if held is not None and held.shape == (X.shape[0], width):
+            Xa = held
+        else:
+            Xa = sp.csr_matrix(sp.hstack([X, sp.csr_matrix(other_col[:, None])], format="csr")
+                               if other_col is not None else X, copy=True)
+            for arr in (Xa.data, Xa.indices, Xa.indptr):  # shared by later decodes: never edited in place
+                arr.flags.writeable = False
+        self.z, self.X, self.o, self.Xa = z, X, other_col, Xa
         self.info: dict[str, Any] = {"se_method": "exact"}
         self._cache, self._key = cache, key
-        for ref in cache.references(key):
+        #: ``Ga`` when this decode formed it (a miss), for :meth:`dense_gram`.
+        self._fresh_gram: np.ndarray | None = None
+        for ref in references:
             b = np.asarray(self.Xa.T @ (ref.weights * z))
             beta = ref.inverse @ b
             if ref.matches(self._weights(var_fn, self.Xa @ beta), cache.tolerance):
@@ -229,7 +338,8 @@ class CachedLeastSquares:
             raise ValueError("CachedLeastSquares needs the dense back end")
         if other_col is not None:
             G = np.block([[G, wls.g[:, None]], [wls.g[None, :], np.array([[wls.gamma]])]])
-        self.ref = ReferenceFactor(wls.w, symmetric_inverse(G))
+        self.ref = ReferenceFactor(wls.w, symmetric_inverse(G), design=self.Xa)
+        self._fresh_gram = G
         self.w, self.b, self.beta = wls.w, wls.b, wls.beta
         self.info.update(wls.gram.info)
         self.info["factor_cache"] = "miss"
@@ -260,7 +370,19 @@ class CachedLeastSquares:
             self.ref.rows = np.asarray(self.Xa @ self.ref.inverse, dtype=np.float32)
             self._cache.grown()
         self.info["se_sandwich"] = "exact"
-        return np.asarray(np.maximum(meat.sandwich_diagonal(self.ref.rows), 0.0))
+        made = not self.ref.pair_structure
+        var = meat.sandwich_diagonal(self.ref.rows, self.ref.pair_structure)
+        if made and self.ref.pair_structure:
+            self._cache.grown()
+        return np.asarray(np.maximum(var, 0.0))
+
+    def dense_gram(self) -> np.ndarray:
+        """``Ga`` (dense, P × P) for the reference weights, kept with the reference once made."""
+        if self.ref.gram is None:
+            G = self._fresh_gram if self._fresh_gram is not None else weighted_gram(self.Xa, self.w)
+            self.ref.gram = G
+            self._cache.grown()
+        return self.ref.gram
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
         """``Ga v`` through the sparse design (``Xaᵀ(w ⊙ (Xa v))``)."""

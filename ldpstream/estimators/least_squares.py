@@ -17,7 +17,7 @@ from ldpstream.errors import ParameterError
 from .gram import WeightedGram
 from .sandwich import SandwichMeat
 
-__all__ = ["WeightedLeastSquares", "fista_constrained_ls"]
+__all__ = ["WeightedLeastSquares", "face_solve_constrained_ls", "fista_constrained_ls"]
 
 
 def fista_constrained_ls(
@@ -65,6 +65,79 @@ def fista_constrained_ls(
         if change < tol * max(1.0, float(np.max(np.abs(x)))):
             break
     return x, it
+
+
+def face_solve_constrained_ls(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    gram_of: Callable[[np.ndarray], np.ndarray],
+    b: np.ndarray,
+    x0: np.ndarray,
+    *,
+    simplex: bool,
+    rounds: int = 6,
+    kkt_tol: float = 1e-9,
+) -> np.ndarray | None:
+    """The minimizer of ``½ xᵀGx − bᵀx`` over the simplex (``simplex``) or the capped simplex ``{x ≥ 0, Σx ≤ 1}``,
+    found by solving the KKT system on the face that the support of ``x0`` (a previous solution) spans, and
+    certified by the KKT conditions; None when no face tried within ``rounds`` is certified
+    (docs/math/estimators.md#non-negative-least-squares).
+
+    On the face ``F`` (the other coordinates at 0): with the sum constraint active, ``[G_FF 1; 1ᵀ 0] [x_F; λ] =
+    [b_F; 1]``; without it (capped simplex), ``G_FF x_F = b_F``. The point is the minimizer when ``x_F ≥ 0`` and the
+    gradient ``g = Gx − b`` satisfies ``g_i ≥ μ`` off the face, ``μ = −λ`` the common gradient on it (``μ = 0``
+    and ``Σx ≤ 1`` when the sum constraint is inactive; ``μ ≤ 0`` when active on the capped simplex), to
+    ``kkt_tol`` times the scale of ``b``. Between rounds the coordinates the solve drove negative leave the face
+    and those that violate the gradient condition join it (a primal-dual active-set step). ``gram_of(F)`` is
+    ``G_FF`` (dense), ``matvec`` the product with ``G``. Cost per round: one Gram of the face and its
+    factorization, O(|F|³), and one product with ``G``."""
+    n = b.size
+    face = np.flatnonzero(np.asarray(x0) > 0)
+    scale = max(float(np.max(np.abs(b))), np.finfo(np.float64).tiny)
+    tol = kkt_tol * scale
+    for _ in range(rounds):
+        if face.size == 0:
+            return None
+        G_FF = gram_of(face)
+        x_face = None
+        mu = 0.0
+        if not simplex:  # the sum constraint inactive first
+            try:
+                x_face = sl.solve(G_FF, b[face], assume_a="pos", check_finite=False)
+            except (np.linalg.LinAlgError, ValueError):
+                x_face = None
+            if x_face is not None and float(x_face.sum()) > 1.0:
+                x_face = None
+        if x_face is None:
+            m = face.size
+            K = np.zeros((m + 1, m + 1))
+            K[:m, :m] = G_FF
+            K[:m, m] = K[m, :m] = 1.0
+            try:
+                sol = sl.solve(K, np.append(b[face], 1.0), assume_a="sym", check_finite=False)
+            except (np.linalg.LinAlgError, ValueError):
+                return None
+            x_face, mu = sol[:m], -float(sol[m])
+            if not simplex and mu > tol:
+                return None  # the sum constraint would be pushing outwards: the optimum is elsewhere
+        if not np.all(np.isfinite(x_face)):
+            return None
+        negative = x_face < 0
+        if negative.any():
+            face = face[~negative]
+            continue
+        x = np.zeros(n)
+        x[face] = x_face
+        g = matvec(x) - b
+        off = np.ones(n, dtype=bool)
+        off[face] = False
+        on_face_spread = float(np.max(np.abs(g[face] - mu)))
+        violating = off & (g < mu - tol)
+        if on_face_spread <= tol and not violating.any():
+            return x
+        if not violating.any():
+            return None  # the face system was solved badly (ill-conditioned): leave it to the iterative solver
+        face = np.union1d(face, np.flatnonzero(violating))
+    return None
 
 
 class WeightedLeastSquares:
@@ -178,6 +251,13 @@ class WeightedLeastSquares:
             var[-1] = sand[-1]
         self.gram.info.update(se_sandwich="calibrated", sandwich_calibration=factor)
         return np.asarray(np.maximum(var, 0.0))
+
+    def dense_gram(self) -> np.ndarray | None:
+        """``Ga`` (dense, with the "other" row and column when present) on the exact back end, else None."""
+        G = self.gram.dense()
+        if G is None or self.o is None:
+            return G
+        return np.block([[G, self.g[:, None]], [self.g[None, :], np.array([[self.gamma]])]])
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
         """``Ga v`` for the augmented Gram (with the "other" column when present)."""

@@ -130,7 +130,7 @@ class SandwichMeat:
             M += np.asarray((H.T @ sp.diags(d[keep]) @ H).toarray())
         return M
 
-    def sandwich_diagonal(self, B: np.ndarray) -> np.ndarray:
+    def sandwich_diagonal(self, B: np.ndarray, structure: dict[str, Any] | None = None) -> np.ndarray:
         """``diag(A M A)`` for a symmetric ``A`` (P × P) given ``B = Xa A`` (R × P): the sandwich variances when
         ``A = Ga⁻¹`` (docs/math/estimators.md#the-sandwich-from-cached-factors). Every part of ``M`` is a sum of
         squares of cell combinations, so with ``B`` at hand no P × P product is needed:
@@ -141,6 +141,10 @@ class SandwichMeat:
           the diagonal part, and the products of two cells set by one value in one cohort (h ≥ 2) are
           ``2 Σ_{i<j} K_ij B_is B_js`` with the sparse upper-triangular ``K``.
 
+        ``structure``: a dict kept by the caller between calls with the same design (the factor cache keeps one
+        per reference): the sparsity pattern of ``K`` and the pairs of nonzeros it comes from, which depend on
+        the design only, are stored there on the first call and reused (only ``K``'s values change).
+
         O((R + nnz(K))·P) per call (nnz(K) ≤ C·S·h(h − 1)/2), against O(P³) for :meth:`dense` and the product
         with ``A``."""
         R = self.X.shape[0]
@@ -150,49 +154,38 @@ class SandwichMeat:
         K: sp.csr_matrix | None = None
         if self.pair is not None:
             p, inv_n, w = self.pair
-            coo = sp.coo_matrix(self.X)
-            d = p[coo.col] * inv_n[coo.row // k]  # p_t / N_c of each nonzero (cell i, value t)
-            a = coo.data * w[coo.row]
-            keep = d > 0
-            rows, cols, a, d = coo.row[keep], coo.col[keep], a[keep], d[keep]
+            held = structure if structure is not None else {}
+            if "rows" not in held:
+                held.update(_pair_structure(self.X, k))
+            rows, cols, data = held["rows"], held["cols"], held["data"]
+            d = p[cols] * inv_n[rows // k]  # p_t / N_c of each nonzero (cell i, value t)
+            a = data * w[rows]
             diag += np.bincount(rows, weights=d * a * a, minlength=R)
-            # pairs of cells set by one value in one cohort: group the nonzeros by (cohort, value)
-            group = (rows // k).astype(np.int64) * self.X.shape[1] + cols
-            order = np.lexsort((rows, group))
-            rows, group, a, d = rows[order], group[order], a[order], d[order]
-            starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-            sizes = np.diff(np.r_[starts, group.size])
-            pi: list[np.ndarray] = []
-            pj: list[np.ndarray] = []
-            pv: list[np.ndarray] = []
-            end = np.repeat(starts + sizes, sizes)  # one past the last nonzero of each nonzero's group
-            first_all = np.arange(group.size)
-            for gap in range(1, int(sizes.max(initial=1))):
-                first = first_all[first_all + gap < end]
-                second = first + gap
-                pi.append(rows[first])
-                pj.append(rows[second])
-                pv.append(d[first] * a[first] * a[second])
-            if pi and sum(x.size for x in pi):
-                K = sp.csr_matrix((np.concatenate(pv), (np.concatenate(pi), np.concatenate(pj))), shape=(R, R))
-        # In blocks of whole cohorts (K and the rank-C parts never mix cohorts), in float64 whatever B holds.
+            first, second = held["first"], held["second"]
+            if first.size:
+                values = (d[first] * a[first] * a[second])[held["order"]]
+                K = sp.csr_matrix((values, held["indices"], held["indptr"]), shape=(R, R))
+        # In blocks of whole cohorts (K and the rank-C parts never mix cohorts), in float64 whatever B holds;
+        # blocks of at most max_block/4 elements stay in the L2 cache through the passes over them.
         P = B.shape[1]
-        step = max(1, self.max_block // max(k * P, 1))
+        step = max(1, (self.max_block // 4) // max(k * P, 1))
         out = np.zeros(P)
         if self.low_rank and self.low_rank_cells is None:
             raise ValueError("sandwich_diagonal needs the low-rank parts' cell vectors (low_rank_cells)")
         for c0 in range(0, C, step):
             c1 = min(C, c0 + step)
             r0, r1 = c0 * k, c1 * k
-            Bb = np.asarray(B[r0:r1], dtype=np.float64)
-            out += np.einsum("i,is,is->s", diag[r0:r1], Bb, Bb)
+            Bb = np.array(B[r0:r1], dtype=np.float64)
+            if K is not None:
+                out += 2.0 * np.einsum("is,is->s", Bb, np.asarray(K[r0:r1, r0:r1] @ Bb))
             if self.low_rank_cells is not None:
                 Bc = Bb.reshape(c1 - c0, k, P)
                 for (_, g), v in zip(self.low_rank, self.low_rank_cells, strict=True):
-                    T = np.einsum("ck,ckp->cp", v[r0:r1].reshape(c1 - c0, k), Bc)
-                    out += np.einsum("c,cp,cp->p", g[c0:c1], T, T)
-            if K is not None:
-                out += 2.0 * np.einsum("is,is->s", Bb, np.asarray(K[r0:r1, r0:r1] @ Bb))
+                    T = np.matmul(v[r0:r1].reshape(c1 - c0, 1, k), Bc).reshape(c1 - c0, P)
+                    T *= T
+                    out += g[c0:c1] @ T
+            np.multiply(Bb, Bb, out=Bb)
+            out += diag[r0:r1] @ Bb
         return out
 
     def _apply(self, Y2: np.ndarray) -> np.ndarray:
@@ -209,6 +202,36 @@ class SandwichMeat:
             back = cast(np.ndarray, self.split @ T.reshape(C * S, -1))
             out = out + Xa.T @ (w[:, None] * back)
         return out
+
+
+def _pair_structure(X: sp.csr_matrix, k: int) -> dict[str, np.ndarray]:
+    """The design-only part of the pair part of :meth:`SandwichMeat.sandwich_diagonal`: the nonzeros of ``X``
+    (``rows``, ``cols``, ``data``), the pairs ``(first, second)`` of nonzeros of one value in one cohort
+    (``rows[first] < rows[second]``), and the CSR pattern of ``K`` with ``order`` mapping pairs to its entries
+    (duplicates kept: scipy sums them in products)."""
+    coo = sp.coo_matrix(X)
+    rows, cols = coo.row.astype(np.int64), coo.col.astype(np.int64)
+    group = (rows // k) * X.shape[1] + cols
+    order = np.lexsort((rows, group))
+    group_sorted = group[order]
+    starts = np.flatnonzero(np.r_[True, group_sorted[1:] != group_sorted[:-1]])
+    sizes = np.diff(np.r_[starts, group_sorted.size])
+    end = np.repeat(starts + sizes, sizes)
+    first_all = np.arange(group_sorted.size)
+    firsts, seconds = [], []
+    for gap in range(1, int(sizes.max(initial=1))):
+        f = first_all[first_all + gap < end]
+        firsts.append(order[f])
+        seconds.append(order[f + gap])
+    first = np.concatenate(firsts) if firsts else np.zeros(0, dtype=np.int64)
+    second = np.concatenate(seconds) if seconds else np.zeros(0, dtype=np.int64)
+    pi, pj = rows[first], rows[second]
+    csr_order = np.lexsort((pj, pi))
+    R = X.shape[0]
+    indptr = np.zeros(R + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pi, minlength=R), out=indptr[1:])
+    return {"rows": rows, "cols": cols, "data": coo.data.astype(np.float64), "first": first, "second": second,
+            "order": csr_order, "indices": pj[csr_order].astype(np.int32), "indptr": indptr.astype(np.int32)}
 
 
 def per_cohort_sums(X: sp.csr_matrix, o: np.ndarray | None, u: np.ndarray, k: int) -> np.ndarray:

@@ -273,14 +273,17 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
     With several cohorts and the values' estimated ``frequencies``, the cohort-mix term of a cell counts only
     the other values behind it, ``(1 − 1/C)(hi − lo)² g(1 − g)`` with ``g = f_j − p_s``: the fluctuation of
     the value's own share between cohorts cancels in its estimate (its clients are all counted somewhere)."""
-    X = sp.csr_matrix(value_cells, dtype=np.float64)
+    # the decoder passes its cached (read-only) design: used as it is, not copied
+    X = (value_cells if isinstance(value_cells, sp.csr_matrix) and value_cells.dtype == np.float64
+         else sp.csr_matrix(value_cells, dtype=np.float64))
     factor = max(design.span - 1.0, 0.0) * design.overlap
     if factor == 0.0:
         return np.ones(X.shape[1])
     w = design.weight.ravel()
     if frequencies is not None and design.mix_scale > 0 and design.share is not None:
-        coo = X.tocoo()
-        cell, value = coo.row, coo.col
+        # the nonzeros of the canonical csr design in order: rows repeated by their counts (tocoo, less its checks)
+        cell = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        value = X.indices
         f = design.share.ravel()[cell]
         g = np.maximum(f - np.clip(np.asarray(frequencies, dtype=np.float64)[value], 0.0, 1.0), 0.0)
         shift = design.mix_scale * (g * (1 - g) - f * (1 - f))  # ≤ 0: the value's own share removed
@@ -289,7 +292,7 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
         c = design.rho.ravel()[cell] * v
         v_own, c_own = np.maximum(v + shift, 0.0), np.maximum(c + shift, 0.0)
         rho_own = np.clip(np.where(v_own > 0, c_own / np.where(v_own > 0, v_own, 1.0), 1.0), 0.0, 1.0)
-        w_own = n * v_own * coo.data
+        w_own = n * v_own * X.data
         num = np.bincount(value, w_own * rho_own, minlength=X.shape[1])
         den = np.bincount(value, w_own, minlength=X.shape[1])
     else:

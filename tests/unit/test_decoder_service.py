@@ -460,7 +460,7 @@ CANDIDATES = [f"site-{i}" for i in range(48)]
 
 
 @pytest.mark.parametrize("mechanism,estimator", [("orr", "mle"), ("orr", "nnls"), ("orappor", "mle"),
-                                                 ("rappor", "nnls")])
+                                                 ("orappor", "nnls"), ("rappor", "nnls"), ("rappor", "mle")])
 def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechanism, estimator, prometheus):
     params = {"orr": {"k": 16, "epsilon": 2.0, "cohorts": 8},
               "orappor": {"k": 32, "epsilon": 2.0, "cohorts": 8, "hashes": 1},
@@ -493,6 +493,9 @@ def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechani
         assert warm.estimate.info["certified"] and cold.estimate.info["certified"]
         assert warm.estimate.info["em_iter"] == 0 and cold.estimate.info["em_iter"] > 0
         assert np.max(np.abs(warm.estimate.frequencies - cold.estimate.frequencies) / se) < 2e-3
+    if estimator == "nnls":
+        # from its previous estimate, the KKT system on that estimate's face, certified (no FISTA iteration)
+        assert warm.estimate.info["nnls_solver"] == "face-kkt" and cold.estimate.info["nnls_solver"] == "fista"
     np.testing.assert_allclose(warm.estimate.std_errors, se, rtol=WARM_TOLERANCE)
     for bound in ("low", "high"):
         moved = np.abs(getattr(warm.estimate.interval, bound) - getattr(cold.estimate.interval, bound))
