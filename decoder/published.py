@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.estimators import Estimate, design_matrix, estimate
+from ldpstream.estimators.detection import DetectionEstimate
 from ldpstream.estimators.joint import OTHER_LABEL, ConditionalTable, JointEstimate, JointVariable, top_values
 from ldpstream.estimators.windows import WindowDesign, value_design_effects, widen_estimate, window_design
 from ldpstream.registry import MetricConfig, Window
@@ -110,6 +111,9 @@ class PublishedEstimate:
             columns += [("low_95", _floats(ci.low)), ("high_95", _floats(ci.high))]
         if self.design_effects is not None:
             columns.append(("design_effect", _floats(self.design_effects)))
+        detected = self._detected()
+        if detected is not None:
+            columns.append(("detected", detected.tolist()))
         keys = ["value", *(key for key, _ in columns)]
         values: list[dict[str, Any]] = [dict(zip(keys, row, strict=False))
                                         for row in zip(self.names, *(col for _, col in columns), strict=False)]
@@ -135,7 +139,30 @@ class PublishedEstimate:
             "n_reports": int(est.n_reports),
             "residual": est.residual,
             "detection_floor": est.detection_floor,
+            **self._detection(),
         }
+
+    def _detected(self) -> np.ndarray | None:
+        """Which values the detection's rule keeps (``detect`` only), with the published (widened) tests."""
+        est = self.estimate
+        if not isinstance(est, DetectionEstimate):
+            return None
+        mask: np.ndarray = est.significant(float(est.info["alpha"]), est.info["rule"])
+        return mask
+
+    def _detection(self) -> dict[str, Any]:
+        """``{"detection": {...}}``: how ``detect`` decided (its rule and level, the estimated share of absent
+        candidates the adaptive rule used, the published point, how many were screened and detected); ``{}``
+        for the other decoders."""
+        detected = self._detected()
+        if detected is None:
+            return {}
+        info = self.estimate.info
+        return {"detection": {
+            "rule": str(info["rule"]), "alpha": float(info["alpha"]),
+            "null_fraction": float(info["null_fraction"]), "point": str(info["point"]),
+            "screened": int(info["selected"]), "detected": int(np.count_nonzero(detected)),
+        }}
 
 
 #: The name of the category that gathers every value outside a variable's candidates in a joint table.

@@ -40,6 +40,13 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
         lines.append(how)
     if published.get("interval_assumes"):
         lines.append(f"assumes: {published['interval_assumes']}")
+    detection = published.get("detection")
+    if isinstance(detection, Mapping):
+        adaptive = (f" / estimated absent share {float(detection['null_fraction']):.2f}"
+                    if detection["rule"] == "bh" and float(detection["null_fraction"]) < 1 else "")
+        lines.append(f"detection: {detection['detected']} detected (*) by {detection['rule']} at "
+                     f"{float(detection['alpha']):g}{adaptive}, {detection['screened']} screened; "
+                     f"point: {detection['point']}")
     with_deff = any("design_effect" in values[i] for i in order)
     header = f"{'value':<24} {'estimate':>9} {'95% interval':>21}"
     if with_deff:
@@ -53,7 +60,8 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
         freq = entry["frequency"]
         interval = (f"[{entry['low_95']:8.4f}, {entry['high_95']:8.4f}]" if "low_95" in entry else " " * 21)
         bar = "#" * max(round(_BAR_WIDTH * max(freq, 0.0) / scale), 0)
-        line = f"{str(entry['value'])[:24]:<24} {freq:9.4f} {interval:>21}"
+        mark = "*" if entry.get("detected") else " "
+        line = f"{str(entry['value'])[:23]:<23}{mark} {freq:9.4f} {interval:>21}"
         if with_deff:
             line += f" {entry['design_effect']:5.2f}" if "design_effect" in entry else " " * 6
         if truth is not None:

@@ -4,6 +4,8 @@ empty, top-N gauges, the record of the last pass, and a failing metric that does
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
@@ -505,3 +507,41 @@ def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechani
 #: Largest disagreement, in standard errors, between a warm-started and a cold decode that both stop by the
 #: decoders' rule (docs/math/estimators.md#warm-starts-of-the-iterative-decoders).
 WARM_TOLERANCE = 0.01
+
+
+def test_detect_publishes_its_rule_and_which_values_it_detected(prometheus):
+    """A metric decoded by ``detect`` publishes how it decided (rule, level, the adaptive BH's estimated absent
+    share, the point, screened and detected counts) and each value's ``detected``, which is the estimate's own
+    test; the JSON is valid against marginal-estimate/1, and ``watch`` shows the rule and marks the values."""
+    from ldpstream.decoder.watch import render
+    from tests.published_schema import validator
+
+    candidates = [f"site-{i}" for i in range(40)]
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all"]},
+        "metrics": {"site": {"id": 7, "mechanism": "orappor", "k": 64, "hashes": 2, "epsilon": 4.0, "cohorts": 8,
+                             "estimator": "detect", "candidates": candidates}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    Feeder(registry, store).add("site", concentrated(20_000, [0, 1, 2, 3], 10, seed=7), RECENT_TIME, seed=17)
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    published = {r.window: r for r in service.decode_metric(registry["site"], now=NOW)}["all"]
+    body = published.to_json()
+    assert validator("marginal-estimate/1").is_valid(body)
+    est = published.estimate
+    detected = est.significant(est.info["alpha"], est.info["rule"])
+    assert [v["detected"] for v in body["values"]] == detected.tolist()
+    assert {"site-0", "site-1", "site-2", "site-3"} <= {v["value"] for v in body["values"] if v["detected"]}
+    info = body["detection"]
+    assert (info["rule"], info["alpha"], info["detected"]) == ("bh", 0.1, int(detected.sum()))
+    assert info["point"] == est.info["point"] and info["screened"] == est.info["selected"]
+    assert json.loads(published.body()) == body
+    screen = render(body, now=NOW)
+    assert f"detection: {info['detected']} detected (*) by bh at 0.1" in screen
+    assert "site-0                 *" in screen
+    # the other decoders publish neither
+    other, plain_store = make_registry(), InMemorySketchStore(clock=lambda: NOW)
+    Feeder(other, plain_store).add("lang", concentrated(2000, [0, 1], 8, seed=8), RECENT_TIME, seed=18)
+    plain = DecoderService(other, plain_store, metrics=DecoderMetrics(CollectorRegistry())).decode_metric(
+        other["lang"], now=NOW)
+    assert plain and all("detection" not in r.to_json() and "detected" not in r.to_json()["values"][0]
+                         for r in plain)
