@@ -15,7 +15,6 @@ exact or cold computation it replaces and, for the solvers, against an independe
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from ldpstream.estimators import decode_bits, decode_orr
@@ -23,17 +22,7 @@ from ldpstream.estimators.factor_cache import FactorCache, InformationReference
 from ldpstream.estimators.least_squares import face_solve_constrained_ls, fista_constrained_ls
 from ldpstream.estimators.sandwich import bits_meat
 from ldpstream.estimators.simplex import project_capped_simplex, project_simplex
-
-
-def _hashed_design(rng, C, k, S, h):
-    """Random (C·k × S) 0/1 design: each candidate sets ``h`` distinct cells per cohort."""
-    rows, cols = [], []
-    for c in range(C):
-        for s in range(S):
-            cells = rng.choice(k, size=h, replace=False)
-            rows.extend(c * k + cells)
-            cols.extend([s] * h)
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(C * k, S))
+from tests.unit.designs import hashed_design
 
 
 def _quadratic(rng, n, zeros):
@@ -93,7 +82,7 @@ def _sketches(kind, rng, C, k, S, n, fresh):
     """A sketch of ``n`` reports and the same plus ``fresh`` more (a refresh)."""
     p = rng.dirichlet(np.full(S, 0.3))
     p = 0.9 * p  # 10% outside the candidates
-    X = _hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
+    X = hashed_design(rng, C, k, S, 1 if kind == "orr" else 2)
     if kind == "orr":
         e = np.exp(3.0)
         m = ((1 + (e - 1) * (X @ p + 0.1 / k)) / (e + k - 1)).reshape(C, k)
@@ -198,7 +187,7 @@ def test_pair_pattern_kept_between_calls_gives_the_same_variances():
     the variances computed from scratch."""
     rng = np.random.default_rng(2)
     C, k, S = 6, 16, 40
-    X = _hashed_design(rng, C, k, S, 3)
+    X = hashed_design(rng, C, k, S, 3)
     R = C * k
     B = rng.normal(size=(R, S + 1)).astype(np.float32)
     o = np.full(R, 3 / k)
