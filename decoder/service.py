@@ -42,6 +42,8 @@ import json
 import logging
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,6 +59,8 @@ from ldpstream.decoder.published import (
     joint_variable,
     window_buckets,
 )
+from ldpstream.decoder.workers import DecoderWorkers, MetricOutcome
+from ldpstream.errors import ConfigError
 from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.estimators.windows import joint_design_effect, widen_joint
 from ldpstream.kafka import produce
@@ -118,7 +122,13 @@ def _warm_start_of(previous: PublishedEstimate) -> np.ndarray:
 class DecoderService:
     def __init__(self, registry: Registry, store: StatusStore, *, producer: Any = None,
                  estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
-                 history: int = 100, top_n: int = 10, reuse: bool = True) -> None:
+                 history: int = 100, top_n: int = 10, reuse: bool = True, workers: int = 1,
+                 store_factory: Callable[[], StatusStore] | None = None) -> None:
+        if workers < 1:
+            raise ConfigError(f"the decoder needs at least 1 worker, not {workers}")
+        if workers > 1 and store_factory is None:
+            raise ConfigError("decoding with worker processes needs a store each of them can open (Redis): "
+                              "a store_factory")
         self.registry = registry
         self.store = store
         self.producer = producer
@@ -139,6 +149,12 @@ class DecoderService:
         self._last: dict[tuple[str, str], LastDecode] = {}
         #: The discovery metrics' decoder (it keeps each window's dictionary between passes).
         self.dictionaries = DictionaryDecoder(registry, store, reuse=reuse)
+        #: Worker processes that decode the metrics of a pass (:mod:`ldpstream.decoder.workers`): 1 decodes
+        #: them in this process, one after the other. They are started at the first pass and stopped by
+        #: :meth:`close`; ``store_factory`` (picklable) opens each one's store.
+        self.workers = workers
+        self.store_factory = store_factory
+        self._pool: DecoderWorkers | None = None
         self.metrics.declare([m.name for m in registry.metrics.values() if m.part_of is None and not m.discovers],
                              [a.name for a in self.joint_associations()],
                              [m.name for m in registry.metrics.values() if m.discovers])
@@ -196,6 +212,40 @@ class DecoderService:
             out.append(published)
         return out, empty
 
+    def decode_outcome(self, metric: MetricConfig, now: float | None) -> MetricOutcome:
+        """Decode one metric for a pass: its estimates and empty windows, whether its partitions are being
+        rebuilt, or the failure (never raised: the other metrics of the pass go on)."""
+        try:
+            # A partition being rebuilt from Kafka (the store lost counts) holds partial counts: publishing
+            # them would present a part as the whole. Checked before and after the snapshot.
+            rebuilding = self.store.rebuilding(metric.topic)
+            results: list[PublishedEstimate]
+            if metric.discovers:
+                found, empty = self.dictionaries.decode(metric, now)
+                results = list(found)
+            else:
+                results, empty = self._decode_windows(metric, now)
+            rebuilding = rebuilding or self.store.rebuilding(metric.topic)
+        except Exception:
+            return MetricOutcome(metric.name, error=traceback.format_exc())
+        return MetricOutcome(metric.name, results, empty, rebuilding)
+
+    def _decode_pass(self, now: float | None) -> dict[str, MetricOutcome]:
+        """The outcomes of decoding ``metrics`` by the worker processes (started at the first pass)."""
+        if self._pool is not None and self._pool.registry is not self.registry:
+            self._pool.close()  # a new registry: new workers (and new shares of the metrics)
+            self._pool = None
+        if self._pool is None:
+            assert self.store_factory is not None
+            self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse)
+        return self._pool.decode(now, self.reuse)
+
+    def close(self) -> None:
+        """Stop the worker processes (if any)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
         """Decode and publish every metric once."""
         published: list[PublishedEstimate] = []
@@ -203,24 +253,17 @@ class DecoderService:
         withheld: list[str] = []
         #: This pass's marginal estimates, which the joint decodes take their candidates from.
         marginals: dict[tuple[str, str], PublishedEstimate] = {}
-        for metric in self.registry.metrics.values():
-            if metric.part_of is not None:
-                continue  # an n-gram slot of a discovery metric: decoded with it
-            try:
-                # A partition being rebuilt from Kafka (the store lost counts) holds partial counts: publishing
-                # them would present a part as the whole. Checked before and after the snapshot.
-                rebuilding = self.store.rebuilding(metric.topic)
-                results: list[PublishedEstimate]
-                if metric.discovers:
-                    found, empty = self.dictionaries.decode(metric, now)
-                    results = list(found)
-                else:
-                    results, empty = self._decode_windows(metric, now)
-                rebuilding = rebuilding or self.store.rebuilding(metric.topic)
-            except Exception:
+        # (an n-gram slot of a discovery metric is decoded with it)
+        decoded_metrics = [m for m in self.registry.metrics.values() if m.part_of is None]
+        # One worker decodes each metric just before publishing it; worker processes decode them all first.
+        outcomes = self._decode_pass(now) if self.workers > 1 else {}
+        for metric in decoded_metrics:
+            outcome = outcomes[metric.name] if self.workers > 1 else self.decode_outcome(metric, now)
+            results, empty, rebuilding = outcome.results, outcome.empty, outcome.rebuilding
+            if outcome.error is not None:
                 failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
                 failures.labels(metric.name).inc()
-                log.exception("decoding metric %s failed", metric.name)
+                log.error("decoding metric %s failed\n%s", metric.name, outcome.error.rstrip())
                 failed.append(metric.name)
                 continue
             self.metrics.withheld.labels(metric.name).set(1 if rebuilding else 0)
@@ -427,14 +470,19 @@ class DecoderService:
         self.producer.poll(0)
 
     def run(self, interval: float, stop: threading.Event | None = None, iterations: int | None = None) -> None:
+        """Decode every ``interval`` seconds until ``stop`` is set (or ``iterations`` passes); the worker
+        processes, if any, are stopped on the way out."""
         self.store.check_safe()
         done = 0
         stop = stop or threading.Event()
-        while not stop.is_set():
-            started = time.monotonic()
-            self.run_once()
-            done += 1
-            if iterations is not None and done >= iterations:
-                return
-            stop.wait(max(interval - (time.monotonic() - started), 0.0))
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.run_once()
+                done += 1
+                if iterations is not None and done >= iterations:
+                    return
+                stop.wait(max(interval - (time.monotonic() - started), 0.0))
+        finally:
+            self.close()
 

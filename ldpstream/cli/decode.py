@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     decode.add_argument("--no-kafka", action="store_true", help="do not publish estimates to Kafka")
     decode.add_argument("--metrics-port", type=int, default=9465, help="Prometheus port (0: none; default 9465)")
     decode.add_argument("--metrics-addr", default="127.0.0.1", help="Prometheus bind address")
+    decode.add_argument("--workers", type=int, default=1,
+                        help="processes that decode the metrics of a pass in parallel, each a fixed share of them "
+                        "with its own Redis connection (default 1: all in this process; see docs/scaling.md)")
     decode.set_defaults(func=_decode)
 
     watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates (or an association's)",
@@ -60,7 +63,8 @@ def _decode(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_addr)
     store = config.redis.store()
-    service = DecoderService(registry, store, producer=producer, estimates_topic=args.estimates_topic)
+    service = DecoderService(registry, store, producer=producer, estimates_topic=args.estimates_topic,
+                             workers=args.workers, store_factory=config.redis.store)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.run(args.interval, stop, iterations=1 if args.once else None)

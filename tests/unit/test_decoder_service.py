@@ -14,7 +14,9 @@ from ldpstream.consumers.fold import fold_messages
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.published import PublishedEstimate, decode_sketch
 from ldpstream.decoder.service import DecoderService
+from ldpstream.decoder.workers import assign
 from ldpstream.device import privatize_population
+from ldpstream.errors import ConfigError
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch
 from ldpstream.store.contract import MetricSnapshot
@@ -545,3 +547,17 @@ def test_detect_publishes_its_rule_and_which_values_it_detected(prometheus):
         other["lang"], now=NOW)
     assert plain and all("detection" not in r.to_json() and "detected" not in r.to_json()["values"][0]
                          for r in plain)
+
+
+def test_worker_processes_need_a_store_each_can_open() -> None:
+    """``workers`` > 1 decodes in other processes, which cannot share an in-memory store: a store factory is
+    required (and at least one worker)."""
+    registry = Registry.from_dict({"metrics": {
+        f"m{i}": {"id": i + 1, "mechanism": "krr", "k": 4, "epsilon": 1.0} for i in range(5)}})
+    store = InMemorySketchStore()
+    with pytest.raises(ConfigError, match="store_factory"):
+        DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()), workers=2)
+    with pytest.raises(ConfigError, match="at least 1 worker"):
+        DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()), workers=0)
+    # A fixed share each, round robin over the registry's order.
+    assert assign(registry, 2) == [["m0", "m2", "m4"], ["m1", "m3"]]

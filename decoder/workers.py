@@ -1,0 +1,197 @@
+"""The decoder's worker processes (``ldpstream decode --workers N``): the metrics of a pass decoded in parallel.
+
+A fixed share of the registry's metrics (round robin over the registry's order: metric ``i`` goes to worker
+``i mod N``) is decoded by each of ``N`` persistent processes, so that each one's warm state (the previous
+estimates that warm-start the iterative decoders and that unchanged windows republish, the factor cache of
+:mod:`ldpstream.estimators.dispatch`, the discovery dictionaries) stays warm from one pass to the next. Each
+worker opens its own store connection (``store_factory``, e.g. :meth:`ldpstream.config.RedisConfig.store`), reads
+its metrics' snapshots and decodes them exactly as the single-process decoder does
+(:meth:`~ldpstream.decoder.service.DecoderService.decode_outcome`), and sends the outcomes back: the published
+estimates with their timings, or the failure. The parent publishes them (Redis, Kafka, Prometheus), decodes the
+associations from the marginals of the same pass, and records the pass, as it does without workers.
+
+The processes are started with the ``spawn`` method (a fresh interpreter: the parent's threads, Kafka producer and
+Redis connections are not inherited), once, and reused until :meth:`DecoderWorkers.close`. A worker that dies
+(killed, out of memory, a crash in native code) fails the pass for its metrics: each one is logged, counted as a
+decode failure and named in the pass's record, and the worker is started again at once, so the next pass
+decodes its metrics cold. The in-memory store cannot be shared with other processes: workers need a store that
+each process can open (Redis).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
+
+from ldpstream.registry import Registry
+from ldpstream.store.contract import StatusStore
+
+if TYPE_CHECKING:
+    from ldpstream.decoder.published import PublishedEstimate
+
+log = logging.getLogger(__name__)
+
+#: Seconds between checks that a worker still lives while its pass is awaited.
+POLL_SECONDS = 0.5
+#: Seconds a worker is given to exit after being asked to, before it is terminated.
+CLOSE_SECONDS = 5.0
+
+
+@dataclass
+class MetricOutcome:
+    """What decoding one metric in a pass gave: its estimates and the windows without reports, whether its
+    partitions are being rebuilt (``rebuilding``, as :meth:`~ldpstream.store.contract.StatusStore.rebuilding`),
+    or the failure (``error``: the traceback or what happened to the worker)."""
+
+    metric: str
+    results: list[PublishedEstimate] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
+    rebuilding: dict[int, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+def assign(registry: Registry, workers: int) -> list[list[str]]:
+    """The metrics each worker decodes: those the decoder decodes on their own (not a discovery metric's n-gram
+    slots), round robin over the registry's order."""
+    names = [m.name for m in registry.metrics.values() if m.part_of is None]
+    return [names[i::workers] for i in range(workers)]
+
+
+def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], StatusStore], names: list[str],
+           reuse: bool) -> None:
+    """A worker's loop: for each pass (``(now, reuse)`` received), decode its metrics and send back their
+    outcomes and the CPU seconds the pass took; ``None`` ends it."""
+    from prometheus_client import CollectorRegistry
+
+    from ldpstream.decoder.metrics import DecoderMetrics
+    from ldpstream.decoder.service import DecoderService
+
+    # Its own gauges (never served): the parent observes what it publishes.
+    service = DecoderService(registry, store_factory(), metrics=DecoderMetrics(CollectorRegistry()), reuse=reuse)
+    metrics = [registry.metrics[name] for name in names]
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        now, service.reuse = message
+        started = time.process_time()
+        outcomes = [service.decode_outcome(metric, now) for metric in metrics]
+        conn.send((outcomes, time.process_time() - started))
+
+
+class DecoderWorkers:
+    """``workers`` persistent processes, each decoding its fixed share of the registry's metrics (:func:`assign`)
+    against its own store (``store_factory()``, called in the worker; it must be picklable)."""
+
+    def __init__(self, registry: Registry, store_factory: Callable[[], StatusStore], workers: int,
+                 reuse: bool = True) -> None:
+        if workers < 2:
+            raise ValueError(f"worker processes are for 2 or more workers, not {workers}")
+        self.registry = registry
+        self.store_factory = store_factory
+        self.reuse = reuse
+        self.assignment = assign(registry, workers)
+        self._context = multiprocessing.get_context("spawn")
+        self._processes: list[BaseProcess | None] = [None] * workers
+        self._connections: list[Connection | None] = [None] * workers
+        #: The CPU seconds the workers spent on the last pass (summed over workers).
+        self.last_cpu_seconds = 0.0
+        #: How many times a worker that died was started again.
+        self.restarts = 0
+        for i in range(workers):
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(
+            target=_serve, args=(child, self.registry, self.store_factory, self.assignment[i], self.reuse),
+            name=f"ldpstream-decoder-worker-{i}", daemon=True)
+        process.start()
+        child.close()
+        self._processes[i], self._connections[i] = process, parent
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [None if p is None else p.pid for p in self._processes]
+
+    def decode(self, now: float | None, reuse: bool) -> dict[str, MetricOutcome]:
+        """One pass: every worker decodes its metrics at once; the outcomes by metric. A worker that died
+        fails each of its metrics (``error`` says so) and is started again (cold)."""
+        outcomes: dict[str, MetricOutcome] = {}
+        sent = []
+        for i, conn in enumerate(self._connections):
+            assert conn is not None
+            try:
+                conn.send((now, reuse))
+                sent.append(i)
+            except OSError:  # the worker died since the last pass
+                self._lost(i, outcomes)
+        cpu = 0.0
+        for i in sent:
+            received = self._receive(i)
+            if received is None:
+                self._lost(i, outcomes)
+                continue
+            results, seconds = received
+            cpu += seconds
+            outcomes.update((o.metric, o) for o in results)
+        self.last_cpu_seconds = cpu
+        return outcomes
+
+    def _receive(self, i: int) -> tuple[list[MetricOutcome], float] | None:
+        conn, process = self._connections[i], self._processes[i]
+        assert conn is not None and process is not None
+        try:
+            while not conn.poll(POLL_SECONDS):
+                if not process.is_alive():
+                    if conn.poll(0):  # it answered just before it exited
+                        break
+                    return None
+            received: tuple[list[MetricOutcome], float] = conn.recv()
+        except (EOFError, OSError):
+            return None
+        return received
+
+    def _lost(self, i: int, outcomes: dict[str, MetricOutcome]) -> None:
+        """Worker ``i`` died: its metrics fail this pass; a new worker takes them (cold) from the next."""
+        process = self._processes[i]
+        code = None
+        if process is not None:
+            process.join(1.0)
+            code = process.exitcode
+        error = (f"decoder worker {i} (pid {None if process is None else process.pid}) exited with code {code} "
+                 "during the pass; a new worker decodes its metrics from the next pass, cold")
+        log.error("%s: metrics %s not decoded this pass", error, ", ".join(self.assignment[i]))
+        for name in self.assignment[i]:
+            outcomes[name] = MetricOutcome(name, error=error)
+        conn = self._connections[i]
+        if conn is not None:
+            conn.close()
+        self.restarts += 1
+        self._start(i)
+
+    def close(self) -> None:
+        """Ask every worker to exit, and terminate those that do not within :data:`CLOSE_SECONDS`."""
+        for conn in self._connections:
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+        deadline = time.monotonic() + CLOSE_SECONDS
+        for process in self._processes:
+            if process is not None:
+                process.join(max(deadline - time.monotonic(), 0.0))
+                if process.is_alive():
+                    process.terminate()
+                    process.join(1.0)
+        for conn in self._connections:
+            if conn is not None:
+                conn.close()
+        self._processes = [None] * len(self._processes)
+        self._connections = [None] * len(self._connections)

@@ -1,0 +1,129 @@
+"""The decoder's worker processes (``DecoderService(workers=2)``) on real Redis: they publish what one process
+publishes from the same store contents, pass after pass (cold, then warm), and a killed worker fails its
+metrics for one pass (counted, named) and is replaced, whose metrics are published again the next pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ldpstream.config import RedisConfig
+from ldpstream.decoder.metrics import DecoderMetrics
+from ldpstream.decoder.service import DecoderService
+from ldpstream.decoder.workers import assign
+from ldpstream.registry import Registry
+from ldpstream.store.contract import ALL_TIME, PartitionBatch, SketchKey
+
+pytestmark = pytest.mark.integration
+
+BUCKET = 3600
+NOW_BUCKET = 500_000
+NOW = NOW_BUCKET * BUCKET + 1800.0
+
+
+def _registry() -> Registry:
+    names = [f"v{i}" for i in range(40)]
+    return Registry.from_dict({
+        "defaults": {"bucket_seconds": BUCKET, "windows": ["all", "1h"]},
+        "metrics": {
+            "a_krr": {"id": 1, "mechanism": "krr", "k": 16, "epsilon": 2.0, "estimator": "project"},
+            "b_krappor": {"id": 2, "mechanism": "krappor", "k": 8, "epsilon": 2.0, "estimator": "mle"},
+            "c_orr": {"id": 3, "mechanism": "orr", "k": 32, "epsilon": 2.0, "cohorts": 16, "candidates": names,
+                      "estimator": "nnls"},
+            "d_rappor": {"id": 4, "mechanism": "rappor", "k": 64, "hashes": 2, "cohorts": 8, "p": 0.25,
+                         "q": 0.75, "f": 0.5, "candidates": names, "estimator": "mle"},
+            "e_orappor": {"id": 5, "mechanism": "orappor", "k": 64, "epsilon": 2.0, "cohorts": 8, "hashes": 1,
+                          "candidates": names, "estimator": "nnls"},
+        }})
+
+
+def _fill(registry: Registry, config: RedisConfig, offset: int, buckets: range, reports: int, seed: int) -> int:
+    """Simulated sketches of ``reports`` Zipf-distributed reports per metric and bucket, applied as one batch per
+    metric; the next offset."""
+    store = config.store()
+    rng = np.random.default_rng(seed)
+    for name, metric in registry.metrics.items():
+        mech = metric.mechanism
+        size = len(metric.candidates) if metric.candidates is not None else mech.k
+        table = mech.value_table(list(metric.candidates)) if metric.candidates is not None else None
+        p = 1.0 / np.arange(1, size + 1) ** 1.1
+        increments: dict[SketchKey, Any] = {}
+        for b in buckets:
+            counts = rng.multinomial(reports, p / p.sum())
+            sketch = np.asarray(mech.simulate_sketch(counts, rng, table=table), dtype=np.int64)
+            for bucket in (b, ALL_TIME):
+                key = SketchKey(name, metric.fingerprint, bucket)
+                increments[key] = increments.get(key, 0) + sketch
+        store.apply(PartitionBatch("workers-test", 0, None if offset == 0 else offset, offset + 1, increments))
+        offset += 1
+    return offset
+
+
+def _bodies(published: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each published estimate's JSON without its decode time (the one field that differs between runs)."""
+    out = {}
+    for p in published:
+        body = json.loads(p.body())
+        del body["decode_seconds"]
+        out[(p.metric, p.window)] = body
+    return out
+
+
+def test_workers_publish_what_one_process_publishes_and_recover_a_killed_worker(
+        redis_config: RedisConfig, key_prefix: str) -> None:
+    registry = _registry()
+    config = dataclasses.replace(redis_config, prefix=key_prefix)
+    offset = _fill(registry, config, 0, range(NOW_BUCKET - 3, NOW_BUCKET + 1), 5_000, seed=1)
+    single = DecoderService(registry, config.store(), metrics=DecoderMetrics(CollectorRegistry()))
+    metrics = DecoderMetrics(CollectorRegistry())
+    parallel = DecoderService(registry, config.store(), metrics=metrics, workers=2, store_factory=config.store)
+    try:
+        for round_ in range(2):  # cold, then warm (fresh reports: every window decoded again, warm-started)
+            if round_:
+                offset = _fill(registry, config, offset, range(NOW_BUCKET, NOW_BUCKET + 1), 300, seed=2)
+            expected = _bodies(single.run_once(NOW))
+            got = _bodies(parallel.run_once(NOW))
+            assert parallel.last_failed == [] and single.last_failed == []
+            assert len(expected) == 2 * len(registry.metrics)
+            assert got == expected
+        # Unchanged counts: both republish their last estimates without decoding.
+        got = _bodies(parallel.run_once(NOW))
+        assert got == _bodies(single.run_once(NOW))
+        assert all(body["reused"] for body in got.values())
+
+        pool = parallel._pool
+        assert pool is not None
+        victim = pool.pids[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        published = parallel.run_once(NOW)
+        lost = assign(registry, 2)[0]
+        assert sorted(parallel.last_failed) == sorted(lost)
+        assert {p.metric for p in published} == set(registry.metrics) - set(lost)
+        for name in lost:
+            assert metrics.decode_failures.labels(name)._value.get() == 1
+        assert pool.restarts == 1 and pool.pids[0] != victim
+        # The new worker decodes its metrics cold: as the first worker of a new pool does (a new process: no
+        # previous estimate, an empty factor cache); the other worker decodes its own warm, as one process does.
+        offset = _fill(registry, config, offset, range(NOW_BUCKET, NOW_BUCKET + 1), 300, seed=3)
+        warm = _bodies(single.run_once(NOW))
+        fresh = DecoderService(registry, config.store(), metrics=DecoderMetrics(CollectorRegistry()), workers=2,
+                               store_factory=config.store)
+        try:
+            cold = _bodies(fresh.run_once(NOW))
+        finally:
+            fresh.close()
+        got = _bodies(parallel.run_once(NOW))
+        assert parallel.last_failed == []
+        assert got == {key: (cold if key[0] in lost else warm)[key] for key in warm}
+        assert not any(got[key]["reused"] for key in got if key[0] in lost)
+    finally:
+        parallel.close()
+    assert parallel._pool is None
