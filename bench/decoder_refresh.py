@@ -25,9 +25,14 @@ Printed: the wall and CPU time of each refresh (the machine is shared: CPU time 
 it is loaded) and, per family and candidate count, the summed decode wall seconds (``decode_seconds`` of the
 published estimates) of the last refresh of each kind.
 
+With ``--workers 1,2``: instead, ours only (reuse on), with each number of decoder worker processes
+(``DecoderService(workers=N)``, ``ldpstream decode --workers N``; more than one needs the redis store), a cold
+refresh then the warm ones, wall and CPU time including the worker processes' (their ``process_time`` over the
+pass).
+
 Usage: python bench/decoder_refresh.py [--before main] [--before-reuse] [--reports 20000] [--fresh 200] [--warm 3]
                                        [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
-                                       [--candidate-methods project,nnls,mle,ls]
+                                       [--candidate-methods project,nnls,mle,ls] [--workers 1,2]
 """
 
 from __future__ import annotations
@@ -125,10 +130,17 @@ def add(reports, buckets):
 t0 = time.perf_counter()
 add(cfg["reports"], range(NOW_BUCKET - 25, NOW_BUCKET + 1))
 setup = time.perf_counter() - t0
-try:
-    service = DecoderService(registry, store, reuse=cfg["reuse"])
-except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
-    service = DecoderService(registry, store)
+if cfg.get("workers", 1) > 1:  # worker processes, each with its own connection to the same Redis
+    from ldpstream.config import RedisConfig
+    service = DecoderService(registry, store, reuse=cfg["reuse"], workers=cfg["workers"],
+                             store_factory=RedisConfig(cfg["redis"], prefix=prefix).store)
+else:
+    try:
+        service = DecoderService(registry, store, reuse=cfg["reuse"])
+    except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
+        service = DecoderService(registry, store)
+
+split = {}  # the last refresh's CPU seconds: the parent's, and each worker process's
 
 def refresh():
     if cfg["fresh"]:
@@ -136,6 +148,10 @@ def refresh():
     t, c = time.perf_counter(), time.process_time()
     published = service.run_once(now)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
+    pool = getattr(service, "_pool", None)
+    split["parent"], split["workers"] = cpu, ([] if pool is None else list(pool.last_cpu))
+    split["wall"] = [] if pool is None else [*pool.last_wall, pool.last_pass_seconds]
+    cpu += getattr(service, "last_worker_cpu_seconds", 0.0)  # the worker processes' CPU, if any
     assert not service.last_failed, service.last_failed
     parts = {}
     for p in published:
@@ -155,6 +171,15 @@ out.update(cold=cold, parts_cold=parts_cold, estimates=n)
 warm = [refresh() for _ in range(cfg["warm"])]
 out["warm"] = [w[0] for w in warm]
 out["parts_warm"] = warm[-1][1]
+if cfg.get("workers_only"):  # the --workers comparison: cold and warm refreshes only
+    out["split"] = split
+    if hasattr(service, "close"):
+        service.close()
+    if cfg["store"] == "redis":
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            client.delete(key)
+    print(json.dumps(out))
+    sys.exit(0)
 if factor_cache is not None:
     out["cache_mb"] = factor_cache().nbytes / 2**20
     out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
@@ -193,6 +218,42 @@ def run(tree: Path, cfg: dict[str, object]) -> dict[str, Any]:
     return out
 
 
+def compare_workers(args: argparse.Namespace, counts: list[int]) -> int:
+    """Ours (reuse on) with each number of decoder worker processes, each in its own subprocess, one after the
+    other on the same simulated store contents (same seed)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    print("# " + " ".join(["python", "bench/decoder_refresh.py", *sys.argv[1:]]))
+    print(f"# working tree (HEAD {head}); single-threaded BLAS; {args.reports} reports per metric and bucket, "
+          f"{args.fresh} fresh before each refresh; {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M:%S')}; "
+          f"load {os.getloadavg()[0]:.2f}")
+    for store in args.stores.split(","):
+        runs = {}
+        for n in counts:
+            if n > 1 and store != "redis":
+                print(f"# store {store}: workers {n} skipped (worker processes need a store each can open: redis)")
+                continue
+            cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-{n}-",
+                   "seed": args.seed, "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
+                   "candidate_methods": args.candidate_methods.split(","), "reuse": True, "workers": n,
+                   "workers_only": True}
+            runs[n] = run(ROOT, cfg)
+        print(f"\n## store: {store}; refresh of 100 metrics, wall s and CPU s (parent and workers), each refresh")
+        print(f"{'':<26} {'cold':>13}  " + "  ".join(f"{'warm ' + str(i + 1):>13}" for i in range(args.warm)))
+        for n, out in runs.items():
+            label = f"ours, workers {n}" + (" (in process)" if n == 1 else "")
+            cells = "  ".join(f"{w:6.2f} {c:6.2f}" for w, c in [out["cold"], *out["warm"]])
+            print(f"{label:<26} {cells}")
+        for n, out in runs.items():
+            split = out["split"]
+            print(f"# workers {n}, last warm refresh: CPU s of the parent {split['parent']:.2f}"
+                  + (", of each worker " + ", ".join(f"{c:.2f}" for c in split["workers"]) if split["workers"] else "")
+                  + ("; wall s of each worker's decode " + ", ".join(f"{c:.2f}" for c in split["wall"][:-1])
+                     + f", of the parallel phase (sending, decoding, receiving) {split['wall'][-1]:.2f}"
+                     if split["wall"] else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", default="main", help="git ref of the baseline tree")
@@ -207,7 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before-reuse", action="store_true",
                     help="run the baseline tree with its own reuse of the last decode too (when it has one), so that "
                          "its warm refreshes compare with ours")
+    ap.add_argument("--workers", default="",
+                    help="instead: ours with these numbers of decoder worker processes side by side (e.g. 1,2; "
+                         "more than 1 needs the redis store), cold then warm refreshes, wall and CPU including the "
+                         "workers'")
     args = ap.parse_args(argv)
+    if args.workers:
+        return compare_workers(args, [int(n) for n in args.workers.split(",")])
     rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,

@@ -240,6 +240,11 @@ class DecoderService:
             self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse)
         return self._pool.decode(now, self.reuse)
 
+    @property
+    def last_worker_cpu_seconds(self) -> float:
+        """The CPU seconds the worker processes spent on the last pass (0 without worker processes)."""
+        return 0.0 if self._pool is None else self._pool.last_cpu_seconds
+
     def close(self) -> None:
         """Stop the worker processes (if any)."""
         if self._pool is not None:

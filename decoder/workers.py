@@ -67,10 +67,11 @@ def assign(registry: Registry, workers: int) -> list[list[str]]:
 def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], StatusStore], names: list[str],
            reuse: bool) -> None:
     """A worker's loop: for each pass (``(now, reuse)`` received), decode its metrics and send back their
-    outcomes and the CPU seconds the pass took; ``None`` ends it."""
+    outcomes with the CPU and wall seconds the pass took; ``None`` ends it."""
     from prometheus_client import CollectorRegistry
 
     from ldpstream.decoder.metrics import DecoderMetrics
+    from ldpstream.decoder.published import PublishedEstimate
     from ldpstream.decoder.service import DecoderService
 
     # Its own gauges (never served): the parent observes what it publishes.
@@ -81,9 +82,15 @@ def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], Sta
         if message is None:
             return
         now, service.reuse = message
-        started = time.process_time()
+        started, wall = time.process_time(), time.perf_counter()
         outcomes = [service.decode_outcome(metric, now) for metric in metrics]
-        conn.send((outcomes, time.process_time() - started))
+        for outcome in outcomes:
+            for result in outcome.results:
+                if type(result) is PublishedEstimate:
+                    # The JSON text of its values, the bulk of what the parent publishes, made here in parallel
+                    # (it travels with the estimate: :meth:`PublishedEstimate.body`).
+                    result.body()
+        conn.send((outcomes, time.process_time() - started, time.perf_counter() - wall))
 
 
 class DecoderWorkers:
@@ -101,8 +108,11 @@ class DecoderWorkers:
         self._context = multiprocessing.get_context("spawn")
         self._processes: list[BaseProcess | None] = [None] * workers
         self._connections: list[Connection | None] = [None] * workers
-        #: The CPU seconds the workers spent on the last pass (summed over workers).
-        self.last_cpu_seconds = 0.0
+        #: The CPU and the wall seconds each worker spent decoding in the last pass, and the wall seconds of the
+        #: whole pass (:meth:`decode`: sending, decoding, receiving the outcomes).
+        self.last_cpu: list[float] = [0.0] * workers
+        self.last_wall: list[float] = [0.0] * workers
+        self.last_pass_seconds = 0.0
         #: How many times a worker that died was started again.
         self.restarts = 0
         for i in range(workers):
@@ -124,6 +134,7 @@ class DecoderWorkers:
     def decode(self, now: float | None, reuse: bool) -> dict[str, MetricOutcome]:
         """One pass: every worker decodes its metrics at once; the outcomes by metric. A worker that died
         fails each of its metrics (``error`` says so) and is started again (cold)."""
+        started = time.perf_counter()
         outcomes: dict[str, MetricOutcome] = {}
         sent = []
         for i, conn in enumerate(self._connections):
@@ -133,19 +144,24 @@ class DecoderWorkers:
                 sent.append(i)
             except OSError:  # the worker died since the last pass
                 self._lost(i, outcomes)
-        cpu = 0.0
+        self.last_cpu = [0.0] * len(self._processes)
+        self.last_wall = [0.0] * len(self._processes)
         for i in sent:
             received = self._receive(i)
             if received is None:
                 self._lost(i, outcomes)
                 continue
-            results, seconds = received
-            cpu += seconds
+            results, self.last_cpu[i], self.last_wall[i] = received
             outcomes.update((o.metric, o) for o in results)
-        self.last_cpu_seconds = cpu
+        self.last_pass_seconds = time.perf_counter() - started
         return outcomes
 
-    def _receive(self, i: int) -> tuple[list[MetricOutcome], float] | None:
+    @property
+    def last_cpu_seconds(self) -> float:
+        """The CPU seconds the workers spent on the last pass, summed over workers."""
+        return sum(self.last_cpu)
+
+    def _receive(self, i: int) -> tuple[list[MetricOutcome], float, float] | None:
         conn, process = self._connections[i], self._processes[i]
         assert conn is not None and process is not None
         try:
@@ -154,7 +170,7 @@ class DecoderWorkers:
                     if conn.poll(0):  # it answered just before it exited
                         break
                     return None
-            received: tuple[list[MetricOutcome], float] = conn.recv()
+            received: tuple[list[MetricOutcome], float, float] = conn.recv()
         except (EOFError, OSError):
             return None
         return received
