@@ -1,6 +1,7 @@
 """The decoder's worker processes (``DecoderService(workers=2)``) on real Redis: they publish what one process
-publishes from the same store contents, pass after pass (cold, then warm), and a killed worker fails its
-metrics for one pass (counted, named) and is replaced, whose metrics are published again the next pass."""
+publishes from the same store contents, pass after pass (cold, then warm), marginals and joint tables (decoded in
+the parent from the marginals the workers send back); a killed worker fails its metrics for one pass (counted,
+named) and is replaced, whose metrics are published again (decoded cold) the next pass."""
 
 from __future__ import annotations
 
@@ -8,16 +9,21 @@ import dataclasses
 import json
 import os
 import signal
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from ldpstream.config import RedisConfig
+from ldpstream.config import KafkaConfig, RedisConfig
+from ldpstream.consumers.metrics import ConsumerMetrics
+from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.decoder.workers import assign
+from ldpstream.producers.loadgen import simulate_association_and_publish
+from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store.contract import ALL_TIME, PartitionBatch, SketchKey
 
@@ -127,3 +133,44 @@ def test_workers_publish_what_one_process_publishes_and_recover_a_killed_worker(
     finally:
         parallel.close()
     assert parallel._pool is None
+
+
+def test_workers_and_one_process_publish_the_same_joint_table(
+        kafka_bootstrap: str, redis_config: RedisConfig, key_prefix: str, fresh_topic: Any) -> None:
+    """An association is decoded in the parent from the marginals its members' workers sent back: the same
+    joint table as one process's (two k-RR members: decoded in closed form, so equal to the last digit)."""
+    topic = fresh_topic(partitions=2)
+    registry = Registry.from_dict({
+        "defaults": {"topic": topic, "bucket_seconds": 3600, "windows": ["all"], "retention": "2d"},
+        "metrics": {
+            "x": {"id": 21, "mechanism": "krr", "k": 8, "epsilon": 3.0, "estimator": "project"},
+            "y": {"id": 22, "mechanism": "krr", "k": 6, "epsilon": 3.0, "estimator": "project"},
+            "z": {"id": 23, "mechanism": "krr", "k": 4, "epsilon": 3.0, "estimator": "unbiased"},
+        },
+        "associations": {"pair": {"id": 1, "metrics": ["x", "y"], "candidates": 3, "windows": ["all"]}}})
+    clients = 5_000
+    produced = simulate_association_and_publish(registry.associations["pair"], ReportPublisher(kafka_bootstrap),
+                                                clients=clients, distribution=["zipf:1.1", "geometric"],
+                                                dependence=0.5, seed=3, per_message=50)
+    assert produced.records_acked == clients
+    config = dataclasses.replace(redis_config, prefix=key_prefix)
+    store = config.store()
+    consumer = SketchConsumer(registry, store,
+                              ConsumerSettings(KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}"),
+                              metrics=ConsumerMetrics(registry=CollectorRegistry()))
+    consumer.run(idle_exit=3.0)
+    now = time.time()
+    single = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()))
+    single.run_once(now)
+    expected = store.latest_joint("pair", "all")
+    parallel = DecoderService(registry, config.store(), metrics=DecoderMetrics(CollectorRegistry()), workers=2,
+                              store_factory=config.store)
+    try:
+        parallel.run_once(now)
+    finally:
+        parallel.close()
+    got = store.latest_joint("pair", "all")
+    assert parallel.last_failed == [] and expected is not None and got is not None
+    assert expected["n_reports"] == clients
+    timings = {"decode_seconds", "em"}
+    assert {k: v for k, v in got.items() if k not in timings} == {k: v for k, v in expected.items() if k not in timings}
