@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,18 +68,23 @@ def assign(registry: Registry, workers: int) -> list[list[str]]:
 def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], StatusStore], names: list[str],
            reuse: bool) -> None:
     """A worker's loop: for each pass (``(now, reuse)`` received), decode its metrics and send back their
-    outcomes with the CPU and wall seconds the pass took; ``None`` ends it."""
+    outcomes with the CPU and wall seconds the pass took; ``None`` (or the decoder process's end) ends it."""
     from prometheus_client import CollectorRegistry
 
     from ldpstream.decoder.metrics import DecoderMetrics
     from ldpstream.decoder.published import PublishedEstimate
     from ldpstream.decoder.service import DecoderService
 
+    # The decoder process decides when its workers stop (a Ctrl-C reaches the whole process group).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Its own gauges (never served): the parent observes what it publishes.
     service = DecoderService(registry, store_factory(), metrics=DecoderMetrics(CollectorRegistry()), reuse=reuse)
     metrics = [registry.metrics[name] for name in names]
     while True:
-        message = conn.recv()
+        try:
+            message = conn.recv()
+        except EOFError:  # the decoder process is gone
+            return
         if message is None:
             return
         now, service.reuse = message
