@@ -23,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import pickle
 import signal
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -96,7 +98,21 @@ def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], Sta
                     # The JSON text of its values, the bulk of what the parent publishes, made here in parallel
                     # (it travels with the estimate: :meth:`PublishedEstimate.body`).
                     result.body()
-        conn.send((outcomes, time.process_time() - started, time.perf_counter() - wall))
+        try:
+            conn.send((outcomes, time.process_time() - started, time.perf_counter() - wall))
+        except (pickle.PicklingError, TypeError, AttributeError):  # (raised before anything is sent)
+            conn.send(([_sendable(o) for o in outcomes], time.process_time() - started, time.perf_counter() - wall))
+
+
+def _sendable(outcome: MetricOutcome) -> MetricOutcome:
+    """The outcome, or its failure when it cannot be pickled (an estimate holding something a pipe cannot carry):
+    that metric fails the pass, not the worker."""
+    try:
+        pickle.dumps(outcome)
+    except Exception:
+        return MetricOutcome(outcome.metric, error="the decoder worker could not send the estimates back:\n"
+                             + traceback.format_exc())
+    return outcome
 
 
 class DecoderWorkers:

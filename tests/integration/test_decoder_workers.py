@@ -47,6 +47,10 @@ def _registry() -> Registry:
                          "q": 0.75, "f": 0.5, "candidates": names, "estimator": "mle"},
             "e_orappor": {"id": 5, "mechanism": "orappor", "k": 64, "epsilon": 2.0, "cohorts": 8, "hashes": 1,
                           "candidates": names, "estimator": "nnls"},
+            "f_detect": {"id": 6, "mechanism": "rappor", "k": 64, "hashes": 2, "cohorts": 8, "p": 0.25,
+                         "q": 0.75, "f": 0.5, "candidates": names, "estimator": "detect"},
+            "g_ls": {"id": 7, "mechanism": "orr", "k": 32, "epsilon": 2.0, "cohorts": 16, "candidates": names,
+                     "estimator": "ls"},
         }})
 
 

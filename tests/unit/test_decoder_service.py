@@ -561,3 +561,13 @@ def test_worker_processes_need_a_store_each_can_open() -> None:
         DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()), workers=0)
     # A fixed share each, round robin over the registry's order.
     assert assign(registry, 2) == [["m0", "m2", "m4"], ["m1", "m3"]]
+
+
+def test_an_outcome_a_worker_cannot_send_back_fails_its_metric_not_the_worker() -> None:
+    from ldpstream.decoder.workers import MetricOutcome, _sendable
+
+    sendable = MetricOutcome("a", empty=["1h"])
+    assert _sendable(sendable) is sendable
+    failed = _sendable(MetricOutcome("b", results=[lambda: None]))  # type: ignore[list-item]
+    assert failed.metric == "b" and failed.results == [] and failed.error is not None
+    assert "could not send the estimates back" in failed.error
