@@ -237,7 +237,8 @@ class DecoderService:
             self._pool = None
         if self._pool is None:
             assert self.store_factory is not None
-            self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse)
+            self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse,
+                                        make_decoder=worker_decoder)
         return self._pool.decode(now, self.reuse)
 
     @property
@@ -491,3 +492,11 @@ class DecoderService:
         finally:
             self.close()
 
+
+
+def worker_decoder(registry: Registry, store: StatusStore, reuse: bool) -> DecoderService:
+    """The service a decoder worker process decodes its metrics with (:mod:`ldpstream.decoder.workers`), with
+    gauges of its own that nothing serves: the parent observes what it publishes."""
+    from prometheus_client import CollectorRegistry
+
+    return DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()), reuse=reuse)

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from ldpstream.registry import Registry
+from ldpstream.registry import MetricConfig, Registry
 from ldpstream.store.contract import StatusStore
 
 if TYPE_CHECKING:
@@ -67,20 +67,24 @@ def assign(registry: Registry, workers: int) -> list[list[str]]:
     return [names[i::workers] for i in range(workers)]
 
 
+class WorkerDecoder(Protocol):
+    """What a worker decodes with: the decoder service's per-metric step (given by the decoder, so that this
+    module does not import the service that imports it)."""
+
+    reuse: bool
+
+    def decode_outcome(self, metric: MetricConfig, now: float | None) -> MetricOutcome: ...
+
+
 def _serve(conn: Connection, registry: Registry, store_factory: Callable[[], StatusStore], names: list[str],
-           reuse: bool) -> None:
+           reuse: bool, make_decoder: Callable[[Registry, StatusStore, bool], WorkerDecoder]) -> None:
     """A worker's loop: for each pass (``(now, reuse)`` received), decode its metrics and send back their
     outcomes with the CPU and wall seconds the pass took; ``None`` (or the decoder process's end) ends it."""
-    from prometheus_client import CollectorRegistry
-
-    from ldpstream.decoder.metrics import DecoderMetrics
     from ldpstream.decoder.published import PublishedEstimate
-    from ldpstream.decoder.service import DecoderService
 
     # The decoder process decides when its workers stop (a Ctrl-C reaches the whole process group).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Its own gauges (never served): the parent observes what it publishes.
-    service = DecoderService(registry, store_factory(), metrics=DecoderMetrics(CollectorRegistry()), reuse=reuse)
+    service = make_decoder(registry, store_factory(), reuse)
     metrics = [registry.metrics[name] for name in names]
     while True:
         try:
@@ -120,12 +124,16 @@ class DecoderWorkers:
     against its own store (``store_factory()``, called in the worker; it must be picklable)."""
 
     def __init__(self, registry: Registry, store_factory: Callable[[], StatusStore], workers: int,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True,
+                 make_decoder: Callable[[Registry, StatusStore, bool], WorkerDecoder] | None = None) -> None:
         if workers < 2:
             raise ValueError(f"worker processes are for 2 or more workers, not {workers}")
         self.registry = registry
         self.store_factory = store_factory
         self.reuse = reuse
+        if make_decoder is None:
+            raise ValueError("the workers need the decoder's make_decoder (a picklable module-level function)")
+        self.make_decoder = make_decoder
         self.assignment = assign(registry, workers)
         self._context = multiprocessing.get_context("spawn")
         self._processes: list[BaseProcess | None] = [None] * workers
@@ -143,7 +151,8 @@ class DecoderWorkers:
     def _start(self, i: int) -> None:
         parent, child = self._context.Pipe()
         process = self._context.Process(
-            target=_serve, args=(child, self.registry, self.store_factory, self.assignment[i], self.reuse),
+            target=_serve, args=(child, self.registry, self.store_factory, self.assignment[i], self.reuse,
+                                 self.make_decoder),
             name=f"ldpstream-decoder-worker-{i}", daemon=True)
         process.start()
         child.close()
