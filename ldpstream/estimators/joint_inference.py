@@ -161,11 +161,18 @@ def independence_test(p: np.ndarray, cov: np.ndarray, information: np.ndarray) -
     t = float(max(d @ information @ d, 0.0))
     if df == 0:
         return IndependenceTest(0.0, 0, 1.0, INDEPENDENCE_METHOD, 0.0, 1.0)
+    w, w_p_value = _wald_interaction(p, cov, df)
+    return IndependenceTest(t, df, float(stats.chi2.sf(t, df)), INDEPENDENCE_METHOD, w, w_p_value)
+
+
+def _wald_interaction(p: np.ndarray, cov: np.ndarray, df: int) -> tuple[float, float]:
+    """The Wald statistic ``hᵀ (J Σ Jᵀ)⁺ h`` of the interaction contrasts ``h`` of ``p`` (Jacobian ``J``) and its
+    χ²(df) p-value."""
     h, jac = interaction_contrasts(p)
     cov_h = jac @ cov @ jac.T
     sol = np.linalg.lstsq(cov_h, h, rcond=None)[0]
     w = float(max(h @ sol, 0.0))
-    return IndependenceTest(t, df, float(stats.chi2.sf(t, df)), INDEPENDENCE_METHOD, w, float(stats.chi2.sf(w, df)))
+    return w, float(stats.chi2.sf(w, df))
 
 
 #: ``IndependenceTest.method`` when the published statistic is the Wald statistic of the interaction contrasts
@@ -181,9 +188,5 @@ def wald_independence_test(p: np.ndarray, cov: np.ndarray) -> IndependenceTest:
     df = (r - 1) * (c - 1)
     if df == 0:
         return IndependenceTest(0.0, 0, 1.0, WALD_INDEPENDENCE_METHOD, 0.0, 1.0)
-    h, jac = interaction_contrasts(p)
-    cov_h = jac @ cov @ jac.T
-    sol = np.linalg.lstsq(cov_h, h, rcond=None)[0]
-    w = float(max(h @ sol, 0.0))
-    p_value = float(stats.chi2.sf(w, df))
+    w, p_value = _wald_interaction(p, cov, df)
     return IndependenceTest(w, df, p_value, WALD_INDEPENDENCE_METHOD, w, p_value)
