@@ -304,6 +304,7 @@ def detect(
     prune_z: float = 1.0,
     adaptive: bool = True,
     shrink: bool = True,
+    ls_interval: bool = True,
 ) -> DetectionEstimate:
     """Screen, refit, test (default: adaptive Benjamini–Hochberg at q = 0.10) and estimate the candidates of
     ``design`` (``(C·k, S)``, cohort-major) against a ``(C, k + 1)`` bit sketch (module docstring). Returns a
@@ -311,6 +312,8 @@ def detect(
     ``est.significant(alpha, correction)`` is the detected set, also in ``info["detected"]``. ``adaptive``:
     BH at ``alpha/π̂0`` when the full design is well-determined (step 3); ``shrink``: empirical-Bayes
     posterior means as the published points (step 4). With both off, the decoder of the previous release.
+    ``ls_interval``: the interval and standard errors of the least squares of all candidates when that design is
+    well-determined (False: the refit's, for a caller that uses the selection only; the tests are the same).
     """
     if correction not in _CORRECTIONS:
         raise ParameterError(f"unknown correction {correction!r}; use one of {_CORRECTIONS}")
@@ -452,7 +455,7 @@ def detect(
         "null_fraction": null_fraction,
         "point": "posterior-mean" if eb else "refit",
     }
-    if full is not None:
+    if full is not None and ls_interval:
         # A well-determined design of all candidates: publish the interval of their weighted least squares with
         # its sandwich standard errors (the "ls" decoder's), unbiased whatever the selection did; the refit's is
         # conditional on the selection made from the same data and under-covers near the threshold.

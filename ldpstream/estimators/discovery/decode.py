@@ -168,7 +168,8 @@ def discover(
             kept.append(np.zeros(0, dtype=np.int64))
             kept_freq.append(np.zeros(0))
             continue
-        est = detect(collection.ngram_sketches[j], design, mech.q_star, mech.p_star, correction, alpha_ngram)
+        est = detect(collection.ngram_sketches[j], design, mech.q_star, mech.p_star, correction, alpha_ngram,
+                     ls_interval=False)  # only the selection is used: no interval to publish
         idx = np.flatnonzero(est.significant(alpha_ngram, correction))
         kept.append(idx)
         kept_freq.append(np.asarray(est.frequencies)[idx])
