@@ -21,6 +21,9 @@ the same warm factor cache, with ``reuse=False`` (every window decoded from scra
 report added since the previous one (every window unchanged: nothing is decoded). The baseline tree runs as it
 is (a tree without ``reuse`` decodes from scratch), with ``reuse=False`` unless ``--before-reuse`` (then its warm
 refreshes are the ones to compare with ours, warm cache and reuse).
+Then, in ours, three more warm refreshes in which every decode that reused the sandwich variances of a grown
+window (``FactorCache.variance_growth``, docs/math/estimators.md#sandwich-variances-of-a-grown-window) is decoded
+again with the sandwich computed: the largest and median relative error of the reused standard errors is printed.
 Printed: the wall and CPU time of each refresh (the machine is shared: CPU time is the figure to compare when
 it is loaded) and, per family and candidate count, the summed decode wall seconds (``decode_seconds`` of the
 published estimates) of the last refresh of each kind.
@@ -197,6 +200,32 @@ if factor_cache is not None:
         out["unchanged"] = refresh()[0]
         cfg["fresh"] = cfg_fresh
         service.reuse = False
+    if hasattr(factor_cache(), "variance_growth"):
+        # sandwich variances of grown windows reused (factor_cache): each against the exact sandwich on the same
+        # reference, over three more warm refreshes
+        import ldpstream.estimators.candidates as candidates_module
+        real, errors, decodes = candidates_module._decode, [], [0]
+        cache = factor_cache()
+
+        def compared(**kw):
+            est = real(**kw)
+            decodes[0] += 1
+            if est.info.get("se_sandwich") == "reused":
+                held, cache.variance_growth = cache.variance_growth, 0.0
+                exact = real(**kw)
+                cache.variance_growth = held
+                se, ref = np.asarray(est.std_errors), np.asarray(exact.std_errors)
+                ok = ref > 0
+                errors.append(float(np.max(np.abs(se[ok] / ref[ok] - 1.0))))
+            return est
+
+        service.reuse = cfg["reuse"]
+        candidates_module._decode = compared
+        for _ in range(3):
+            refresh()
+        candidates_module._decode = real
+        service.reuse = False
+        out["variance_reuse"] = [len(errors), decodes[0], max(errors, default=0.0), float(np.median(errors or [0.0]))]
     factor_cache().resize(0)
     off = [refresh() for _ in range(cfg["warm"])]
     out["off"] = [w[0] for w in off]
@@ -311,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# cache: {after['cache_mb']:.0f} MB held, {after['cache_hits']} hits, "
                   f"{after['cache_misses']} misses; O-RR mle information variances reused "
                   f"{after['information_hits']}, computed {after['information_misses']}")
+            if "variance_reuse" in after:
+                used, decodes, worst, median = after["variance_reuse"]
+                print(f"# sandwich variances of grown windows reused in {used} of {decodes} candidate decodes (3 warm "
+                      f"refreshes); relative error of their standard errors against the exact sandwich: largest "
+                      f"{worst:.2e}, median {median:.2e}")
             print(f"\n{'decode seconds by part':<22} {args.before:>8} {'off':>8} {'cold':>8} {'noreuse':>8} "
                   f"{'warm':>8}")
             parts = after["parts_warm"]

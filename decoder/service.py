@@ -38,7 +38,6 @@ the others are decoded and published all the same.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -57,6 +56,7 @@ from ldpstream.decoder.published import (
     PublishedJoint,
     decode_window,
     joint_variable,
+    json_text,
     window_buckets,
 )
 from ldpstream.decoder.workers import DecoderWorkers, MetricOutcome
@@ -431,7 +431,7 @@ class DecoderService:
         return results[0] if results else None
 
     def publish_joint(self, result: PublishedJoint) -> None:
-        body = json.dumps(result.to_json())
+        body = json_text(result.to_json())
         self.store.publish_joint(result.association, result.window, body, self.history)
         if self.producer is not None:
             self._produce(result.key, body)
@@ -445,7 +445,7 @@ class DecoderService:
             return
         self.metrics.clear_joint(association, window)
         if self.producer is not None:
-            body = json.dumps({"schema": RETRACTION_SCHEMA, "association": association, "window": window,
+            body = json_text({"schema": RETRACTION_SCHEMA, "association": association, "window": window,
                                "retracted": True, "time": time.time()})
             self._produce(f"joint:{association}:{window}", body)
 
@@ -457,7 +457,7 @@ class DecoderService:
         self.metrics.clear(metric, window)
         self.metrics.clear_dictionary(metric, window)
         if self.producer is not None:
-            body = json.dumps({"schema": RETRACTION_SCHEMA, "metric": metric, "window": window, "retracted": True,
+            body = json_text({"schema": RETRACTION_SCHEMA, "metric": metric, "window": window, "retracted": True,
                                "time": time.time()})
             self._produce(f"{metric}:{window}", body)
 

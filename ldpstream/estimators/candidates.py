@@ -170,6 +170,8 @@ def _decode(
     factor_cache: FactorCache | None,
     cache_key: Hashable | None,
     start: ArrayLike | None = None,
+    counts: np.ndarray | None = None,
+    cohort_reports: np.ndarray | None = None,
 ) -> Estimate:
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
@@ -181,7 +183,8 @@ def _decode(
     wls: WeightedLeastSquares | CachedLeastSquares
     if factor_cache is not None and factor_cache.enabled and cache_key is not None and exact_se_max >= S:
         wls = CachedLeastSquares(z, X, other_col if other else None, var_fn, cache=factor_cache,
-                                 key=(cache_key, kind, bool(other), X.shape), exact_max=exact_se_max)
+                                 key=(cache_key, kind, bool(other), X.shape), exact_max=exact_se_max,
+                                 counts=counts, cohort_reports=cohort_reports)
     else:
         wls = WeightedLeastSquares(z, X, other_col if other else None, var_fn, exact_max=exact_se_max)
     beta = wls.beta
@@ -197,8 +200,12 @@ def _decode(
         # duality-gap certificate is below 5e-7 nats (every coordinate within 1e-3 model-based standard errors of
         # the maximizer); from a previous solution (``start``), Newton alone, which moves coordinates away
         # from 0 as well (docs/math/estimators.md#maximum-likelihood-by-projected-newton).
+        held = (factor_cache.newton_held((cache_key, kind, "newton", bool(other), X.shape))
+                if isinstance(wls, CachedLeastSquares) and factor_cache is not None else None)
         res = newton_multinomial(counts, ch, p0=None if x0 is None else _on_simplex(x0), em_tol=tol,
-                                 em_max_iter=max_iter)
+                                 em_max_iter=max_iter, held=held)
+        if held is not None and factor_cache is not None:
+            factor_cache.grown()
         est = res.p
         # converged: the gap certificate (Newton), or else EM's own rule, as before Newton
         info.update(n_iter=res.n_iter, em_iter=res.em_iter, converged=res.converged or res.em_converged,
@@ -224,7 +231,10 @@ def _decode(
                                                max_iter=max_iter, lipschitz=wls.lipschitz())
             info.update(n_iter=n_iter, nnls_solver="fista")
     top = _top(est, S, se_top)
-    se_ls = np.sqrt(wls.variances(top, meat_fn(wls)))
+    # a grown window's sandwich variances from an earlier exact computation (factor_cache module docstring), else
+    # computed
+    held_var = wls.reused_variances() if isinstance(wls, CachedLeastSquares) else None
+    se_ls = np.sqrt(held_var if held_var is not None else wls.variances(top, meat_fn(wls)))
     info.update(wls.info if isinstance(wls, CachedLeastSquares) else wls.gram.info)
     se = se_ls
     if method == "mle" and kind == "orr":
@@ -319,7 +329,7 @@ def decode_orr(
         meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
-        cache_key=cache_key, start=start,
+        cache_key=cache_key, start=start, counts=counts, cohort_reports=Nc,
     )
 
 
@@ -388,6 +398,7 @@ def decode_bits(
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
         # h̄ shapes the "other" column, so a given bits_per_string is part of the design's name
         cache_key=cache_key if bits_per_string is None or cache_key is None else (cache_key, hbar), start=start,
+        counts=arr, cohort_reports=Nc,
     )
 
 

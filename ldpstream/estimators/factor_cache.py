@@ -33,6 +33,17 @@ order, so every variance lies within ``[1/b, 1/a]`` times its reference value. W
 1.04) the cache returns ``var_ref / sqrt(a b)``: each variance within a factor ``sqrt(b/a) ≤ 1.02`` of the
 exact one, each standard error within ``(b/a)^{1/4} − 1 ≤ 1%`` (the bound is returned with it). A refresh of
 a window of many buckets changes ``d`` by far less (a few fresh reports in hundreds per cell).
+
+**Sandwich variances of a grown window** (docs/math/estimators.md#sandwich-variances-of-a-grown-window), an
+approximation. A cache hit keeps the reference's ``Ga⁻¹`` and ``B``, so a decode's sandwich variances change
+only through the meat, a plug-in of the window's fit and cohort counts. When the counts a decode is given hold
+every count of an earlier exact computation on the same reference (no cell decreased: the window only gained
+reports) and each cohort's reports grew by at most ``variance_growth`` (default 1%), the earlier variances are
+returned times ``N_ref/N`` (the ``1/N`` law of every variance here) instead of the O((R + nnz)·P) pass, and the
+estimate says so (``info["se_sandwich"] = "reused"``, with the growth). The rest of the plug-in's change over
+such a step, from the fit's, is not bounded in closed form: measured on the refresh benchmark's windows at
+most 0.28% of a standard error (``bench/decoder_refresh.py``; tests/unit/test_warm_decode_shortcuts.py holds it
+within 1% on a grown window). A window that loses a bucket, or grows by more, is computed exactly again.
 """
 
 from __future__ import annotations
@@ -49,10 +60,12 @@ import scipy.sparse as sp
 
 from .least_squares import WeightedLeastSquares
 from .linalg import weighted_gram
+from .newton_mle import HeldInformation
 from .sandwich import SandwichMeat
 
-__all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "CachedLeastSquares",
-           "FactorCache", "InformationReference", "ReferenceFactor", "symmetric_inverse"]
+__all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "DEFAULT_VARIANCE_GROWTH",
+           "CachedLeastSquares", "FactorCache", "InformationReference", "ReferenceFactor", "VarianceMemo",
+           "symmetric_inverse"]
 
 #: Default bound of a :class:`FactorCache` (bytes of ``Ga⁻¹`` and ``B`` held). The decoder visits every (metric,
 #: window) once a refresh, a cyclic pattern: when the references it needs exceed the bound, least-recently-used
@@ -67,6 +80,11 @@ DEFAULT_TOLERANCE = 1.5
 #: Default largest spread ``κ_I = b/a`` of ``d / d_ref`` for which information variances are reused: standard
 #: errors within ``κ_I^{1/4} − 1`` (1%) of the exact ones (module docstring).
 DEFAULT_INFORMATION_TOLERANCE = 1.04
+#: Default largest growth of any cohort's reports for which a reference's sandwich variances are reused (module
+#: docstring): 1%.
+DEFAULT_VARIANCE_GROWTH = 0.01
+#: Exact sandwich computations kept per reference (the windows of one metric that share its weights).
+VARIANCE_MEMOS = 3
 
 
 def symmetric_inverse(G: np.ndarray) -> np.ndarray:
@@ -84,6 +102,33 @@ def symmetric_inverse(G: np.ndarray) -> np.ndarray:
 
 
 @dataclass(eq=False)
+class VarianceMemo:
+    """The sandwich variances of one exact computation on a reference, with the counts they were computed from
+    (``counts``, flattened) and the cohorts' report counts ``cohort_reports``."""
+
+    counts: np.ndarray
+    cohort_reports: np.ndarray
+    variances: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.counts.nbytes + self.cohort_reports.nbytes + self.variances.nbytes)
+
+    def growth(self, counts: np.ndarray, cohort_reports: np.ndarray) -> float | None:
+        """The largest relative growth of a cohort's reports since this computation, when ``counts`` hold every
+        count it was computed from (no cell decreased, the same cohorts with reports); else None."""
+        held, n_ref = self.counts, self.cohort_reports
+        if counts.shape != held.shape or cohort_reports.shape != n_ref.shape:
+            return None
+        if not np.array_equal(n_ref > 0, cohort_reports > 0) or not np.all(counts >= held):
+            return None
+        used = n_ref > 0
+        if not used.any():
+            return None
+        return float(np.max(cohort_reports[used] / n_ref[used])) - 1.0
+
+
+@dataclass(eq=False)
 class ReferenceFactor:
     """Reference weights ``w_ref`` of one design, ``Ga⁻¹`` for them, and ``B = Xa Ga⁻¹`` (made on first use)."""
 
@@ -98,12 +143,15 @@ class ReferenceFactor:
     pair_structure: dict[str, Any] = field(default_factory=dict)
     #: ``Xa = [X, o]`` (sparse), shared by the references of one key: the design of the key, not rebuilt per decode.
     design: sp.csr_matrix | None = None
+    #: The last exact sandwich computations on this reference, most recent first (module docstring).
+    variance_memos: list[VarianceMemo] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
         return int(self.weights.nbytes + self.inverse.nbytes + (0 if self.rows is None else self.rows.nbytes)
                    + (0 if self.gram is None else self.gram.nbytes)
-                   + sum(a.nbytes for a in self.pair_structure.values()))
+                   + sum(a.nbytes for a in self.pair_structure.values())
+                   + sum(m.nbytes for m in self.variance_memos))
 
     def matches(self, w: np.ndarray, tolerance: float) -> bool:
         """Whether ``w`` is within ``tolerance`` (``max r / min r``, ``r = w / w_ref``) of the reference, with
@@ -147,11 +195,16 @@ class FactorCache:
         max_bytes: bound on the bytes held (``0`` disables the cache: every decode is computed afresh).
         per_key: references kept per key.
         tolerance: ``κ``, the largest spread of ``w / w_ref`` for which a reference is reused.
+        information_tolerance: ``κ_I``, the largest spread of ``d / d_ref`` for which information variances are
+            reused.
+        variance_growth: the largest growth of a cohort's reports for which sandwich variances are reused
+            (``0`` computes every one).
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, per_key: int = 4,
                  tolerance: float = DEFAULT_TOLERANCE,
-                 information_tolerance: float = DEFAULT_INFORMATION_TOLERANCE) -> None:
+                 information_tolerance: float = DEFAULT_INFORMATION_TOLERANCE,
+                 variance_growth: float = DEFAULT_VARIANCE_GROWTH) -> None:
         if tolerance < 1:
             raise ValueError(f"tolerance must be >= 1, got {tolerance}")
         if information_tolerance < 1:
@@ -160,14 +213,20 @@ class FactorCache:
         self.per_key = int(per_key)
         self.tolerance = float(tolerance)
         self.information_tolerance = float(information_tolerance)
+        if variance_growth < 0:
+            raise ValueError(f"variance_growth must be >= 0, got {variance_growth}")
+        self.variance_growth = float(variance_growth)
         self._entries: OrderedDict[Hashable, list[ReferenceFactor]] = OrderedDict()
         #: Information variances per key (:class:`InformationReference`), most recently stored first.
         self._information: OrderedDict[Hashable, list[InformationReference]] = OrderedDict()
+        #: Informations the maximum likelihood's Newton steps formed, per key (:meth:`newton_held`).
+        self._newton: OrderedDict[Hashable, list[HeldInformation]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
         self.information_hits = 0
         self.information_misses = 0
+        self.variance_hits = 0
 
     @property
     def enabled(self) -> bool:
@@ -180,7 +239,20 @@ class FactorCache:
 
     def _held(self) -> int:
         return (sum(e.nbytes for refs in self._entries.values() for e in refs)
-                + sum(e.nbytes for refs in self._information.values() for e in refs))
+                + sum(e.nbytes for refs in self._information.values() for e in refs)
+                + sum(e.nbytes for held in self._newton.values() for e in held))
+
+    def newton_held(self, key: Hashable) -> list[HeldInformation] | None:
+        """The list of informations that :func:`~ldpstream.estimators.newton_mle.newton_multinomial` keeps for the
+        design ``key`` across decodes (its ``held``; the windows of a metric find theirs in it when their weights
+        are within 1%: the same maximizer, fewer informations formed); None when the cache is disabled. The bytes
+        it grows by are counted at the next bound check (:meth:`grown`)."""
+        with self._lock:
+            if not self.enabled:
+                return None
+            held = self._newton.setdefault(key, [])
+            self._newton.move_to_end(key)
+            return held
 
     def information_variances(self, key: Hashable, d: np.ndarray) -> tuple[np.ndarray, float] | None:
         """Variances of the information ``Bᵀ diag(d) B`` of ``key`` from a stored reference whose weights are
@@ -215,6 +287,11 @@ class FactorCache:
             refs.insert(0, InformationReference(np.array(d, dtype=np.float64), np.array(variances, dtype=np.float64)))
             del refs[self.per_key:]
             self._shrink()
+
+    def counted_variance_hit(self) -> None:
+        """Count a reuse of sandwich variances (:meth:`CachedLeastSquares.variances`)."""
+        with self._lock:
+            self.variance_hits += 1
 
     def __len__(self) -> int:
         with self._lock:
@@ -266,7 +343,8 @@ class FactorCache:
         with self._lock:
             self._entries.clear()
             self._information.clear()
-            self.hits = self.misses = self.information_hits = self.information_misses = 0
+            self._newton.clear()
+            self.hits = self.misses = self.information_hits = self.information_misses = self.variance_hits = 0
 
     def _shrink(self) -> None:
         """Drop references, least recently used first, until the bytes held are within the bound (called
@@ -278,6 +356,11 @@ class FactorCache:
             total -= dropped.nbytes
             if not refs:
                 del self._entries[key]
+        # Newton's informations (P × P each) before the Gram factors: one refresh forms them again
+        while self._newton and total > self.max_bytes:
+            key, newton = next(iter(self._newton.items()))
+            total -= sum(e.nbytes for e in newton)
+            del self._newton[key]
         # information references are small (R + S floats): they go only once no Gram factor is left
         while self._information and total > self.max_bytes:
             key, info_refs = next(iter(self._information.items()))
@@ -307,8 +390,14 @@ class CachedLeastSquares:
         cache: FactorCache,
         key: Hashable,
         exact_max: int = 1024,
+        counts: np.ndarray | None = None,
+        cohort_reports: np.ndarray | None = None,
     ) -> None:
         references = cache.references(key)
+        #: The window's counts and its cohorts' reports, for reusing the sandwich variances of an earlier exact
+        #: computation on the same reference (module docstring); None: always computed.
+        self._counts = None if counts is None else np.asarray(counts, dtype=np.float64).ravel()
+        self._cohort_reports = None if cohort_reports is None else np.asarray(cohort_reports, dtype=np.float64)
         # the key names the design (mechanism, candidates, "other"): its Xa is the one an earlier decode built
         held = references[0].design if references else None
         width = X.shape[1] + (other_col is not None)
@@ -371,10 +460,29 @@ class CachedLeastSquares:
             self._cache.grown()
         self.info["se_sandwich"] = "exact"
         made = not self.ref.pair_structure
-        var = meat.sandwich_diagonal(self.ref.rows, self.ref.pair_structure)
+        var = np.asarray(np.maximum(meat.sandwich_diagonal(self.ref.rows, self.ref.pair_structure), 0.0))
         if made and self.ref.pair_structure:
             self._cache.grown()
-        return np.asarray(np.maximum(var, 0.0))
+        if self._counts is not None and self._cohort_reports is not None and self._cache.variance_growth > 0:
+            memos = self.ref.variance_memos
+            memos.insert(0, VarianceMemo(self._counts.copy(), self._cohort_reports.copy(), var.copy()))
+            del memos[VARIANCE_MEMOS:]  # small beside B (R + C + P floats each): counted at the next bound check
+        return var
+
+    def reused_variances(self) -> np.ndarray | None:
+        """The variances of an earlier exact computation on this reference whose counts this decode's hold, grown
+        by at most ``variance_growth`` per cohort, times ``N_ref/N`` (module docstring); None when there is none (then
+        :meth:`variances` computes them, and keeps them for the next decodes)."""
+        counts, reports, limit = self._counts, self._cohort_reports, self._cache.variance_growth
+        if counts is None or reports is None or limit <= 0:
+            return None
+        for memo in self.ref.variance_memos:
+            growth = memo.growth(counts, reports)
+            if growth is not None and growth <= limit:
+                self._cache.counted_variance_hit()
+                self.info.update(se_sandwich="reused", se_reused_growth=growth)
+                return memo.variances * (float(memo.cohort_reports.sum()) / float(reports.sum()))
+        return None
 
     def dense_gram(self) -> np.ndarray:
         """``Ga`` (dense, P × P) for the reference weights, kept with the reference once made."""

@@ -23,6 +23,7 @@ one; EM could not reach it in reasonable time, Newton does in a few steps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ from .channels import AffineChannel, ChannelOperator, channel_and_counts
 from .em import em_multinomial
 from .linalg import TINY, dot
 
-__all__ = ["NewtonResult", "gap_certificate", "newton_multinomial"]
+__all__ = ["HeldInformation", "NewtonResult", "gap_certificate", "newton_multinomial"]
 
 #: Largest coordinate that counts as "at 0" when its gradient pushes it there (Bertsekas's ε).
 EPS_BINDING = 1e-6
@@ -89,6 +90,7 @@ def newton_multinomial(
     em_tol: float = 1e-8,
     em_max_iter: int = 5000,
     em_ll_tol: float = 1e-7,
+    held: list[HeldInformation] | None = None,
 ) -> NewtonResult:
     """Maximum-likelihood ``p`` on the simplex for output ``counts`` observed through ``channel``.
 
@@ -103,6 +105,11 @@ def newton_multinomial(
             is not near, or when the zero set moves a lot, the certificate may still be above ``gap_tol`` then;
             EM (from Newton's point) and Newton run once more, and the result says ``converged=False`` if that
             fails too. Newton never raises ``f``, so its point is then still at least as likely as its start.
+        held: informations formed by earlier calls with the same channel (a list the caller keeps, e.g. per
+            design across refreshes; this call adds the ones it forms, at most :data:`HELD_INFORMATIONS`): a
+            step takes one whose weights are within :data:`HELD_INFORMATION_TOLERANCE` of its own (see
+            :func:`_direction`) instead of forming the information again. The result is the same maximizer (the
+            stopping rule is the exact certificate).
 
     Each step: ``r = Q(n/m)/N``, gradient ``g = N(1 − r)``; binding set ``B = {p_x ≤ ε, g_x > 0}`` with
     ``ε = min(10⁻⁶, ‖p − max(p − g/N, 0)‖)`` (Bertsekas 1982); Newton direction ``d_F = −H_FF⁻¹ g_F`` on the
@@ -124,7 +131,8 @@ def newton_multinomial(
         if p.size != k or not np.all(np.isfinite(p)) or p.sum() <= 0:
             raise ParameterError(f"a start needs {k} finite non-negative values with a positive sum")
         p = p / p.sum()
-    result = _newton(n, ch, p, gap_tol, max_iter)
+    pool = [] if held is None else held
+    result = _newton(n, ch, p, gap_tol, max_iter, pool)
     n_iter = result.n_iter
     if not result.converged and p0 is not None:
         # far from the start's optimum (the counts or the zero set moved a lot): EM from Newton's point (every
@@ -132,13 +140,17 @@ def newton_multinomial(
         warm = em_multinomial(n, ch, p0=(1 - 1e-6) * result.p + 1e-6 / k, tol=em_tol, max_iter=em_max_iter,
                               ll_tol=em_ll_tol)
         em_iter, em_converged = warm.n_iter, warm.converged
-        result = _newton(n, ch, warm.p, gap_tol, max_iter)
+        result = _newton(n, ch, warm.p, gap_tol, max_iter, pool)
         n_iter += result.n_iter
     return NewtonResult(result.p, result.log_likelihood, n_iter, result.converged, result.gap, em_iter, em_converged)
 
 
-def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, max_iter: int) -> NewtonResult:
-    """Projected Newton from ``p`` (on the simplex); see :func:`newton_multinomial`."""
+def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, max_iter: int,
+            pool: list[HeldInformation]) -> NewtonResult:
+    """Projected Newton from ``p`` (on the simplex); see :func:`newton_multinomial`. The steps look for an
+    information in the ones this call formed, then in ``pool``; the last one formed goes to ``pool`` at the end
+    (the one nearest the maximizer: the earlier ones are of no use to the next call), see :func:`_keep`."""
+    held: list[HeldInformation] = []
     total = float(n.sum())
     pos = n > 0
     n_pos = n[pos]
@@ -149,7 +161,6 @@ def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, m
     converged = False
     gap = np.inf
     it = 0
-    held: dict[str, Any] = {}  # the last information formed, for the next steps (see _direction)
     for it in range(max_iter + 1):
         # r − 1 = Q(n/m − N)/N (Q1 = 1): the differences are small next to N, so r − 1 keeps its precision
         # where N (in the composite likelihood of bits, bits × reports) reaches 10⁸–10⁹
@@ -164,7 +175,7 @@ def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, m
         g = -total * r1
         eps = min(EPS_BINDING, float(np.linalg.norm(p - np.maximum(p - g / total, 0.0))))
         binding = (p <= eps) & (g > 0)
-        d, slope = _direction(ch, n, pos, m, p, g, binding, eps, held)
+        d, slope = _direction(ch, n, pos, m, p, g, binding, eps, held, pool)
         if -slope < resolution:
             # the predicted decrease ½·|gᵀd| is below the rounding of f (N Σp alone carries N·2⁻⁵²): Armijo cannot
             # tell, and so close to the optimum the quadratic model is exact to far below that: take the step
@@ -186,6 +197,8 @@ def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, m
         if not accepted:
             break
         p, f, m = cand, f_new, m_new
+    if held:
+        _keep(pool, held[0])  # the one used last
     p = p / p.sum()
     m = np.maximum(ch.forward(p), TINY)
     ll = dot(n_pos, np.log(m[pos]))
@@ -193,18 +206,20 @@ def _newton(n: np.ndarray, ch: ChannelOperator, p: np.ndarray, gap_tol: float, m
 
 
 def _direction(ch: ChannelOperator, n: np.ndarray, pos: np.ndarray, m: np.ndarray, p: np.ndarray, g: np.ndarray,
-               binding: np.ndarray, eps: float, held: dict[str, Any] | None = None
-               ) -> tuple[np.ndarray, float]:
+               binding: np.ndarray, eps: float, held: list[HeldInformation] | None = None,
+               pool: Sequence[HeldInformation] = ()) -> tuple[np.ndarray, float]:
     """The projected Newton direction for the binding set ``binding`` (modified in place) and its slope
     ``g_Fᵀ d_F``: ``d_B = −p_B``, ``d_F = −H_FF⁻¹ g_F``.
 
-    ``held`` (kept by the caller between steps): the information last formed, its free set and its weights
-    ``d = n/m²``. When the free set is a subset of that one and every weight is within 1% of those it was formed
-    with, its rows and columns are taken from it instead of forming it again (one sparse Gram per step is most
-    of a step's cost). The information then differs from the current one by at most 1% in the Loewner order
-    (``H = Bᵀ diag(d) B``), so the step is a Newton step with a Hessian within 1%: the iteration still descends
-    (Armijo) and converges linearly at a rate ≤ 0.01 where Newton's is quadratic, and the stopping rule, the gap
-    certificate at the exact gradient, is unchanged.
+    ``held`` (kept by the caller between steps; ``pool``, read only, between calls with the same channel):
+    informations formed earlier, with their free sets and weights ``d = n/m²``, most recent first (one found in
+    ``pool`` joins ``held``). When the free set is a subset of one's and every weight is within 1% of those it was
+    formed with, its rows and columns are taken from it instead of forming it again (one sparse Gram per step is
+    most of a step's cost). The information then
+    differs from the current one by at most 1% in the Loewner order (``H = Bᵀ diag(d) B``), so the step is a
+    Newton step with a Hessian within 1%: the iteration still descends (Armijo) and converges linearly at a
+    rate ≤ 0.01 where Newton's is quadratic, and the stopping rule, the gap certificate at the exact gradient,
+    is unchanged.
 
     A coordinate at 0 (``p ≤ eps``) whose Newton step is negative would be clipped by the projection, and the
     rest of the step (solved as if it could go below 0) need not descend: it binds too, and the step on the
@@ -218,19 +233,21 @@ def _direction(ch: ChannelOperator, n: np.ndarray, pos: np.ndarray, m: np.ndarra
     weights = np.where(pos, n / (m * m), 0.0)
     for _ in range(10):
         free = np.flatnonzero(~binding)
-        from_held = _held_information(held, weights, free)
-        factors: dict[str, Any] | None = None
-        if from_held is not None:
-            H = from_held
+        source: HeldInformation | None = None
+        for candidate in (*(held or ()), *pool):
+            from_held = candidate.rows(weights, free)
+            if from_held is not None:
+                H, source = from_held, candidate
+                if held is not None and (not held or held[0] is not candidate):
+                    held.insert(0, candidate)  # from the pool: it is this call's now
+                break
         else:
             H = _information(ch, weights, free)
             if held is not None:
-                held.clear()
-                held.update(free=free, weights=weights, information=H)
-        if held is not None:
-            # the Cholesky factor of the held information on one free set, made once
-            factors = held.setdefault("factors", {})
-        d_free = _newton_direction(H, g[free], factors, free.tobytes())
+                source = HeldInformation(free, weights, H)
+                held.insert(0, source)
+                del held[HELD_INFORMATIONS:]
+        d_free = _newton_direction(H, g[free], source, free.tobytes())
         stuck = (p[free] <= eps) & (d_free < 0)
         if not np.any(stuck):
             break
@@ -245,37 +262,61 @@ def _direction(ch: ChannelOperator, n: np.ndarray, pos: np.ndarray, m: np.ndarra
 
 #: Largest relative change of the information's weights ``n/m²`` for which a held information is reused.
 HELD_INFORMATION_TOLERANCE = 0.01
+#: Informations kept in a ``held`` list (:func:`newton_multinomial`): the windows of one metric (three), and the
+#: previous one of a window that forms a new one at every refresh.
+HELD_INFORMATIONS = 4
 
 
-def _held_information(held: dict[str, Any] | None, weights: np.ndarray, free: np.ndarray
-                      ) -> np.ndarray | None:
-    """The rows and columns ``free`` of the held information when ``free`` is a subset of its free set and the
-    weights moved by at most :data:`HELD_INFORMATION_TOLERANCE` (relative) since it was formed; else None."""
-    if not held:
-        return None
-    old = held["weights"]
-    if old.shape != weights.shape:
-        return None
-    used = old > 0
-    if not np.array_equal(used, weights > 0):
-        return None
-    if used.any() and float(np.max(np.abs(weights[used] / old[used] - 1.0))) > HELD_INFORMATION_TOLERANCE:
-        return None
-    at = np.searchsorted(held["free"], free)
-    if np.any(at >= held["free"].size) or not np.array_equal(held["free"][np.minimum(at, held["free"].size - 1)],
-                                                             free):
-        return None
-    H: np.ndarray = held["information"][np.ix_(at, at)]
-    return H
+@dataclass(eq=False)
+class HeldInformation:
+    """An information ``Bᵀ diag(weights) B`` formed on the inputs ``free``, and the Cholesky factor of its rows
+    and columns on the last free set solved with (``factor``: ``(free set's bytes, cho_factor)``, replaced
+    whole, so that threads sharing the entry never see a factor with another set's name)."""
+
+    free: np.ndarray
+    weights: np.ndarray
+    information: np.ndarray
+    factor: tuple[bytes, Any] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        held = 0 if self.factor is None else int(self.factor[1][0].nbytes)
+        return int(self.free.nbytes + self.weights.nbytes + self.information.nbytes) + held
+
+    def rows(self, weights: np.ndarray, free: np.ndarray) -> np.ndarray | None:
+        """The rows and columns ``free`` of the information when ``free`` is a subset of its free set and the
+        weights moved by at most :data:`HELD_INFORMATION_TOLERANCE` (relative) since it was formed; else None."""
+        old = self.weights
+        if old.shape != weights.shape:
+            return None
+        used = old > 0
+        if not np.array_equal(used, weights > 0):
+            return None
+        if used.any() and float(np.max(np.abs(weights[used] / old[used] - 1.0))) > HELD_INFORMATION_TOLERANCE:
+            return None
+        at = np.searchsorted(self.free, free)
+        if np.any(at >= self.free.size) or not np.array_equal(self.free[np.minimum(at, self.free.size - 1)], free):
+            return None
+        H: np.ndarray = self.information[np.ix_(at, at)]
+        return H
 
 
-def _newton_direction(H: np.ndarray, g: np.ndarray, factors: dict[str, Any] | None = None, name: bytes = b""
+def _keep(pool: list[HeldInformation], last: HeldInformation) -> None:
+    """Put ``last`` (the information a call used last, formed or found in ``pool``) first in ``pool``, least
+    recently used out: a window that forms a new one at every refresh (few reports, its weights move by more than
+    1%) pushes out only its own older one while the others are used at every refresh."""
+    pool[:] = [last, *(h for h in pool if h is not last)][:HELD_INFORMATIONS]
+
+
+def _newton_direction(H: np.ndarray, g: np.ndarray, held: HeldInformation | None = None, name: bytes = b""
                       ) -> np.ndarray:
     """``−H⁻¹ g`` by Cholesky; if ``H`` is singular on the free set, with a growing ridge (Levenberg).
-    ``factors``: factors of earlier calls with the same ``H`` by ``name`` (its free set), reused."""
-    if factors is not None and factors.get("name") == name:
-        held: np.ndarray = -sl.cho_solve(factors["factor"], g, check_finite=False)
-        return held
+    ``held``: where ``H`` came from; its factor is reused when it was made for the same free set (``name``),
+    else replaced by this one's."""
+    made = None if held is None else held.factor
+    if made is not None and made[0] == name:
+        step_held: np.ndarray = -sl.cho_solve(made[1], g, check_finite=False)
+        return step_held
     scale = max(float(np.max(np.diag(H))), TINY)
     ridge = 0.0
     for _ in range(12):
@@ -285,8 +326,8 @@ def _newton_direction(H: np.ndarray, g: np.ndarray, factors: dict[str, Any] | No
         except np.linalg.LinAlgError:
             ridge = 1e-12 if ridge == 0.0 else ridge * 100.0
             continue
-        if factors is not None:
-            factors.update(name=name, factor=factor)
+        if held is not None:
+            held.factor = (name, factor)
         step: np.ndarray = -sl.cho_solve(factor, g, check_finite=False)
         return step
     return -g / scale

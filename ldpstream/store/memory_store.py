@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig
@@ -230,7 +231,7 @@ class InMemorySketchStore:
         return None if self._last_decode is None else dict(json.loads(self._last_decode))
 
     def publish_dictionary(self, name: str, body: str, history: int) -> None:
-        json.loads(body)  # Redis would take anything; reading it back would fail
+        _check_readable(body)
         self.publish_estimate(name, "all", body, history)
         self._dictionaries.add(name)
 
@@ -263,11 +264,20 @@ def _publish(latest: dict[tuple[str, str, str], str], histories: dict[tuple[str,
     """``body`` as the latest under ``key`` and first in its history, keeping ``history`` (as Redis does)."""
     if history < 1:
         raise ValueError(f"history must keep at least one estimate, got {history}")
-    json.loads(body)  # Redis would take anything; reading it back would fail
+    _check_readable(body)
     latest[key] = body
     past = histories.setdefault(key, [])
     past.insert(0, body)
     del past[history:]
+
+
+def _check_readable(body: str) -> None:
+    """Refuse a body that reading it back would fail on (Redis would take anything): JSON as the standard library
+    reads it (``NaN`` included), checked by orjson first (a fifth of the time; it refuses ``NaN``)."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        json.loads(body)
 
 
 def _merge_into(statistics: dict[tuple[str, int, int, str], PairIncrement], key: tuple[str, int, int, str],

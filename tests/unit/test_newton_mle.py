@@ -129,3 +129,36 @@ def test_bad_input_is_refused():
         newton_multinomial(np.ones(Q.shape[1]), Q, p0=np.zeros(Q.shape[0]))
     empty = newton_multinomial(np.zeros(Q.shape[1]), Q)
     np.testing.assert_allclose(empty.p, 1.0 / Q.shape[0])
+
+
+def test_informations_held_across_calls_give_the_same_maximizer_and_are_reused(monkeypatch):
+    """A refresh's Newton (a few more reports, started from the previous maximizer) takes the information an
+    earlier call left in ``held`` when its weights are within 1%, and stops at the same certified maximizer as
+    a call that forms its own; the list keeps at most HELD_INFORMATIONS."""
+    import ldpstream.estimators.newton_mle as newton_mle
+
+    Q = _channel(7)
+    shifted = np.array([0.3, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.05])
+    counts = _counts(Q, shifted, 500_000, 8)
+    grown = counts + _counts(Q, shifted, 500, 9)  # +0.1%: weights n/m² move by far less than 1%
+    formed = []
+    real = newton_mle._information
+
+    def counted(*args):
+        formed.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(newton_mle, "_information", counted)
+    held: list = []
+    first = newton_multinomial(counts, Q, held=held)
+    assert held and first.converged
+    formed.clear()
+    warm = newton_multinomial(grown, Q, p0=first.p, held=held)
+    assert formed == [] and warm.converged
+    alone = newton_multinomial(grown, Q, p0=first.p)
+    assert formed  # without the list, the same call forms its information
+    np.testing.assert_allclose(warm.p, alone.p, atol=1e-9)
+    assert gap_certificate(grown, MatrixChannel(Q), warm.p) < GAP_TOL
+    for seed in range(10, 10 + 2 * newton_mle.HELD_INFORMATIONS):  # counts far apart: each call forms its own
+        newton_multinomial(_counts(Q, TRUTH, 2_000 * (seed - 8), seed), Q, held=held)
+    assert len(held) <= newton_mle.HELD_INFORMATIONS

@@ -122,6 +122,37 @@ def test_warm_nnls_equals_the_cold_decode_of_the_same_weights(kind):
     np.testing.assert_array_equal(warm.std_errors, cold.std_errors)
 
 
+def _reports(kind, sketch):
+    return sketch.sum(axis=1) if kind == "orr" else sketch[:, 0]
+
+
+@pytest.mark.parametrize("kind", ["orr", "bits"])
+def test_a_grown_window_reuses_its_sandwich_variances_within_one_percent(kind):
+    """A window whose counts only grew, by at most 1% per cohort, publishes the sandwich variances of its last
+    exact computation times N_ref/N (factor_cache module docstring), and says so; its standard errors stay within
+    1% of the exact ones. A window that grew by more, or lost reports, is computed exactly again."""
+    rng = np.random.default_rng(13)
+    X, first, second = _sketches(kind, rng, 16, 16, 40, 40_000, 200)  # +0.5% of reports
+    cache = FactorCache()
+    ref = _decode(kind, first, X, "project", cache)
+    assert ref.info["se_sandwich"] == "exact"
+    grown = _decode(kind, second, X, "project", cache)
+    assert grown.info["factor_cache"] == "hit" and grown.info["se_sandwich"] == "reused"
+    n_ref, n = _reports(kind, first), _reports(kind, second)
+    assert grown.info["se_reused_growth"] == pytest.approx(np.max(n / n_ref) - 1)
+    np.testing.assert_allclose(grown.std_errors**2, ref.std_errors**2 * n_ref.sum() / n.sum(), rtol=1e-12)
+    cache.variance_growth = 0.0  # the same reference, the sandwich computed
+    exact = _decode(kind, second, X, "project", cache)
+    cache.variance_growth = 0.01
+    assert exact.info["factor_cache"] == "hit" and exact.info["se_sandwich"] == "exact"
+    assert np.max(np.abs(grown.std_errors / exact.std_errors - 1)) <= 0.01
+    much = first + 5 * (second - first)  # +2.5%
+    assert _decode(kind, much, X, "project", cache).info["se_sandwich"] == "exact"
+    lost = first.copy()
+    lost[0, 1] -= 1  # a cell fell: the window lost reports (an expired bucket)
+    assert _decode(kind, lost, X, "project", cache).info["se_sandwich"] == "exact"
+
+
 def test_information_variances_within_their_published_bound():
     """O-RR mle: a refresh's information variances, reused from the previous decode, are within the bound they
     publish of the exact ones (decoded without the cache), and the bound is at most 1%."""
@@ -224,22 +255,21 @@ def test_a_value_back_in_the_top_is_exported_again():
 
 
 def test_published_body_is_the_json_of_the_estimate_and_of_its_republished_copy():
-    """The body published is ``json.dumps(to_json())`` byte for byte, also for a copy republished unchanged
+    """The body published is ``json_text(to_json())`` byte for byte, also for a copy republished unchanged
     (which reuses the text of its values) and for a discovery dictionary (a subclass with more keys)."""
-    import json
     from dataclasses import replace
 
     from ldpstream.decoder.discovery import PublishedDictionary
-    from ldpstream.decoder.published import PublishedEstimate
+    from ldpstream.decoder.published import PublishedEstimate, json_text
     from ldpstream.estimators import Estimate
 
     est = Estimate(np.array([0.5, 0.25, np.nan]), np.array([0.1, 0.05, 0.2]), 100, "krr/project",
                    residual=0.1, info={"x": 1})
     published = PublishedEstimate("m", "all", 1.0, 0.5, 3, est, ('a"', "é", "c"), (0, 3600), None,
                                   np.array([1.0, 1.5, 2.0]))
-    assert published.body() == json.dumps(published.to_json())
+    assert published.body() == json_text(published.to_json())
     again = replace(published, snapshot_time=2.0, reused=True)
     assert again.values_text == published.values_text
-    assert again.body() == json.dumps(again.to_json()) != published.body()
+    assert again.body() == json_text(again.to_json()) != published.body()
     dictionary = PublishedDictionary("d", "all", 1.0, 0.5, 1, est, ("a", "b", "c"), discovery={"k": 2})
-    assert dictionary.body() == json.dumps(dictionary.to_json())
+    assert dictionary.body() == json_text(dictionary.to_json())
