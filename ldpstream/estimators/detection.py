@@ -127,10 +127,18 @@ from .empirical_bayes import npmle_prior, posterior_mean
 from .estimate import ConfidenceInterval, detection_floor
 from .intervals import Z95, ScoreTestedEstimate
 
-__all__ = ["Correction", "DetectionEstimate", "FullDesignFit", "detect", "nn_lasso", "storey_null_fraction"]
+__all__ = [
+    "AdaptiveProcedure", "Correction", "DetectionEstimate", "FullDesignFit", "detect", "nn_lasso",
+    "storey_null_fraction", "two_stage_step_up",
+]
 
 Correction = Literal["bonferroni", "bh"]
 _CORRECTIONS = ("bonferroni", "bh")
+#: How the Benjamini–Hochberg rule adapts to the share of absent candidates (module docstring, step 3):
+#: ``"two-stage"`` (Benjamini, Krieger and Yekutieli 2006, the default) or ``"storey"`` (Storey, Taylor and
+#: Siegmund 2004, the default of the previous release).
+AdaptiveProcedure = Literal["two-stage", "storey"]
+_ADAPTIVE = ("two-stage", "storey")
 #: :func:`nn_lasso` multiplies by the columns of ``G`` on the support of its iterate when that support is less
 #: than this share of the columns (gathering them costs about as much as using them), else by all of ``G``.
 SPARSE_PRODUCT_SHARE = 0.25
@@ -206,6 +214,30 @@ def storey_null_fraction(p_values: np.ndarray, lam: float = 0.5) -> float:
     return float(min(1.0, (np.sum(p > lam) + 1) / (p.size * (1 - lam))))
 
 
+def two_stage_step_up(p_values: ArrayLike, q: float) -> tuple[np.ndarray, float]:
+    """The two-stage linear step-up procedure of Benjamini, Krieger and Yekutieli (2006, Biometrika 93,
+    Definition 6): BH at ``q' = q/(1 + q)`` rejects ``r1`` of the ``m`` hypotheses; none are rejected when
+    ``r1 = 0`` and all when ``r1 = m``; otherwise ``m̂0 = m − r1`` and the rejections are those of BH at
+    ``q'·m/m̂0``. Controls the FDR at ``q`` for independent p-values (their Theorem 2). Both stages compare the
+    BH-adjusted p-values (``scipy.stats.false_discovery_control``) with their level: BH at level ``t`` rejects
+    exactly the hypotheses whose adjusted p-value is at most ``t``. Returns ``(rejected mask, m̂0/m)``, the
+    second the share of null hypotheses the procedure estimated (1 when ``r1 = 0``, 0 when ``r1 = m``)."""
+    if not 0 < q < 1:
+        raise ParameterError(f"q must be in (0, 1), got {q}")
+    p = np.asarray(p_values, dtype=np.float64).ravel()
+    m = p.size
+    if m == 0:
+        return np.zeros(0, dtype=bool), 1.0
+    adjusted = np.asarray(stats.false_discovery_control(p, method="bh"))
+    level = q / (1 + q)
+    r1 = int(np.count_nonzero(adjusted <= level))
+    if r1 == 0:
+        return np.zeros(m, dtype=bool), 1.0
+    if r1 == m:
+        return np.ones(m, dtype=bool), 0.0
+    return adjusted <= level * m / (m - r1), (m - r1) / m
+
+
 @dataclass(frozen=True, eq=False)
 class FullDesignFit:
     """The weighted least squares of *every* candidate at the refit's weights (step 3 of the module docstring),
@@ -225,25 +257,38 @@ class FullDesignFit:
 class DetectionEstimate(ScoreTestedEstimate):
     """What :func:`detect` returns: an :class:`~ldpstream.estimators.estimate.Estimate` whose tests use the
     refit's z-scores (``null_z``: ``refit / se``, 0 for unselected candidates), not the published point
-    (which may be the empirical-Bayes posterior mean), and whose Benjamini–Hochberg rule is adaptive:
-    ``"bh"`` at level ``q`` runs BH at ``q / null_fraction`` (Storey's adaptive BH; ``null_fraction`` = 1
-    gives plain BH). Bonferroni is unchanged. ``full_fit``: the weighted LS of all candidates and its
+    (which may be the empirical-Bayes posterior mean), and whose Benjamini–Hochberg rule may be adaptive
+    (``adaptive``; ``None``: plain BH). ``"two-stage"``: ``"bh"`` at level ``q`` is
+    :func:`two_stage_step_up` at ``q`` on the one-sided p-values, computed at the level asked for (its first
+    stage depends on it); ``null_fraction`` then records ``m̂0/m`` at :func:`detect`'s level, for information.
+    ``"storey"``: BH at ``q / null_fraction``, ``null_fraction`` being Storey's π̂0 of the full least
+    squares. Either way only positive z-scores are rejected (an unselected candidate, estimate 0, is never
+    detected). Bonferroni is unchanged. ``full_fit``: the weighted LS of all candidates and its
     empirical-Bayes prior (:class:`FullDesignFit`), ``None`` when the full design is not well-determined."""
 
     null_fraction: float = 1.0
+    adaptive: AdaptiveProcedure | None = None
     full_fit: FullDesignFit | None = None
 
     def significant(
         self, alpha: float = 0.05, correction: Literal["bonferroni", "bh", "none"] = "bonferroni"
     ) -> np.ndarray:
-        """As :meth:`Estimate.significant`; ``"bh"`` uses the level ``alpha / null_fraction`` (class docstring)."""
-        if correction == "bh" and self.null_fraction < 1.0:
-            if not 0 < alpha < 1:
-                raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
-            # Storey's procedure rejects only p-values at most λ = 1/2 (z > 0)
-            mask: np.ndarray = super().significant(min(alpha / self.null_fraction, 1.0 - 1e-12), "bh")
-            return mask & (self.z_scores() > 0)
-        return super().significant(alpha, correction)
+        """As :meth:`Estimate.significant`; ``"bh"`` is the adaptive procedure ``adaptive`` (class docstring)."""
+        if correction != "bh" or self.adaptive is None:
+            return super().significant(alpha, correction)
+        if not 0 < alpha < 1:
+            raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
+        mask: np.ndarray
+        if self.adaptive == "two-stage":
+            mask, _share = two_stage_step_up(self.p_values(), alpha)
+        elif self.adaptive == "storey":
+            if self.null_fraction >= 1.0:
+                return super().significant(alpha, "bh")
+            mask = super().significant(min(alpha / self.null_fraction, 1.0 - 1e-12), "bh")
+        else:
+            raise ParameterError(f"unknown adaptive procedure {self.adaptive!r}; use one of {_ADAPTIVE}")
+        # a one-sided test: a p-value of 1/2 or more (z <= 0, an unselected candidate's) is never a detection
+        return mask & (self.z_scores() > 0)
 
 
 def _well_determined(G_sel: np.ndarray, rows: int, max_fraction: float, cond_max: float) -> bool:
@@ -302,21 +347,32 @@ def detect(
     max_fraction: float = 0.5,
     cond_max: float = 1e6,
     prune_z: float = 1.0,
-    adaptive: bool = True,
+    adaptive: AdaptiveProcedure | bool = "two-stage",
     shrink: bool = True,
     ls_interval: bool = True,
 ) -> DetectionEstimate:
-    """Screen, refit, test (default: adaptive Benjamini–Hochberg at q = 0.10) and estimate the candidates of
-    ``design`` (``(C·k, S)``, cohort-major) against a ``(C, k + 1)`` bit sketch (module docstring). Returns a
-    :class:`DetectionEstimate` over all S candidates (zero for the unselected);
-    ``est.significant(alpha, correction)`` is the detected set, also in ``info["detected"]``. ``adaptive``:
-    BH at ``alpha/π̂0`` when the full design is well-determined (step 3); ``shrink``: empirical-Bayes
-    posterior means as the published points (step 4). With both off, the decoder of the previous release.
+    """Screen, refit, test (default: two-stage adaptive Benjamini–Hochberg at q = 0.10) and estimate the
+    candidates of ``design`` (``(C·k, S)``, cohort-major) against a ``(C, k + 1)`` bit sketch (module
+    docstring). Returns a :class:`DetectionEstimate` over all S candidates (zero for the unselected);
+    ``est.significant(alpha, correction)`` is the detected set, also in ``info["detected"]``. ``adaptive``
+    (used when the full design is well-determined, step 3): ``"two-stage"`` (Benjamini, Krieger and
+    Yekutieli 2006; ``True`` means the same), ``"storey"`` (BH at ``alpha/π̂0``, Storey's π̂0: the default of
+    the previous release) or ``False`` (plain BH); ``shrink``: empirical-Bayes posterior means as the
+    published points (step 4). With ``adaptive=False, shrink=False``, the decoder of two releases ago.
     ``ls_interval``: the interval and standard errors of the least squares of all candidates when that design is
     well-determined (False: the refit's, for a caller that uses the selection only; the tests are the same).
     """
     if correction not in _CORRECTIONS:
         raise ParameterError(f"unknown correction {correction!r}; use one of {_CORRECTIONS}")
+    procedure: AdaptiveProcedure | None
+    if adaptive is True:
+        procedure = "two-stage"
+    elif adaptive is False:
+        procedure = None
+    elif adaptive in _ADAPTIVE:
+        procedure = adaptive
+    else:
+        raise ParameterError(f"unknown adaptive procedure {adaptive!r}; use one of {_ADAPTIVE}, True or False")
     if not 0 < alpha < 1 or not 0 < alpha_screen < 1:
         raise ParameterError("alpha and alpha_screen must lie in (0, 1)")
     arr = np.asarray(sketch, dtype=np.float64)
@@ -424,16 +480,21 @@ def detect(
     null_z = refit / se
     # The weighted LS of every candidate (and "other") at the same weights, when that design is itself
     # well-determined: its z-scores are exactly N(0, 1) for absent candidates, so they estimate the share of
-    # absent candidates (adaptive BH), and its estimates feed the empirical-Bayes points.
+    # absent candidates (Storey's adaptive BH) and show that the candidates' p-values are valid (either
+    # adaptive BH), and its estimates feed the empirical-Bayes points.
     null_fraction = 1.0
     full = _full_least_squares(G, g_now, rows, max_fraction, cond_max)
     eb = False
     full_fit: FullDesignFit | None = None
+    used: AdaptiveProcedure | None = None
     if full is not None:
         beta, beta_se = full[0][:S], full[1][:S]
         full_fit = FullDesignFit(beta, beta_se)
-        if adaptive:
+        used = procedure
+        if procedure == "storey":
             null_fraction = storey_null_fraction(stats.norm.sf(beta / beta_se))
+        elif procedure == "two-stage" and S:
+            null_fraction = two_stage_step_up(stats.norm.sf(null_z), alpha)[1]
         if shrink and S:
             grid, prior = npmle_prior(beta, beta_se)
             freq = np.zeros(S)
@@ -452,6 +513,7 @@ def detect(
         "pruned": pruned,
         "determined": determined,
         "tests": S,
+        "adaptive": used if correction == "bh" and used is not None else "none",
         "null_fraction": null_fraction,
         "point": "posterior-mean" if eb else "refit",
     }
@@ -469,7 +531,7 @@ def detect(
     est = DetectionEstimate(
         freq, se, round(N), "bits/detect", labels, residual, residual_se,
         detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
-        info, interval, interval_method, null_z=null_z, null_fraction=null_fraction,
+        info, interval, interval_method, null_z=null_z, null_fraction=null_fraction, adaptive=used,
         full_fit=full_fit)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])
