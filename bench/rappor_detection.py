@@ -28,10 +28,12 @@ Run (about 1-3 minutes per seed and regime on one core)::
 
     PYTHONPATH=. python bench/rappor_detection.py --seeds 0 1 2 3 4 --files --out bench/results/rappor_detection.txt
 
-``*`` marks detect's default (Benjamini–Hochberg at q = 0.10, adaptive to the estimated share of absent
-candidates, empirical-Bayes posterior means as points, when the full design is well-determined). In the zipf
-regime two more rows isolate its two steps: "refit pt" (adaptive BH, refit values as points) and "plain"
-(plain BH at 0.10 and refit values: the previous default); in the under regime neither step runs (the full
+``*`` marks detect's default (Benjamini–Hochberg at q = 0.10, adaptive to the share of absent candidates by
+the two-stage procedure of Benjamini, Krieger and Yekutieli 2006, empirical-Bayes posterior means as points,
+when the full design is well-determined). In the zipf regime three more rows: "storey" (BH at q/π̂0 with
+Storey's π̂0: the default of the previous release, kept as ``detect(adaptive="storey")``), and two that
+isolate the default's steps: "refit pt" (two-stage BH, refit values as points) and "plain" (plain BH at 0.10
+and refit values: the default of two releases ago); in the under regime none of these steps runs (the full
 design is underdetermined), so those rows would repeat ``*``. "no screen, LS z" (zipf only, where the
 design is well-determined) is the evaluated alternative described in :mod:`ldpstream.estimators.detection`.
 Also zipf only, on the same fit (``detect``'s ``full_fit``; docs/math/estimators.md, "Local false discovery
@@ -39,7 +41,7 @@ rates and the empirical null"): "lfdr NPMLE pi0" and "lfdr Storey pi0" (the larg
 fdr's with mean <= 0.10, the null share from the NPMLE's atom at 0 or from Storey's estimate), "empirical
 null" (adaptive BH at 0.10 under Efron's empirical null), and "frontier z > t" (fixed thresholds on the refit
 z: the power frontier, not rules). Every one of these publishes the posterior means of its detected strings.
-Each seed prints a line (true / false / TV / time of Google's re-implementation, the default and "plain").
+Each seed prints a line (true / false / TV / time of Google's re-implementation, the default, "storey" and "plain").
 
 Writes a table per regime: per decoder, mean (min-max over seeds) of true and false detections, total
 variation to the truth of the reported estimate (detected strings only, the rest 0) and time; with
@@ -195,12 +197,12 @@ def local_fdr(est: Any, null_mass: str) -> np.ndarray:
     """Local fdr ``π0 φ(x_s/se_s)/se_s / f̂(x_s)`` of each candidate from the full weighted LS ``x = β̂`` and
     ``se`` (null N(0, se²), exact), ``f̂`` the NPMLE's marginal density ``Σ_j g_j φ((x − a_j)/se)/se``.
     ``null_mass``: ``"npmle"`` takes π0 = the NPMLE's atom at 0 (then lfdr = the posterior probability that
-    ``f_s = 0``), ``"storey"`` the conservative Storey estimate ``est.null_fraction``. Capped at 1."""
+    ``f_s = 0``), ``"storey"`` the conservative Storey estimate from the full LS p-values. Capped at 1."""
     fit = est.full_fit
     x, se, grid, prior = fit.estimates, fit.std_errors, fit.grid, fit.prior
     dens = np.exp(-0.5 * ((x[None, :] - grid[:, None]) / se[None, :]) ** 2)
     marginal = prior @ dens
-    pi0 = float(prior[0]) if null_mass == "npmle" else float(est.null_fraction)
+    pi0 = float(prior[0]) if null_mass == "npmle" else storey_null_fraction(stats.norm.sf(x / se))
     return np.asarray(np.minimum(1.0, pi0 * np.exp(-0.5 * (x / se) ** 2) / np.maximum(marginal, 1e-300)))
 
 
@@ -292,16 +294,19 @@ def run_one(regime: str, seed: int) -> dict[str, dict[str, float]]:
     decoders: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
         "google (re-impl.)": lambda: google_baseline(sketch, X, mech, np.random.default_rng(1000 + seed)),
     }
-    variants = (("bonferroni", 0.05, True, True, ""), ("bh", 0.05, True, True, ""), ("bh", 0.10, True, True, " *"),
-                ("bh", 0.10, True, False, " refit pt"), ("bh", 0.10, False, False, " plain"))
+    variants: tuple[tuple[str, float, str | bool, bool, str], ...] = (
+        ("bonferroni", 0.05, "two-stage", True, ""), ("bh", 0.05, "two-stage", True, ""),
+        ("bh", 0.10, "two-stage", True, " *"), ("bh", 0.10, "storey", True, " storey"),
+        ("bh", 0.10, "two-stage", False, " refit pt"), ("bh", 0.10, False, False, " plain"))
     for corr, level, adaptive, shrink, tag in variants:
-        def ours(corr: str = corr, level: float = level, adaptive: bool = adaptive,
+        def ours(corr: str = corr, level: float = level, adaptive: str | bool = adaptive,
                  shrink: bool = shrink) -> tuple[np.ndarray, np.ndarray]:
             est = detect(sketch, X, mech.q_star, mech.p_star, corr, level,  # type: ignore[arg-type]
-                         adaptive=adaptive, shrink=shrink)
+                         adaptive=adaptive, shrink=shrink)  # type: ignore[arg-type]
             return est.frequencies, est.significant(level, corr)  # type: ignore[arg-type]
-        if regime == "zipf" or (adaptive and shrink):  # in "under" the full design is not determined: the
-            decoders[f"detect/{corr} {level:.2f}{tag}"] = ours  # adaptive and shrink steps do not run
+        # in "under" the full design is not determined: the adaptive and shrink steps do not run
+        if regime == "zipf" or (adaptive == "two-stage" and shrink):
+            decoders[f"detect/{corr} {level:.2f}{tag}"] = ours
 
     def no_screen() -> tuple[np.ndarray, np.ndarray]:
         # evaluated alternative: the unconstrained weighted LS of all candidates, exact SEs, clipped at 0
@@ -385,7 +390,7 @@ def file_run(seed: int, n: int = 100_000) -> str:
 
 
 #: decoders printed seed by seed (all are in the table of means)
-PER_SEED = ("google (re-impl.)", "detect/bh 0.10 *", "detect/bh 0.10 plain")
+PER_SEED = ("google (re-impl.)", "detect/bh 0.10 *", "detect/bh 0.10 storey", "detect/bh 0.10 plain")
 
 
 def main() -> None:

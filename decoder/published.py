@@ -159,16 +159,20 @@ class PublishedEstimate:
         return mask
 
     def _detection(self) -> dict[str, Any]:
-        """``{"detection": {...}}``: how ``detect`` decided (its rule and level, the estimated share of absent
-        candidates the adaptive rule used, the published point, how many were screened and detected); ``{}``
-        for the other decoders."""
+        """``{"detection": {...}}``: how ``detect`` decided (its rule and level, the adaptive Benjamini–Hochberg
+        procedure and the share of absent candidates it estimated, the published point, how many were screened
+        and detected); ``{}`` for the other decoders."""
         detected = self._detected()
-        if detected is None:
+        est = self.estimate
+        if detected is None or not isinstance(est, DetectionEstimate):
             return {}
-        info = self.estimate.info
+        info = est.info
+        adaptive = str(info.get("adaptive", "none"))
         return {"detection": {
-            "rule": str(info["rule"]), "alpha": float(info["alpha"]),
-            "null_fraction": float(info["null_fraction"]), "point": str(info["point"]),
+            "rule": str(info["rule"]), "alpha": float(info["alpha"]), "adaptive": adaptive,
+            # the share the rule estimates from the published (possibly widened) tests
+            "null_fraction": est.null_share(float(info["alpha"])) if adaptive != "none" else 1.0,
+            "point": str(info["point"]),
             "screened": int(info["selected"]), "detected": int(np.count_nonzero(detected)),
         }}
 

@@ -42,8 +42,10 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
         lines.append(f"assumes: {published['interval_assumes']}")
     detection = published.get("detection")
     if isinstance(detection, Mapping):
-        adaptive = (f" / estimated absent share {float(detection['null_fraction']):.2f}"
-                    if detection["rule"] == "bh" and float(detection["null_fraction"]) < 1 else "")
+        # objects published before the field: the adaptive rule was Storey's whenever its share was below 1
+        procedure = str(detection.get("adaptive", "storey" if float(detection["null_fraction"]) < 1 else "none"))
+        adaptive = (f" ({procedure}) / estimated absent share {float(detection['null_fraction']):.2f}"
+                    if detection["rule"] == "bh" and procedure != "none" else "")
         lines.append(f"detection: {detection['detected']} detected (*) by {detection['rule']} at "
                      f"{float(detection['alpha']):g}{adaptive}, {detection['screened']} screened; "
                      f"point: {detection['point']}")

@@ -24,8 +24,9 @@ The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash pe
 ``decode`` (Google's ``decode_dist.R``): by default detects which candidates are present with
 :func:`ldpstream.estimators.detection.detect` (non-negative lasso screen with a noise-calibrated penalty,
 weighted NNLS refit on the selected, well-determined set, one-sided tests corrected over all candidates with
-``--correction bh`` (the default: Benjamini–Hochberg, adaptive to the estimated share of absent candidates
-when the full design is well-determined, false discovery rate ≤ ``--alpha``, default 0.10) or
+``--correction bh`` (the default: Benjamini–Hochberg, adaptive to the share of absent candidates by the
+two-stage procedure of Benjamini, Krieger and Yekutieli 2006 when the full design is well-determined, plain
+otherwise; false discovery rate ≤ ``--alpha``, default 0.10) or
 ``bonferroni`` (family-wise error ≤ ``--alpha``)); the rule used is printed on stderr. The ``estimate`` of a
 string is then the empirical-Bayes posterior mean when the full design is well-determined (otherwise the
 refit), and its interval the refit ± Φ⁻¹(0.975)·its standard error, clipped to [0, 1].
@@ -114,7 +115,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dec.add_argument("--method", default="detect", choices=("detect", "ls", "nnls", "project", "mle"),
                      help="detect (default: screen, refit, test) or a plain candidate decoder")
     dec.add_argument("--correction", default="bh", choices=("bonferroni", "bh"),
-                     help="multiple-testing correction over all candidates (default bh: false discovery rate)")
+                     help="multiple-testing correction over all candidates (default bh: false discovery rate; "
+                          "with detect and a well-determined design, Benjamini-Hochberg adapted to the share of "
+                          "absent candidates by the two-stage procedure of Benjamini, Krieger and Yekutieli 2006)")
     dec.add_argument("--alpha", type=float, default=0.10,
                      help="false discovery rate (bh, default 0.10) or family-wise error (bonferroni)")
     dec.add_argument("--no-other", action="store_true", help="no 'other' term for strings outside the map")
@@ -302,10 +305,11 @@ def run_decode(args: argparse.Namespace) -> int:
     detected = int(np.count_nonzero(est.significant(args.alpha, args.correction)))
     detail = ""
     if args.method == "detect":
+        adaptive = est.info["adaptive"]
         detail = (f", {est.info['selected']} selected by the screen (lambda {est.info['lambda']:.3g})"
-                  f", estimated share of absent candidates {est.info['null_fraction']:.3g}"
-                  f"{' (adaptive BH)' if args.correction == 'bh' and est.info['null_fraction'] < 1 else ''}"
-                  f", point {est.info['point']}; the detected strings hold {est.info['detected_mass']:.3f}"
+                  + (f", adaptive BH ({adaptive}), estimated share of absent candidates "
+                     f"{est.null_share(args.alpha):.3g}" if adaptive != "none" else "")
+                  + f", point {est.info['point']}; the detected strings hold {est.info['detected_mass']:.3f}"
                   " of the reports")
     print(f"ldpstream rappor decode: {args.method}, rule {args.correction} at alpha {args.alpha} over "
           f"{len(cmap.strings)} candidates: {detected} detected{detail}"

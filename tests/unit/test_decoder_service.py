@@ -512,9 +512,10 @@ WARM_TOLERANCE = 0.01
 
 
 def test_detect_publishes_its_rule_and_which_values_it_detected(prometheus):
-    """A metric decoded by ``detect`` publishes how it decided (rule, level, the adaptive BH's estimated absent
-    share, the point, screened and detected counts) and each value's ``detected``, which is the estimate's own
-    test; the JSON is valid against marginal-estimate/1, and ``watch`` shows the rule and marks the values."""
+    """A metric decoded by ``detect`` publishes how it decided (rule, level, the adaptive BH's procedure and
+    estimated absent share, the point, screened and detected counts) and each value's ``detected``, which is
+    the estimate's own test; the JSON is valid against marginal-estimate/1, and ``watch`` shows the rule and
+    marks the values."""
     from ldpstream.decoder.watch import render
     from tests.published_schema import validator
 
@@ -536,9 +537,13 @@ def test_detect_publishes_its_rule_and_which_values_it_detected(prometheus):
     info = body["detection"]
     assert (info["rule"], info["alpha"], info["detected"]) == ("bh", 0.1, int(detected.sum()))
     assert info["point"] == est.info["point"] and info["screened"] == est.info["selected"]
+    # 41 columns, 512 rows: the full design is well-determined, so the default two-stage BH ran, and the share
+    # it published is 1 − r1/m of its first stage on the published tests
+    assert info["adaptive"] == "two-stage" == est.info["adaptive"]
+    assert info["null_fraction"] == est.null_share(0.1) < 1
     assert json.loads(published.body()) == body
     screen = render(body, now=NOW)
-    assert f"detection: {info['detected']} detected (*) by bh at 0.1" in screen
+    assert f"detection: {info['detected']} detected (*) by bh at 0.1 (two-stage) / estimated absent share" in screen
     assert "site-0                 *" in screen
     # the other decoders publish neither
     other, plain_store = make_registry(), InMemorySketchStore(clock=lambda: NOW)
