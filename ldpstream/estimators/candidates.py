@@ -202,10 +202,13 @@ def _decode(
         # from 0 as well (docs/math/estimators.md#maximum-likelihood-by-projected-newton).
         held = (factor_cache.newton_held((cache_key, kind, "newton", bool(other), X.shape))
                 if isinstance(wls, CachedLeastSquares) and factor_cache is not None else None)
+        before = [] if held is None else list(held)
         res = newton_multinomial(counts, ch, p0=None if x0 is None else _on_simplex(x0), em_tol=tol,
                                  em_max_iter=max_iter, held=held)
         if held is not None and factor_cache is not None:
-            factor_cache.grown()
+            added = [h for h in held if all(h is not b for b in before)]
+            if added:
+                factor_cache.grown(sum(h.nbytes for h in added))
         est = res.p
         # converged: the gap certificate (Newton), or else EM's own rule, as before Newton
         info.update(n_iter=res.n_iter, em_iter=res.em_iter, converged=res.converged or res.em_converged,

@@ -227,6 +227,9 @@ class FactorCache:
         self.information_hits = 0
         self.information_misses = 0
         self.variance_hits = 0
+        #: The bytes held, as of the last exact count plus what :meth:`grown` was told since (an upper bound of
+        #: the growth between exact counts; what was dropped by replacement is only subtracted at the next one).
+        self._running = 0
 
     @property
     def enabled(self) -> bool:
@@ -328,10 +331,17 @@ class FactorCache:
             del refs[self.per_key:]
             self._shrink()
 
-    def grown(self) -> None:
-        """A reference grew (its ``B`` was made): re-apply the bound."""
+    def grown(self, added: int | None = None) -> None:
+        """Something held grew (a reference's ``B`` was made, Newton kept an information): re-apply the bound.
+        ``added``: by how many bytes; the bound is then checked against a running total (summing every entry is a
+        pass over all of them), recomputed exactly when it exceeds the bound. ``None``: check exactly now."""
         with self._lock:
-            self._shrink()
+            if added is None:
+                self._shrink()
+                return
+            self._running += int(added)
+            if self._running > self.max_bytes:
+                self._shrink()
 
     def resize(self, max_bytes: int) -> None:
         """Change the bound (``0``: disable and empty)."""
@@ -350,6 +360,7 @@ class FactorCache:
         """Drop references, least recently used first, until the bytes held are within the bound (called
         when references are added or grow, not on hits)."""
         total = self._held()
+        self._running = total
         while self._entries and total > self.max_bytes:
             key, refs = next(iter(self._entries.items()))  # least recently used key
             dropped = refs.pop()  # its least recently used reference
@@ -367,6 +378,7 @@ class FactorCache:
             total -= info_refs.pop().nbytes
             if not info_refs:
                 del self._information[key]
+        self._running = total
 
 
 class CachedLeastSquares:
@@ -457,12 +469,12 @@ class CachedLeastSquares:
             # float32 halves the largest part of the cache; the variances are sums of squares of its entries
             # (relative error ≈ 1e-7 per entry, ≤ 1e-5 on a standard error, tests/unit/test_factor_cache.py)
             self.ref.rows = np.asarray(self.Xa @ self.ref.inverse, dtype=np.float32)
-            self._cache.grown()
+            self._cache.grown(self.ref.rows.nbytes)
         self.info["se_sandwich"] = "exact"
         made = not self.ref.pair_structure
         var = np.asarray(np.maximum(meat.sandwich_diagonal(self.ref.rows, self.ref.pair_structure), 0.0))
         if made and self.ref.pair_structure:
-            self._cache.grown()
+            self._cache.grown(sum(a.nbytes for a in self.ref.pair_structure.values()))
         if self._counts is not None and self._cohort_reports is not None and self._cache.variance_growth > 0:
             memos = self.ref.variance_memos
             memos.insert(0, VarianceMemo(self._counts.copy(), self._cohort_reports.copy(), var.copy()))
@@ -489,7 +501,7 @@ class CachedLeastSquares:
         if self.ref.gram is None:
             G = self._fresh_gram if self._fresh_gram is not None else weighted_gram(self.Xa, self.w)
             self.ref.gram = G
-            self._cache.grown()
+            self._cache.grown(G.nbytes)
         return self.ref.gram
 
     def matvec(self, v: np.ndarray) -> np.ndarray:
