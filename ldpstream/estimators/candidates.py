@@ -224,7 +224,15 @@ def _decode(
             # (docs/math/estimators.md#non-negative-least-squares)
             Ga = wls.dense_gram()
             if Ga is not None:
-                face = face_solve_constrained_ls(wls.matvec, lambda F: Ga[np.ix_(F, F)], wls.b, x0, simplex=other)
+                # the face factorizations are kept with the reference (its Ga): the next refresh's face is found
+                factors = wls.ref.face_factors if isinstance(wls, CachedLeastSquares) else None
+                held_faces = set() if factors is None else set(factors)
+                face = face_solve_constrained_ls(wls.matvec, lambda F: Ga[np.ix_(F, F)], wls.b, x0, simplex=other,
+                                                 factors=factors)
+                if factors is not None and factor_cache is not None:
+                    new_faces = [f for name, f in list(factors.items()) if name not in held_faces]
+                    if new_faces:
+                        factor_cache.grown(sum(f.nbytes for f in new_faces))
         if face is not None:
             est = face
             info.update(n_iter=0, nnls_solver="face-kkt")

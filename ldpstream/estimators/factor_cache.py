@@ -58,7 +58,7 @@ import numpy as np
 import scipy.linalg as sl
 import scipy.sparse as sp
 
-from .least_squares import WeightedLeastSquares
+from .least_squares import FaceFactor, WeightedLeastSquares
 from .linalg import weighted_gram
 from .newton_mle import HeldInformation
 from .sandwich import SandwichMeat
@@ -145,13 +145,16 @@ class ReferenceFactor:
     design: sp.csr_matrix | None = None
     #: The last exact sandwich computations on this reference, most recent first (module docstring).
     variance_memos: list[VarianceMemo] = field(default_factory=list)
+    #: The non-negative least squares' face factorizations of ``gram`` (:func:`face_solve_constrained_ls`).
+    face_factors: dict[bytes, FaceFactor] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
         return int(self.weights.nbytes + self.inverse.nbytes + (0 if self.rows is None else self.rows.nbytes)
                    + (0 if self.gram is None else self.gram.nbytes)
                    + sum(a.nbytes for a in self.pair_structure.values())
-                   + sum(m.nbytes for m in self.variance_memos))
+                   + sum(m.nbytes for m in self.variance_memos)
+                   + sum(f.nbytes for f in list(self.face_factors.values())))
 
     def matches(self, w: np.ndarray, tolerance: float) -> bool:
         """Whether ``w`` is within ``tolerance`` (``max r / min r``, ``r = w / w_ref``) of the reference, with

@@ -6,6 +6,7 @@ FISTA for the fit constrained to a convex set (docs/math/estimators.md#candidate
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sl
@@ -76,6 +77,7 @@ def face_solve_constrained_ls(
     simplex: bool,
     rounds: int = 6,
     kkt_tol: float = 1e-9,
+    factors: dict[bytes, FaceFactor] | None = None,
 ) -> np.ndarray | None:
     """The minimizer of ``½ xᵀGx − bᵀx`` over the simplex (``simplex``) or the capped simplex ``{x ≥ 0, Σx ≤ 1}``,
     found by solving the KKT system on the face that the support of ``x0`` (a previous solution) spans, and
@@ -89,7 +91,13 @@ def face_solve_constrained_ls(
     ``kkt_tol`` times the scale of ``b``. Between rounds the coordinates the solve drove negative leave the face
     and those that violate the gradient condition join it (a primal-dual active-set step). ``gram_of(F)`` is
     ``G_FF`` (dense), ``matvec`` the product with ``G``. Cost per round: one Gram of the face and its
-    factorization, O(|F|³), and one product with ``G``."""
+    factorization, O(|F|³), and one product with ``G``.
+
+    ``factors``: the factorizations of earlier calls with the same ``G``, by face (a dict the caller keeps, e.g.
+    with a cached Gram: the live decoder's next refresh starts on the same face): a face found there costs two
+    triangular solves, O(|F|²). The Cholesky factor of ``G_FF`` solves both systems, the sum-constrained one by
+    its Schur complement (``x = u − λv``, ``u = G_FF⁻¹b_F``, ``v = G_FF⁻¹1``, ``λ = (1ᵀu − 1)/1ᵀv``); a face whose
+    ``G_FF`` is not positive definite is solved as a symmetric indefinite system, as without ``factors``."""
     n = b.size
     face = np.flatnonzero(np.asarray(x0) > 0)
     scale = max(float(np.max(np.abs(b))), np.finfo(np.float64).tiny)
@@ -97,26 +105,28 @@ def face_solve_constrained_ls(
     for _ in range(rounds):
         if face.size == 0:
             return None
-        G_FF = gram_of(face)
+        held = _face_factor(gram_of, face, factors)
         x_face = None
         mu = 0.0
-        if not simplex:  # the sum constraint inactive first
-            try:
-                x_face = sl.solve(G_FF, b[face], assume_a="pos", check_finite=False)
-            except (np.linalg.LinAlgError, ValueError):
-                x_face = None
-            if x_face is not None and float(x_face.sum()) > 1.0:
+        if not simplex and held.cholesky is not None:  # the sum constraint inactive first
+            x_face = sl.cho_solve(held.cholesky, b[face], check_finite=False)
+            if float(x_face.sum()) > 1.0:
                 x_face = None
         if x_face is None:
-            m = face.size
-            K = np.zeros((m + 1, m + 1))
-            K[:m, :m] = G_FF
-            K[:m, m] = K[m, :m] = 1.0
-            try:
-                sol = sl.solve(K, np.append(b[face], 1.0), assume_a="sym", check_finite=False)
-            except (np.linalg.LinAlgError, ValueError):
-                return None
-            x_face, mu = sol[:m], -float(sol[m])
+            if held.cholesky is not None and held.ones is not None and float(held.ones.sum()) > 0:
+                u = sl.cho_solve(held.cholesky, b[face], check_finite=False)
+                lam = (float(u.sum()) - 1.0) / float(held.ones.sum())
+                x_face, mu = u - lam * held.ones, -lam
+            else:
+                m = face.size
+                K = np.zeros((m + 1, m + 1))
+                K[:m, :m] = gram_of(face)
+                K[:m, m] = K[m, :m] = 1.0
+                try:
+                    sol = sl.solve(K, np.append(b[face], 1.0), assume_a="sym", check_finite=False)
+                except (np.linalg.LinAlgError, ValueError):
+                    return None
+                x_face, mu = sol[:m], -float(sol[m])
             if not simplex and mu > tol:
                 return None  # the sum constraint would be pushing outwards: the optimum is elsewhere
         if not np.all(np.isfinite(x_face)):
@@ -138,6 +148,43 @@ def face_solve_constrained_ls(
             return None  # the face system was solved badly (ill-conditioned): leave it to the iterative solver
         face = np.union1d(face, np.flatnonzero(violating))
     return None
+
+
+#: Face factorizations a ``factors`` dict of :func:`face_solve_constrained_ls` keeps (the windows of one metric).
+FACE_FACTORS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class FaceFactor:
+    """The Cholesky factor of ``G_FF`` on one face and ``G_FF⁻¹1`` (both None when ``G_FF`` is not positive
+    definite)."""
+
+    cholesky: tuple[np.ndarray, bool] | None
+    ones: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.cholesky is None or self.ones is None else int(self.cholesky[0].nbytes + self.ones.nbytes)
+
+
+def _face_factor(gram_of: Callable[[np.ndarray], np.ndarray], face: np.ndarray,
+                 factors: dict[bytes, FaceFactor] | None) -> FaceFactor:
+    """The factor of ``face`` from ``factors`` or made now (and kept there, at most :data:`FACE_FACTORS`, the
+    oldest out)."""
+    name = face.tobytes()
+    held = None if factors is None else factors.get(name)
+    if held is not None:
+        return held
+    try:
+        chol = sl.cho_factor(gram_of(face), lower=True, check_finite=False)
+        made = FaceFactor(chol, sl.cho_solve(chol, np.ones(face.size), check_finite=False))
+    except (np.linalg.LinAlgError, ValueError):
+        made = FaceFactor(None, None)
+    if factors is not None:
+        factors[name] = made
+        for old in list(factors)[:-FACE_FACTORS]:
+            factors.pop(old, None)
+    return made
 
 
 class WeightedLeastSquares:

@@ -69,6 +69,37 @@ def test_face_solve_is_the_constrained_minimizer(simplex, seed):
     assert x.min() >= 0 and (abs(x.sum() - 1) < 1e-12 if simplex else x.sum() <= 1 + 1e-12)
 
 
+@pytest.mark.parametrize("simplex", [True, False])
+def test_face_factors_kept_between_calls_give_the_same_minimizer(simplex):
+    """With a ``factors`` dict, a second solve from the same start forms no Gram of its faces (they are kept) and
+    returns the minimizer the solve without it returns, to rounding (a Cholesky and its Schur complement against
+    the symmetric solve of the bordered system)."""
+    rng = np.random.default_rng(3)
+    n = 25
+    G, b = _quadratic(rng, n, 8)
+    proj = project_simplex if simplex else project_capped_simplex
+    x_ref, _ = fista_constrained_ls(G, b, proj, np.full(n, 1.0 / n), tol=1e-15, max_iter=200000)
+    x0 = x_ref.copy()
+    x0[np.flatnonzero(x0 == 0)[0]] = 0.01
+    formed = []
+
+    def gram_of(F):
+        formed.append(F.size)
+        return G[np.ix_(F, F)]
+
+    factors: dict = {}
+    plain = face_solve_constrained_ls(G.__matmul__, lambda F: G[np.ix_(F, F)], b, x0, simplex=simplex)
+    first = face_solve_constrained_ls(G.__matmul__, gram_of, b, x0, simplex=simplex, factors=factors)
+    assert formed and factors
+    formed.clear()
+    again = face_solve_constrained_ls(G.__matmul__, gram_of, b + 1e-6, x0, simplex=simplex, factors=factors)
+    assert formed == []
+    assert plain is not None and first is not None and again is not None
+    np.testing.assert_allclose(first, plain, atol=1e-12)
+    np.testing.assert_allclose(first, x_ref, atol=1e-9)
+    np.testing.assert_allclose(again, first, atol=1e-4)
+
+
 def test_face_solve_declines_when_no_face_is_certified():
     """A start whose face is far from the optimum's and too few rounds: None (the caller runs FISTA)."""
     rng = np.random.default_rng(5)
