@@ -284,17 +284,21 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
         # the nonzeros of the canonical csr design in order: rows repeated by their counts (tocoo, less its checks)
         cell = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
         value = X.indices
-        f = design.share.ravel()[cell]
+        # per cell first (R of them), then gathered to the nonzeros: share f, its own term f(1 − f), per-report
+        # variance v and covariance c = ρv, reports n
+        share = design.share.ravel()
+        n_cell = design.reports.ravel() if design.reports is not None else np.ones(share.size)
+        v_cell = np.where(n_cell > 0, w / np.where(n_cell > 0, n_cell, 1.0), 0.0)
+        f = share[cell]
         g = np.maximum(f - np.clip(np.asarray(frequencies, dtype=np.float64)[value], 0.0, 1.0), 0.0)
-        shift = design.mix_scale * (g * (1 - g) - f * (1 - f))  # ≤ 0: the value's own share removed
-        n = design.reports.ravel()[cell] if design.reports is not None else np.ones(cell.size)
-        v = np.where(n > 0, w[cell] / np.where(n > 0, n, 1.0), 0.0)
-        c = design.rho.ravel()[cell] * v
-        v_own, c_own = np.maximum(v + shift, 0.0), np.maximum(c + shift, 0.0)
-        rho_own = np.clip(np.where(v_own > 0, c_own / np.where(v_own > 0, v_own, 1.0), 1.0), 0.0, 1.0)
-        w_own = n * v_own * X.data
-        num = np.bincount(value, w_own * rho_own, minlength=X.shape[1])
-        den = np.bincount(value, w_own, minlength=X.shape[1])
+        shift = design.mix_scale * (g * (1 - g) - (share * (1 - share))[cell])  # ≤ 0: the value's own share removed
+        v_own = np.maximum(v_cell[cell] + shift, 0.0)
+        c_own = np.maximum((design.rho.ravel() * v_cell)[cell] + shift, 0.0)
+        # the weight n v_own x and the correlation c_own / v_own (in [0, 1]: c ≤ v, as ρ ≤ 1) of each nonzero,
+        # multiplied out
+        scale = n_cell[cell] * X.data
+        num = np.bincount(value, scale * c_own, minlength=X.shape[1])
+        den = np.bincount(value, scale * v_own, minlength=X.shape[1])
     else:
         num = np.asarray(X.T @ (w * design.rho.ravel())).ravel()
         den = np.asarray(X.T @ w).ravel()
