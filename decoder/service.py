@@ -59,7 +59,7 @@ from ldpstream.decoder.published import (
     json_text,
     window_buckets,
 )
-from ldpstream.decoder.workers import DecoderWorkers, MetricOutcome
+from ldpstream.decoder.workers import PASS_TIMEOUT_SECONDS, DecoderWorkers, MetricOutcome
 from ldpstream.errors import ConfigError
 from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.estimators.windows import joint_design_effect, widen_joint
@@ -123,7 +123,8 @@ class DecoderService:
     def __init__(self, registry: Registry, store: StatusStore, *, producer: Any = None,
                  estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
                  history: int = 100, top_n: int = 10, reuse: bool = True, workers: int = 1,
-                 store_factory: Callable[[], StatusStore] | None = None) -> None:
+                 store_factory: Callable[[], StatusStore] | None = None,
+                 worker_timeout: float = PASS_TIMEOUT_SECONDS) -> None:
         if workers < 1:
             raise ConfigError(f"the decoder needs at least 1 worker, not {workers}")
         if workers > 1 and store_factory is None:
@@ -154,6 +155,8 @@ class DecoderService:
         #: :meth:`close`; ``store_factory`` (picklable) opens each one's store.
         self.workers = workers
         self.store_factory = store_factory
+        #: Seconds a worker process is given to answer a pass before it is killed and replaced.
+        self.worker_timeout = worker_timeout
         self._pool: DecoderWorkers | None = None
         self.metrics.declare([m.name for m in registry.metrics.values() if m.part_of is None and not m.discovers],
                              [a.name for a in self.joint_associations()],
@@ -238,7 +241,7 @@ class DecoderService:
         if self._pool is None:
             assert self.store_factory is not None
             self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse,
-                                        make_decoder=worker_decoder)
+                                        make_decoder=worker_decoder, timeout=self.worker_timeout)
         return self._pool.decode(now, self.reuse)
 
     @property

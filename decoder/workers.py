@@ -14,8 +14,10 @@ The processes are started with the ``spawn`` method (a fresh interpreter: the pa
 Redis connections are not inherited), once, and reused until :meth:`DecoderWorkers.close`. A worker that dies
 (killed, out of memory, a crash in native code) fails the pass for its metrics: each one is logged, counted as a
 decode failure and named in the pass's record, and the worker is started again at once, so the next pass
-decodes its metrics cold. The in-memory store cannot be shared with other processes: workers need a store that
-each process can open (Redis).
+decodes its metrics cold. A worker that does not answer within ``timeout`` seconds of the pass's start (a decode
+that hangs: a store that stops answering, a solver that does not end) is killed and treated the same way, so that
+one stuck metric delays the other workers' estimates by at most that long and the next pass goes on. The
+in-memory store cannot be shared with other processes: workers need a store that each process can open (Redis).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 #: Seconds a worker is given to exit after being asked to, before it is terminated.
 CLOSE_SECONDS = 5.0
+#: Default seconds a worker is given to answer a pass before it is killed (a cold pass of 1,000 metrics in one
+#: process takes ≈ 85 s: bench/results/decoder_scaling.txt).
+PASS_TIMEOUT_SECONDS = 600.0
 
 
 @dataclass
@@ -121,13 +126,18 @@ def _sendable(outcome: MetricOutcome) -> MetricOutcome:
 
 class DecoderWorkers:
     """``workers`` persistent processes, each decoding its fixed share of the registry's metrics (:func:`assign`)
-    against its own store (``store_factory()``, called in the worker; it must be picklable)."""
+    against its own store (``store_factory()``, called in the worker; it must be picklable). ``timeout``: seconds
+    a worker is given to answer a pass before it is killed (module docstring)."""
 
     def __init__(self, registry: Registry, store_factory: Callable[[], StatusStore], workers: int,
                  reuse: bool = True,
-                 make_decoder: Callable[[Registry, StatusStore, bool], WorkerDecoder] | None = None) -> None:
+                 make_decoder: Callable[[Registry, StatusStore, bool], WorkerDecoder] | None = None,
+                 timeout: float = PASS_TIMEOUT_SECONDS) -> None:
         if workers < 2:
             raise ValueError(f"worker processes are for 2 or more workers, not {workers}")
+        if not timeout > 0:
+            raise ValueError(f"the workers' pass timeout must be positive, not {timeout}")
+        self.timeout = float(timeout)
         self.registry = registry
         self.store_factory = store_factory
         self.reuse = reuse
@@ -177,10 +187,11 @@ class DecoderWorkers:
                 self._lost(i, outcomes)
         self.last_cpu = [0.0] * len(self._processes)
         self.last_wall = [0.0] * len(self._processes)
+        deadline = time.monotonic() + self.timeout
         for i in sent:
-            received = self._receive(i)
-            if received is None:
-                self._lost(i, outcomes)
+            received = self._receive(i, deadline)
+            if isinstance(received, str):
+                self._lost(i, outcomes, received)
                 continue
             results, self.last_cpu[i], self.last_wall[i] = received
             outcomes.update((o.metric, o) for o in results)
@@ -192,28 +203,35 @@ class DecoderWorkers:
         """The CPU seconds the workers spent on the last pass, summed over workers."""
         return sum(self.last_cpu)
 
-    def _receive(self, i: int) -> tuple[list[MetricOutcome], float, float] | None:
+    def _receive(self, i: int, deadline: float) -> tuple[list[MetricOutcome], float, float] | str:
+        """Worker ``i``'s answer to the pass, or what happened instead (it exited, or it was killed at
+        ``deadline``, a ``time.monotonic()`` instant)."""
         conn, process = self._connections[i], self._processes[i]
         assert conn is not None and process is not None
         try:
-            while not conn.poll(POLL_SECONDS):
+            while not conn.poll(min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0))):
                 if not process.is_alive():
                     if conn.poll(0):  # it answered just before it exited
                         break
-                    return None
+                    return "exited"
+                if time.monotonic() >= deadline:
+                    process.kill()
+                    return f"did not answer within {self.timeout:g} s and was killed"
             received: tuple[list[MetricOutcome], float, float] = conn.recv()
         except (EOFError, OSError):
-            return None
+            return "exited"
         return received
 
-    def _lost(self, i: int, outcomes: dict[str, MetricOutcome]) -> None:
-        """Worker ``i`` died: its metrics fail this pass; a new worker takes them (cold) from the next."""
+    def _lost(self, i: int, outcomes: dict[str, MetricOutcome], what: str = "exited") -> None:
+        """Worker ``i`` died or hung (``what``): its metrics fail this pass; a new worker takes them (cold) from the
+        next."""
         process = self._processes[i]
         code = None
         if process is not None:
             process.join(1.0)
             code = process.exitcode
-        error = (f"decoder worker {i} (pid {None if process is None else process.pid}) exited with code {code} "
+        happened = f"exited with code {code}" if what == "exited" else f"{what} (exit code {code})"
+        error = (f"decoder worker {i} (pid {None if process is None else process.pid}) {happened} "
                  "during the pass; a new worker decodes its metrics from the next pass, cold")
         log.error("%s: metrics %s not decoded this pass", error, ", ".join(self.assignment[i]))
         for name in self.assignment[i]:

@@ -28,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     decode.add_argument("--workers", type=int, default=1,
                         help="processes that decode the metrics of a pass in parallel, each a fixed share of them "
                         "with its own Redis connection (default 1: all in this process; see docs/scaling.md)")
+    # the default is ldpstream.decoder.workers.PASS_TIMEOUT_SECONDS (not imported here: the parser stays light)
+    decode.add_argument("--worker-timeout", type=float, default=600.0,
+                        help="seconds a worker process is given to answer a pass before it is killed and replaced "
+                        "(its metrics fail that pass; default 600)")
     decode.set_defaults(func=_decode)
 
     watch = subparsers.add_parser("watch", help="live terminal view of a metric's estimates (or an association's)",
@@ -64,7 +68,8 @@ def _decode(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port, addr=args.metrics_addr)
     store = config.redis.store()
     service = DecoderService(registry, store, producer=producer, estimates_topic=args.estimates_topic,
-                             workers=args.workers, store_factory=config.redis.store)
+                             workers=args.workers, store_factory=config.redis.store,
+                             worker_timeout=args.worker_timeout)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.run(args.interval, stop, iterations=1 if args.once else None)
