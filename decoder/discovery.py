@@ -224,9 +224,13 @@ class DictionaryDecoder:
             se = final.std_errors[picked] if final.std_errors is not None else None
             interval = (None if final.interval is None else
                         ConfidenceInterval(final.interval.low[picked], final.interval.high[picked]))
+            raw = final.unclipped_interval
+            unclipped = None if raw is None or interval is None else ConfidenceInterval(raw.low[picked],
+                                                                                         raw.high[picked])
             estimate = Estimate(np.asarray(final.frequencies)[picked], se, clients, "discovery/detect",
                                 labels=names, interval=interval, interval_method=final.interval_method,
-                                info={"null_fraction": float(getattr(final, "null_fraction", 1.0))})
+                                info={"null_fraction": float(getattr(final, "null_fraction", 1.0))},
+                                unclipped_interval=unclipped)
         else:
             estimate = Estimate(np.zeros(0), np.zeros(0), clients, "discovery/detect", labels=[])
         alpha_edge = float(result.info.get("alpha_edge", float("nan")))

@@ -271,17 +271,19 @@ def _decode(
     else:
         residual = float(1.0 - est[:S].sum()) if method == "mle" else float(1.0 - beta.sum())
     se = se[:S]
-    interval = None
+    interval = unclipped = None
     interval_method = "wald"
     if method != "ls":
         # the least-squares estimate's interval (sandwich SE; its coverage is nominal) beside the constrained
-        # point, clipped to [0, 1] (docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders)
+        # point, clipped to [0, 1] (docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders);
+        # the bounds before clipping are kept for a window's widening (they hold β̂ where both are clipped)
         half = _Z95 * se_ls[:S]
-        interval = ConfidenceInterval(np.clip(beta[:S] - half, 0.0, 1.0), np.clip(beta[:S] + half, 0.0, 1.0))
+        unclipped = ConfidenceInterval(beta[:S] - half, beta[:S] + half)
+        interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
         interval_method = "ls-sandwich"
     floor = detection_floor(float(np.median(se)), S) if S else None
     return Estimate(freq, se, n_reports, f"{kind}/{method}", labels, residual, residual_se, floor, info,
-                    interval, interval_method)
+                    interval, interval_method, unclipped)
 
 
 def decode_orr(

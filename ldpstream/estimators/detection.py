@@ -558,15 +558,16 @@ def detect(
         # conditional on the selection made from the same data and under-covers near the threshold.
         # Its standard errors are published with it (the tests keep the refit's z-scores, ``null_z``).
         ls = decode_bits(sketch, design, q_star, p_star, "ls", other=other, bits_per_string=bits_per_string)
-        interval, interval_method = ls.ci(0.95, clip=True), "ls-sandwich"
+        unclipped, interval_method = ls.ci(0.95), "ls-sandwich"
         se = np.asarray(ls.std_errors, dtype=np.float64)
     else:
-        interval = ConfidenceInterval(np.clip(refit - Z95 * se, 0.0, 1.0), np.clip(refit + Z95 * se, 0.0, 1.0))
-        interval_method = "wald-refit"
+        unclipped, interval_method = ConfidenceInterval(refit - Z95 * se, refit + Z95 * se), "wald-refit"
+    # published clipped to [0, 1]; the bounds before clipping kept for a window's widening
+    interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
     est = DetectionEstimate(
         freq, se, round(N), "bits/detect", labels, residual, residual_se,
         detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
-        info, interval, interval_method, null_z=null_z, null_fraction=null_fraction, adaptive=used,
+        info, interval, interval_method, unclipped, null_z=null_z, null_fraction=null_fraction, adaptive=used,
         full_fit=full_fit)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])

@@ -315,7 +315,7 @@ def _score_estimate(
     interval = affine_score_interval(x, n, base, slope)
     return ScoreTestedEstimate(
         p, se, round(n), method, labels, None, None, floor, info, interval, INTERVAL_METHOD,
-        null_score_z(x, n, base),
+        null_z=null_score_z(x, n, base),
     )
 
 

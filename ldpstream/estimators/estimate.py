@@ -60,6 +60,10 @@ class Estimate:
             profile-likelihood interval of a maximum-likelihood estimate); ``None``: :meth:`ci` gives Wald
             intervals from ``std_errors``.
         interval_method: how the published 95% interval is made (``"wald"`` when :attr:`interval` is None).
+        unclipped_interval: for an interval ``centre ± half`` that :attr:`interval` holds clipped to [0, 1] (the
+            candidate decoders' ``"ls-sandwich"``, detect's), the same bounds before clipping; ``None`` when not
+            kept. Not published: a window widens the interval from it (its centre is lost where both bounds were
+            clipped, :func:`ldpstream.estimators.windows.widen_estimate`).
     """
 
     frequencies: np.ndarray
@@ -73,6 +77,7 @@ class Estimate:
     info: dict[str, Any] = field(default_factory=dict)
     interval: ConfidenceInterval | None = None
     interval_method: str = "wald"
+    unclipped_interval: ConfidenceInterval | None = None
 
     def __post_init__(self) -> None:
         freq = np.asarray(self.frequencies, dtype=np.float64)
@@ -89,6 +94,13 @@ class Estimate:
             if low.shape != freq.shape or high.shape != freq.shape:
                 raise ParameterError("interval bounds must have the frequencies' shape")
             object.__setattr__(self, "interval", ConfidenceInterval(low, high))
+        if self.unclipped_interval is not None:
+            if self.interval is None:
+                raise ParameterError("an unclipped interval without the published interval")
+            low, high = (np.asarray(b, dtype=np.float64) for b in self.unclipped_interval)
+            if low.shape != freq.shape or high.shape != freq.shape:
+                raise ParameterError("unclipped interval bounds must have the frequencies' shape")
+            object.__setattr__(self, "unclipped_interval", ConfidenceInterval(low, high))
 
     # ----------------------------------------------------------------------------------------------
     @property

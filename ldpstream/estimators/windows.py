@@ -315,19 +315,26 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
 SYMMETRIC_CLIPPED = frozenset({"ls-sandwich", "wald-refit"})
 
 
-def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray
-                     ) -> ConfidenceInterval:
-    """``clip(centre ± root · half)`` of ``clip(centre ± half)``: centre and half-width from the two bounds
-    when neither was clipped, else ``half = Z95 · se`` from the unclipped bound (both clipped: the point).
-    An interval wholly below 0 (``[0, 0]``) only bounds its centre, ``≤ −half``: ``−half`` is taken, the
-    widest (conservative) choice; likewise above 1."""
-    low, high = (np.asarray(b, dtype=np.float64) for b in interval)
-    z_half = Z95 * np.asarray(se, dtype=np.float64)
-    free_low, free_high = low > 0.0, high < 1.0
-    centre = np.where(free_low & free_high, (low + high) / 2,
-                      np.where(free_high, high - z_half, np.where(free_low, low + z_half, point)))
-    half = np.where(free_low & free_high, (high - low) / 2, z_half)
-    return ConfidenceInterval(np.clip(centre - root * half, 0.0, 1.0), np.clip(centre + root * half, 0.0, 1.0))
+def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray,
+                     unclipped: ConfidenceInterval | None = None) -> tuple[ConfidenceInterval, ConfidenceInterval]:
+    """``clip(centre ± root · half)`` of ``clip(centre ± half)``, with the widened bounds before clipping.
+
+    With ``unclipped`` (the bounds before clipping, :attr:`Estimate.unclipped_interval`) centre and half-width
+    are exact. Without: from the two bounds when neither was clipped, else ``half = Z95 · se`` from the unclipped
+    bound (both clipped: the point). An interval wholly below 0 (``[0, 0]``) then only bounds its centre,
+    ``≤ −half``: ``−half`` is taken, the widest (conservative) choice; likewise above 1."""
+    if unclipped is not None:
+        low, high = (np.asarray(b, dtype=np.float64) for b in unclipped)
+        centre, half = (low + high) / 2, (high - low) / 2
+    else:
+        low, high = (np.asarray(b, dtype=np.float64) for b in interval)
+        z_half = Z95 * np.asarray(se, dtype=np.float64)
+        free_low, free_high = low > 0.0, high < 1.0
+        centre = np.where(free_low & free_high, (low + high) / 2,
+                          np.where(free_high, high - z_half, np.where(free_low, low + z_half, point)))
+        half = np.where(free_low & free_high, (high - low) / 2, z_half)
+    wide = ConfidenceInterval(centre - root * half, centre + root * half)
+    return ConfidenceInterval(np.clip(wide.low, 0.0, 1.0), np.clip(wide.high, 0.0, 1.0)), wide
 
 
 def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.ndarray) -> Estimate:
@@ -335,7 +342,8 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.n
 
     Standard errors × ``sqrt(deff)``; the score interval of a direct decoder (``"wilson-score"``) recomputed
     with the effective counts ``x/deff`` out of ``n/deff``; a clipped symmetric interval beside the point
-    (:data:`SYMMETRIC_CLIPPED`) widened about its own centre; any other interval of the decoder widened about
+    (:data:`SYMMETRIC_CLIPPED`) widened about its own centre (exactly from its bounds before clipping when the
+    estimate keeps them); any other interval of the decoder widened about
     the estimate by ``sqrt(deff)`` (a Wald interval follows the standard errors). The score statistics of
     ``p = 0`` shrink by ``sqrt(deff)``, so tests stay consistent with the interval."""
     d = np.maximum(np.asarray(deff, dtype=np.float64), 1.0)
@@ -352,6 +360,7 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.n
     if est.detection_floor is not None:
         changes["detection_floor"] = est.detection_floor * float(np.sqrt(np.median(d)))
     if est.interval is not None:
+        changes["unclipped_interval"] = None  # kept below where it is widened with the interval
         if est.interval_method == "wilson-score" and mechanism.decoder_family.startswith("direct"):
             cells, n = _cells(mechanism, sketch)
             x, total = cells.sum(axis=0), float(n.sum())
@@ -360,7 +369,10 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.n
             low, high = affine_score_interval(x / d, cast(float, total / d), lo, hi - lo)
             changes["interval"] = ConfidenceInterval(low, high)
         elif est.interval_method in SYMMETRIC_CLIPPED and est.std_errors is not None:
-            changes["interval"] = _widen_symmetric(est.interval, est.std_errors, est.frequencies, root)
+            changes["interval"], wide = _widen_symmetric(est.interval, est.std_errors, est.frequencies, root,
+                                                         est.unclipped_interval)
+            if est.unclipped_interval is not None:
+                changes["unclipped_interval"] = wide
         else:
             f = est.frequencies
             low, high = est.interval

@@ -283,6 +283,13 @@ def test_constrained_decoders_publish_the_ls_interval(method):
     np.testing.assert_allclose(low, lo_ls, atol=1e-12)
     np.testing.assert_allclose(high, hi_ls, atol=1e-12)
     assert np.all((low >= 0) & (high <= 1) & (low <= high))
+    # the bounds before clipping (for a window's widening): β̂_LS ± 1.96 SE_LS, negative for the absent values
+    raw = est.unclipped_interval
+    np.testing.assert_allclose(raw.low, ls.frequencies - 1.959963984540054 * ls.std_errors, atol=1e-12)
+    np.testing.assert_allclose(raw.high, ls.frequencies + 1.959963984540054 * ls.std_errors, atol=1e-12)
+    np.testing.assert_array_equal(np.clip(raw.low, 0, 1), low)
+    np.testing.assert_array_equal(np.clip(raw.high, 0, 1), high)
+    assert ls.unclipped_interval is None and np.any(raw.low < 0)
 
 
 def _scipy_mle(kind, sketch, X, rates):

@@ -119,3 +119,47 @@ def test_a_clipped_interval_beside_the_point_is_widened_about_its_own_centre():
     wide = widen_estimate(est, np.full(4, 4.0), MECH, np.zeros((1, 32)))
     np.testing.assert_allclose(wide.interval.low, clip(beta - 2 * Z95 * se))
     np.testing.assert_allclose(wide.interval.high, clip(beta + 2 * Z95 * se))
+
+
+def test_an_interval_clipped_wholly_to_zero_is_widened_from_its_bounds_before_clipping():
+    """``[0, 0]`` only bounds its centre (≤ −half): without the unclipped bounds the widest centre is taken (never
+    narrower than the exact interval); with them the widening is exact, and the widened estimate keeps its own."""
+    from ldpstream.estimators.estimate import ConfidenceInterval, Estimate
+    from ldpstream.estimators.intervals import Z95
+
+    beta = np.array([-0.045, -0.021, 0.30, 1.04])  # first two: β + Z95·se < 0 (clipped to [0, 0]); last above 1
+    se = np.full(4, 0.01)
+    raw = ConfidenceInterval(beta - Z95 * se, beta + Z95 * se)
+    clipped = ConfidenceInterval(np.clip(raw.low, 0.0, 1.0), np.clip(raw.high, 0.0, 1.0))
+    point = np.array([0.0, 0.0, 0.29, 0.71])
+    est = Estimate(point, se, 1000, "x/project", interval=clipped, interval_method="ls-sandwich")
+    exact = Estimate(point, se, 1000, "x/project", interval=clipped, interval_method="ls-sandwich",
+                     unclipped_interval=raw)
+    wide_raw = ConfidenceInterval(beta - 2 * Z95 * se, beta + 2 * Z95 * se)
+    deff = np.full(4, 4.0)
+    got = widen_estimate(exact, deff, MECH, np.zeros((1, 32)))
+    np.testing.assert_allclose(got.interval.low, np.clip(wide_raw.low, 0.0, 1.0))
+    np.testing.assert_allclose(got.interval.high, np.clip(wide_raw.high, 0.0, 1.0))
+    assert got.interval.high[0] == 0.0 and 0.0 < got.interval.high[1] < Z95 * se[1]  # [0, 0], [0, 0.0182]
+    np.testing.assert_allclose(got.unclipped_interval.low, wide_raw.low)
+    np.testing.assert_allclose(got.unclipped_interval.high, wide_raw.high)
+    # widened again: as once by the product of the design effects
+    twice = widen_estimate(got, deff, MECH, np.zeros((1, 32)))
+    np.testing.assert_allclose(twice.interval.high, np.clip(beta + 4 * Z95 * se, 0.0, 1.0))
+    # without the bounds before clipping: the conservative centre −half, never narrower than the exact interval
+    old = widen_estimate(est, deff, MECH, np.zeros((1, 32)))
+    np.testing.assert_allclose(old.interval.high[:2], Z95 * se[:2])  # centre −Z95·se, half 2·Z95·se
+    assert np.all(old.interval.high >= got.interval.high - 1e-15)
+    assert np.all(old.interval.low <= got.interval.low + 1e-15)
+    assert old.unclipped_interval is None
+
+
+def test_an_unclipped_interval_needs_the_frequencies_shape_and_a_published_interval():
+    from ldpstream.errors import ParameterError
+    from ldpstream.estimators.estimate import ConfidenceInterval, Estimate
+
+    iv = ConfidenceInterval(np.zeros(2), np.ones(2))
+    with pytest.raises(ParameterError):
+        Estimate(np.zeros(2), None, 1, "x", unclipped_interval=iv)
+    with pytest.raises(ParameterError):
+        Estimate(np.zeros(2), None, 1, "x", interval=iv, unclipped_interval=ConfidenceInterval(np.zeros(3), np.ones(3)))
