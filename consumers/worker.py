@@ -51,6 +51,8 @@ T = TypeVar("T")
 
 DEFAULT_GROUP = "ldpstream-consumers"
 DEFAULT_DEAD_LETTER_TOPIC = "ldp-dead-letters"
+#: Seconds ``run(idle_exit=...)`` waits for a first partition assignment on top of ``idle_exit``.
+JOIN_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class SketchConsumer:
         self.reports_applied = 0
         self.messages_seen = 0
         self._stop: threading.Event | None = None
+        #: When the group last assigned this consumer partitions (``time.monotonic()``; None before the first).
+        self._assigned_at: float | None = None
 
     # ------------------------------------------------------------------------------------- lifecycle
 
@@ -110,16 +114,26 @@ class SketchConsumer:
         self._dead_letters.flush(10)
 
     def run(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:
-        """Consume until ``stop`` is set, or until no message arrived for ``idle_exit`` seconds."""
+        """Consume until ``stop`` is set, or until no message arrived for ``idle_exit`` seconds.
+
+        The idle time counts from the latest partition assignment (or message): joining the group (a TLS and
+        SASL handshake, a rebalance, a loaded broker) can take longer than ``idle_exit``, and a consumer that gave
+        up before it was given its partitions would have read nothing. One that is never assigned any gives up
+        after :data:`JOIN_GRACE_SECONDS` more."""
         self._stop = stop
         self.start()
-        last_message = time.monotonic()
+        started = time.monotonic()
+        self._assigned_at = None
+        last_message = started
         try:
             while stop is None or not stop.is_set():
                 if self.poll_once():
                     last_message = time.monotonic()
-                elif idle_exit is not None and time.monotonic() - last_message > idle_exit:
-                    break
+                elif idle_exit is not None:
+                    assigned = self._assigned_at
+                    since = max(last_message, assigned) if assigned is not None else started + JOIN_GRACE_SECONDS
+                    if time.monotonic() - since > idle_exit:
+                        break
         finally:
             self.close()
 
@@ -141,6 +155,7 @@ class SketchConsumer:
             self._expected[(tp.topic, tp.partition)] = offset
             tp.offset = OFFSET_BEGINNING if offset is None else offset
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
+        self._assigned_at = time.monotonic()
         if self._incremental:
             consumer.incremental_assign(partitions)
         else:
