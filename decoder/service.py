@@ -233,8 +233,10 @@ class DecoderService:
             return MetricOutcome(metric.name, error=traceback.format_exc())
         return MetricOutcome(metric.name, results, empty, rebuilding)
 
-    def _decode_pass(self, now: float | None) -> dict[str, MetricOutcome]:
-        """The outcomes of decoding ``metrics`` by the worker processes (started at the first pass)."""
+    def _decode_pass(self, now: float | None,
+                     on_ready: Callable[[list[MetricOutcome]], None] | None = None) -> dict[str, MetricOutcome]:
+        """The outcomes of decoding the metrics by the worker processes (started at the first pass); ``on_ready``
+        gets each worker's outcomes as they arrive (:meth:`DecoderWorkers.decode`)."""
         if self._pool is not None and self._pool.registry is not self.registry:
             self._pool.close()  # a new registry: new workers (and new shares of the metrics)
             self._pool = None
@@ -242,7 +244,7 @@ class DecoderService:
             assert self.store_factory is not None
             self._pool = DecoderWorkers(self.registry, self.store_factory, self.workers, self.reuse,
                                         make_decoder=worker_decoder, timeout=self.worker_timeout)
-        return self._pool.decode(now, self.reuse)
+        return self._pool.decode(now, self.reuse, on_ready)
 
     @property
     def last_worker_cpu_seconds(self) -> float:
@@ -264,24 +266,22 @@ class DecoderService:
         marginals: dict[tuple[str, str], PublishedEstimate] = {}
         # (an n-gram slot of a discovery metric is decoded with it)
         decoded_metrics = [m for m in self.registry.metrics.values() if m.part_of is None]
-        # One worker decodes each metric just before publishing it; worker processes decode them all first.
-        outcomes = self._decode_pass(now) if self.workers > 1 else {}
-        for metric in decoded_metrics:
-            outcome = outcomes[metric.name] if self.workers > 1 else self.decode_outcome(metric, now)
+
+        def publish_outcome(metric: MetricConfig, outcome: MetricOutcome) -> None:
             results, empty, rebuilding = outcome.results, outcome.empty, outcome.rebuilding
             if outcome.error is not None:
                 failures = self.metrics.dictionary_decode_failures if metric.discovers else self.metrics.decode_failures
                 failures.labels(metric.name).inc()
                 log.error("decoding metric %s failed\n%s", metric.name, outcome.error.rstrip())
                 failed.append(metric.name)
-                continue
+                return
             self.metrics.withheld.labels(metric.name).set(1 if rebuilding else 0)
             if rebuilding:
                 log.warning("metric %s: partitions %s of %s are being rebuilt from Kafka (up to offsets %s); its "
                             "estimates are withheld until they are complete", metric.name, sorted(rebuilding),
                             metric.topic, rebuilding)
                 withheld.append(metric.name)
-                continue
+                return
             try:
                 for result in results:
                     self.publish(result)
@@ -292,9 +292,29 @@ class DecoderService:
                 failures.labels(metric.name).inc()
                 log.exception("publishing metric %s failed", metric.name)
                 failed.append(metric.name)
-                continue
+                return
             published.extend(results)
             marginals.update(((metric.name, r.window), r) for r in results)
+
+        if self.workers > 1:
+            # Worker processes decode them all; each worker's metrics are published as soon as its outcomes
+            # arrive (in the registry's order within a worker), while the others are still decoding.
+            handled: set[str] = set()
+
+            def on_ready(batch: list[MetricOutcome]) -> None:
+                for outcome in batch:
+                    if outcome.metric in self.registry.metrics and outcome.metric not in handled:
+                        handled.add(outcome.metric)
+                        publish_outcome(self.registry.metrics[outcome.metric], outcome)
+
+            outcomes = self._decode_pass(now, on_ready)
+            for metric in decoded_metrics:
+                if metric.name not in handled:  # (every worker answers for all its metrics; kept as a guard)
+                    publish_outcome(metric, outcomes.get(metric.name) or MetricOutcome(
+                        metric.name, error="no decoder worker answered for this metric"))
+        else:  # one metric decoded just before it is published
+            for metric in decoded_metrics:
+                publish_outcome(metric, self.decode_outcome(metric, now))
         for gone in [key for key in self._last if key[0] not in self.registry.metrics]:
             del self._last[gone]  # a metric no longer in the registry
         for gone in [key for key in self._joint_start if key[0] not in self.registry.associations]:

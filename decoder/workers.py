@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import pickle
 import signal
 import time
@@ -172,29 +173,57 @@ class DecoderWorkers:
     def pids(self) -> list[int | None]:
         return [None if p is None else p.pid for p in self._processes]
 
-    def decode(self, now: float | None, reuse: bool) -> dict[str, MetricOutcome]:
-        """One pass: every worker decodes its metrics at once; the outcomes by metric. A worker that died
-        fails each of its metrics (``error`` says so) and is started again (cold)."""
+    def decode(self, now: float | None, reuse: bool,
+               on_ready: Callable[[list[MetricOutcome]], None] | None = None) -> dict[str, MetricOutcome]:
+        """One pass: every worker decodes its metrics at once; the outcomes by metric. A worker that died, or did
+        not answer within ``timeout``, fails each of its metrics (``error`` says so) and is started again (cold).
+
+        ``on_ready``: called with each worker's outcomes (its metrics in the registry's order) as soon as they
+        arrive, the first worker to finish first, so that the caller publishes them while the others decode."""
         started = time.perf_counter()
         outcomes: dict[str, MetricOutcome] = {}
-        sent = []
+
+        def ready(batch: list[MetricOutcome]) -> None:
+            outcomes.update((o.metric, o) for o in batch)
+            if on_ready is not None:
+                on_ready(batch)
+
+        pending: dict[Connection, int] = {}
         for i, conn in enumerate(self._connections):
             assert conn is not None
             try:
                 conn.send((now, reuse))
-                sent.append(i)
+                pending[conn] = i
             except OSError:  # the worker died since the last pass
-                self._lost(i, outcomes)
+                ready(self._lost(i))
         self.last_cpu = [0.0] * len(self._processes)
         self.last_wall = [0.0] * len(self._processes)
         deadline = time.monotonic() + self.timeout
-        for i in sent:
-            received = self._receive(i, deadline)
-            if isinstance(received, str):
-                self._lost(i, outcomes, received)
+        while pending:
+            answered = multiprocessing.connection.wait(
+                list(pending), min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
+            for answer in answered:
+                assert isinstance(answer, Connection)
+                i = pending.pop(answer)
+                try:
+                    results, self.last_cpu[i], self.last_wall[i] = answer.recv()
+                except (EOFError, OSError):  # it exited (its end of the pipe closed) before answering
+                    ready(self._lost(i))
+                    continue
+                ready(results)
+            if answered:
                 continue
-            results, self.last_cpu[i], self.last_wall[i] = received
-            outcomes.update((o.metric, o) for o in results)
+            for waiting, i in list(pending.items()):
+                process = self._processes[i]
+                if process is None or not process.is_alive():
+                    if waiting.poll(0):  # it answered just before it exited: read at the next wait
+                        continue
+                    del pending[waiting]
+                    ready(self._lost(i))
+                elif time.monotonic() >= deadline:
+                    process.kill()
+                    del pending[waiting]
+                    ready(self._lost(i, f"did not answer within {self.timeout:g} s and was killed"))
         self.last_pass_seconds = time.perf_counter() - started
         return outcomes
 
@@ -203,28 +232,9 @@ class DecoderWorkers:
         """The CPU seconds the workers spent on the last pass, summed over workers."""
         return sum(self.last_cpu)
 
-    def _receive(self, i: int, deadline: float) -> tuple[list[MetricOutcome], float, float] | str:
-        """Worker ``i``'s answer to the pass, or what happened instead (it exited, or it was killed at
-        ``deadline``, a ``time.monotonic()`` instant)."""
-        conn, process = self._connections[i], self._processes[i]
-        assert conn is not None and process is not None
-        try:
-            while not conn.poll(min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0))):
-                if not process.is_alive():
-                    if conn.poll(0):  # it answered just before it exited
-                        break
-                    return "exited"
-                if time.monotonic() >= deadline:
-                    process.kill()
-                    return f"did not answer within {self.timeout:g} s and was killed"
-            received: tuple[list[MetricOutcome], float, float] = conn.recv()
-        except (EOFError, OSError):
-            return "exited"
-        return received
-
-    def _lost(self, i: int, outcomes: dict[str, MetricOutcome], what: str = "exited") -> None:
-        """Worker ``i`` died or hung (``what``): its metrics fail this pass; a new worker takes them (cold) from the
-        next."""
+    def _lost(self, i: int, what: str = "exited") -> list[MetricOutcome]:
+        """Worker ``i`` died or hung (``what``): its metrics fail this pass (their outcomes, returned); a new worker
+        takes them (cold) from the next."""
         process = self._processes[i]
         code = None
         if process is not None:
@@ -234,13 +244,13 @@ class DecoderWorkers:
         error = (f"decoder worker {i} (pid {None if process is None else process.pid}) {happened} "
                  "during the pass; a new worker decodes its metrics from the next pass, cold")
         log.error("%s: metrics %s not decoded this pass", error, ", ".join(self.assignment[i]))
-        for name in self.assignment[i]:
-            outcomes[name] = MetricOutcome(name, error=error)
+        failed = [MetricOutcome(name, error=error) for name in self.assignment[i]]
         conn = self._connections[i]
         if conn is not None:
             conn.close()
         self.restarts += 1
         self._start(i)
+        return failed
 
     def close(self) -> None:
         """Ask every worker to exit, and terminate those that do not within :data:`CLOSE_SECONDS`."""

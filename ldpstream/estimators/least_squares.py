@@ -150,8 +150,9 @@ def face_solve_constrained_ls(
     return None
 
 
-#: Face factorizations a ``factors`` dict of :func:`face_solve_constrained_ls` keeps (the windows of one metric).
-FACE_FACTORS = 4
+#: Face factorizations a ``factors`` dict of :func:`face_solve_constrained_ls` keeps, least recently used out (the
+#: faces the windows of one metric end on, and those their rounds try on the way).
+FACE_FACTORS = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,10 +171,12 @@ class FaceFactor:
 def _face_factor(gram_of: Callable[[np.ndarray], np.ndarray], face: np.ndarray,
                  factors: dict[bytes, FaceFactor] | None) -> FaceFactor:
     """The factor of ``face`` from ``factors`` or made now (and kept there, at most :data:`FACE_FACTORS`, the
-    oldest out)."""
+    least recently used out)."""
     name = face.tobytes()
-    held = None if factors is None else factors.get(name)
+    held = None if factors is None else factors.pop(name, None)
     if held is not None:
+        assert factors is not None
+        factors[name] = held  # the most recently used last
         return held
     try:
         chol = sl.cho_factor(gram_of(face), lower=True, check_finite=False)
