@@ -66,6 +66,9 @@ class ConsumerSettings:
     lag_interval: float = 5.0
     #: Longest wait between two tries of a store that is unavailable (the consumer retries until it answers).
     max_store_backoff: float = 5.0
+    #: Seconds between checks, while no message arrives, that the store still holds the offsets this consumer
+    #: applied (a store that lost them is otherwise noticed only at a partition's next message).
+    store_check_interval: float = 2.0
 
 
 class SketchConsumer:
@@ -93,6 +96,7 @@ class SketchConsumer:
         #: Per owned partition, the next offset this consumer expects the store to hold (compare-and-set).
         self._expected: dict[tuple[str, int], int | None] = {}
         self._last_lag = 0.0
+        self._last_store_check = 0.0
         config = {**settings.kafka.settings, **settings.kafka.consumer_settings}
         #: Cooperative assignors and the KIP-848 protocol hand out partitions incrementally.
         self._incremental = ("cooperative" in str(config.get("partition.assignment.strategy", ""))
@@ -213,6 +217,7 @@ class SketchConsumer:
         messages = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout)
         if not messages:
             self._maybe_update_lag()
+            self._maybe_check_store()
             return 0
         started = time.perf_counter()
         failed = [m for m in messages if m.error() is not None]
@@ -282,12 +287,38 @@ class SketchConsumer:
                 time.sleep(delay)
                 delay = min(2 * delay, self.settings.max_store_backoff)
 
+    def _maybe_check_store(self) -> None:
+        """While no message arrives, every ``store_check_interval`` s: the stored next offset of each partition this
+        consumer has applied batches of. Where the store went back (a Redis restart without persistence, a
+        FLUSHALL), the partition is rebuilt from Kafka as when an apply is refused (:meth:`_follow_store`): a
+        partition that receives no more messages would otherwise keep its loss unnoticed, and its counts lost."""
+        now = time.monotonic()
+        if now - self._last_store_check < self.settings.store_check_interval:
+            return
+        self._last_store_check = now
+        held: dict[str, list[int]] = defaultdict(list)
+        for (topic, partition), expected in list(self._expected.items()):
+            if expected is not None:
+                held[topic].append(partition)
+        for topic, partitions in held.items():
+            stored = self._with_store(functools.partial(self.store.next_offsets, topic, partitions))
+            for partition in partitions:
+                expected = self._expected.get((topic, partition))
+                now_stored = stored.get(partition)
+                if expected is not None and (now_stored is None or now_stored < expected):
+                    self._follow_store(topic, partition, now_stored)
+
     def _resume_from_store(self, topic: str, partition: int, first: int, last: int, stored: int | None) -> None:
         """Redis holds another next offset than we expected (another consumer applied batches, or Redis
         rolled back): continue from what Redis holds, forwards or backwards."""
         self.metrics.batches_refused.inc()
         log.info("partition %s-%d: batch %d..%d refused, Redis holds next offset %s; resuming there",
                  topic, partition, first, last, stored)
+        self._follow_store(topic, partition, stored)
+
+    def _follow_store(self, topic: str, partition: int, stored: int | None) -> None:
+        """Continue the partition from the next offset the store holds, ``stored``; when that is behind what this
+        consumer applied, mark the partition as being rebuilt until it is back there."""
         expected = self._expected.get((topic, partition))
         if expected is not None and (stored is None or stored < expected):
             # The store went back (a restart that lost its last writes, or all of its state): the counts of

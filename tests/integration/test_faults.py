@@ -233,6 +233,27 @@ def test_redis_losing_all_its_data_is_rebuilt_from_kafka_while_estimates_are_wit
     assert restarted.prometheus.get_sample_value("ldpstream_store_rebuilds_total") == PARTITIONS
 
 
+def test_redis_losing_all_its_data_while_the_consumer_is_idle_is_rebuilt_from_kafka(
+        kafka_bootstrap, fresh_topic, private_redis):
+    """Every message counted, then every key gone: no partition receives another message, so nothing is refused
+    at an apply; the consumer's idle check of the stored offsets notices, and every partition is rebuilt from Kafka
+    to the exact counts."""
+    topic = fresh_topic(partitions=PARTITIONS)
+    registry = registry_for(topic, METRIC)
+    metric = registry["m"]
+    store = RedisSketchStore.from_url(private_redis.url, "ldp")
+    producer, produced = _publish_in_background(metric, kafka_bootstrap, clients=40_000, rate=80_000)
+    producer.join(120)
+    consumer = ConsumerThread(registry, store, kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}")
+    acked = produced["result"].records_acked
+    wait_for(lambda: _counted(store, metric) == acked, 60, "every report counted")
+    store.client.flushall()
+    wait_for(lambda: consumer.prometheus.get_sample_value("ldpstream_store_rebuilds_total") == PARTITIONS, 30,
+             "the consumer to notice the loss on every partition")
+    _assert_exact(store, metric, kafka_bootstrap, topic, registry, produced["result"])
+    consumer.join()
+
+
 def test_the_kafka_broker_killed_and_restarted_mid_stream(services, kafka_bootstrap, fresh_topic, redis_url,
                                                             key_prefix):
     if services.source != "local stack":
