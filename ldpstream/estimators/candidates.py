@@ -143,6 +143,17 @@ def _warm_start(start: ArrayLike | None, size: int) -> np.ndarray | None:
     return x0
 
 
+def _held_bytes(held: Sequence[Any] | None) -> int:
+    """Bytes of what a decoder keeps in the factor cache between decodes (Newton's informations, nnls faces)."""
+    return 0 if held is None else sum(int(h.nbytes) for h in held)
+
+
+def _count_growth(cache: FactorCache | None, before: int, after: int) -> None:
+    """Tell the factor cache that what it holds grew from ``before`` to ``after`` bytes (its bound check)."""
+    if cache is not None and after > before:
+        cache.grown(after - before)
+
+
 def _on_simplex(x: np.ndarray) -> np.ndarray:
     """``x`` clipped at 0 and scaled to sum to one (uniform if nothing is positive)."""
     pos = np.maximum(x, 0.0)
@@ -202,13 +213,10 @@ def _decode(
         # from 0 as well (docs/math/estimators.md#maximum-likelihood-by-projected-newton).
         held = (factor_cache.newton_held((cache_key, kind, "newton", bool(other), X.shape))
                 if isinstance(wls, CachedLeastSquares) and factor_cache is not None else None)
-        before = [] if held is None else list(held)
+        before = _held_bytes(held)
         res = newton_multinomial(counts, ch, p0=None if x0 is None else _on_simplex(x0), em_tol=tol,
                                  em_max_iter=max_iter, held=held)
-        if held is not None and factor_cache is not None:
-            added = [h for h in held if all(h is not b for b in before)]
-            if added:
-                factor_cache.grown(sum(h.nbytes for h in added))
+        _count_growth(factor_cache, before, _held_bytes(held))
         est = res.p
         # converged: the gap certificate (Newton), or else EM's own rule, as before Newton
         info.update(n_iter=res.n_iter, em_iter=res.em_iter, converged=res.converged or res.em_converged,
@@ -226,13 +234,10 @@ def _decode(
             if Ga is not None:
                 # the face factorizations are kept with the reference (its Ga): the next refresh's face is found
                 factors = wls.ref.face_factors if isinstance(wls, CachedLeastSquares) else None
-                held_faces = set() if factors is None else set(factors)
+                before = _held_bytes(None if factors is None else list(factors.values()))
                 face = face_solve_constrained_ls(wls.matvec, lambda F: Ga[np.ix_(F, F)], wls.b, x0, simplex=other,
                                                  factors=factors)
-                if factors is not None and factor_cache is not None:
-                    new_faces = [f for name, f in list(factors.items()) if name not in held_faces]
-                    if new_faces:
-                        factor_cache.grown(sum(f.nbytes for f in new_faces))
+                _count_growth(factor_cache, before, _held_bytes(None if factors is None else list(factors.values())))
         if face is not None:
             est = face
             info.update(n_iter=0, nnls_solver="face-kkt")

@@ -215,11 +215,10 @@ def _direction(ch: ChannelOperator, n: np.ndarray, pos: np.ndarray, m: np.ndarra
     informations formed earlier, with their free sets and weights ``d = n/m²``, most recent first (one found in
     ``pool`` joins ``held``). When the free set is a subset of one's and every weight is within 1% of those it was
     formed with, its rows and columns are taken from it instead of forming it again (one sparse Gram per step is
-    most of a step's cost). The information then
-    differs from the current one by at most 1% in the Loewner order (``H = Bᵀ diag(d) B``), so the step is a
-    Newton step with a Hessian within 1%: the iteration still descends (Armijo) and converges linearly at a
-    rate ≤ 0.01 where Newton's is quadratic, and the stopping rule, the gap certificate at the exact gradient,
-    is unchanged.
+    most of a step's cost). The information then differs from the current one by at most 1% in the Loewner order
+    (``H = Bᵀ diag(d) B``), so the step is a Newton step with a Hessian within 1%: the iteration still descends
+    (Armijo) and converges linearly at a rate ≤ 0.01 where Newton's is quadratic, and the stopping rule, the gap
+    certificate at the exact gradient, is unchanged.
 
     A coordinate at 0 (``p ≤ eps``) whose Newton step is negative would be clipped by the projection, and the
     rest of the step (solved as if it could go below 0) need not descend: it binds too, and the step on the
