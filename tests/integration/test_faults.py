@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import redis
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from ldpstream.config import KafkaConfig
@@ -127,7 +127,10 @@ def _publish_in_background(metric: MetricConfig, kafka: str, clients: int, rate:
     out: dict[str, LoadResult] = {}
 
     def run() -> None:
-        out["result"] = simulate_and_publish(metric, ReportPublisher(kafka, delivery_timeout=180.0),
+        # Each message to a random partition: librdkafka's default sticky partitioner sends keyless messages to one
+        # partition for ``sticky.partitioning.linger.ms`` at a time, so a partition of the topic can get no message.
+        publisher = ReportPublisher(kafka, delivery_timeout=180.0, config={"sticky.partitioning.linger.ms": 0})
+        out["result"] = simulate_and_publish(metric, publisher,
                                              clients=clients, distribution="zipf:1.1", seed=5, per_message=10,
                                              rate=rate, chunk=5000, progress=False)
 
@@ -161,6 +164,14 @@ def _topic_sketch(kafka: str, topic: str, registry: Registry, expected_messages:
 def _store_total(store: RedisSketchStore, metric: MetricConfig) -> np.ndarray | None:
     shape = (metric.mechanism.cohorts, metric.mechanism.sketch_width)
     return store.snapshot(metric.name, metric.fingerprint, shape).total
+
+
+def _messages_per_partition(kafka: str, topic: str) -> list[int]:
+    reader = Consumer({"bootstrap.servers": kafka, "group.id": f"ref-{uuid.uuid4().hex[:8]}"})
+    try:
+        return [reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)]
+    finally:
+        reader.close()
 
 
 def _counted(store: RedisSketchStore, metric: MetricConfig) -> int:
@@ -246,6 +257,8 @@ def test_redis_losing_all_its_data_while_the_consumer_is_idle_is_rebuilt_from_ka
     producer.join(120)
     consumer = ConsumerThread(registry, store, kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}")
     acked = produced["result"].records_acked
+    # A partition that holds no message has nothing to lose and nothing to rebuild: every one must hold some.
+    assert all(n > 0 for n in _messages_per_partition(kafka_bootstrap, topic)), "a partition got no message"
     wait_for(lambda: _counted(store, metric) == acked, 60, "every report counted")
     store.client.flushall()
     wait_for(lambda: consumer.prometheus.get_sample_value("ldpstream_store_rebuilds_total") == PARTITIONS, 30,
