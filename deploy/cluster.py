@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.deploy.stack import StackConfig, _launch, _port_open, _stop_pid, redis_server_binary
+from ldpstream.deploy import daemons
+from ldpstream.deploy.stack import StackConfig, redis_server_binary
 from ldpstream.errors import ConfigError, ServiceError
 
 CLUSTER_FIRST_PORT = 36501
@@ -88,14 +89,15 @@ def _start_node(cfg: ClusterStackConfig, port: int) -> None:
         finally:
             client.close()
 
-    if _port_open(port) and pings():
+    if daemons.port_open(port) and pings():
         return
     argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",
             "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
             "--cluster-node-timeout", "5000", "--dir", str(folder), "--appendonly", "yes",
             "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", ""]
-    _launch(argv, cwd=folder, pid_file=folder / "redis.pid", log=log, ready=pings, timeout=30,
-            what=f"Redis Cluster node on port {port}")
+    pid_file, what = folder / "redis.pid", f"Redis Cluster node on port {port}"
+    daemons.clear(pid_file, [port], folder, what)
+    daemons.launch(argv, cwd=folder, pid_file=pid_file, log=log, ready=pings, timeout=30, what=what)
 
 
 def _form(cfg: ClusterStackConfig) -> None:
@@ -132,10 +134,13 @@ def up(cfg: ClusterStackConfig | None = None) -> ClusterStackConfig:
     return cfg
 
 
-def down(cfg: ClusterStackConfig | None = None) -> bool:
+def down(cfg: ClusterStackConfig | None = None) -> daemons.Stopped:
+    """Stop every node and any process of ours on their ports (:func:`daemons.stop`)."""
     cfg = cfg or ClusterStackConfig.from_env()
-    stopped = [_stop_pid(cfg.node_dir(port) / "redis.pid") for port in cfg.ports]
-    return any(stopped)
+    done = daemons.Stopped()
+    for port in cfg.ports:
+        done += daemons.stop(cfg.node_dir(port) / "redis.pid", (port,), cfg.node_dir(port))
+    return done
 
 
 def started(cfg: ClusterStackConfig | None = None) -> bool:

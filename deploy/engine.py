@@ -28,7 +28,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpstream.deploy.stack import StackConfig, _installed_binary, _launch, _read_pid, _stop_pid, _tail
+from ldpstream.deploy import daemons
+from ldpstream.deploy.stack import StackConfig, installed_binary
 from ldpstream.errors import ServiceError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un`` (108 bytes with the terminating NUL).
@@ -93,7 +94,7 @@ def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
 
 def dockerd_binary() -> str:
     """Path of ``dockerd``; installs Debian's ``docker.io`` when missing and we may."""
-    return _installed_binary("dockerd", "docker.io",
+    return installed_binary("dockerd", "docker.io",
                              "dockerd is not installed; install Debian's package: apt-get install docker.io")
 
 
@@ -164,23 +165,22 @@ def up(cfg: EngineConfig | None = None, timeout: float = 90.0) -> EngineStatus:
         raise ServiceError(f"the engine's socket path is too long for a unix socket ({len(str(cfg.socket))} > "
                            f"{MAX_SOCKET_PATH} bytes): {cfg.socket}; set a shorter LDPSTREAM_STACK_DIR")
     binary = dockerd_binary()
-    if _read_pid(cfg.spawn_pid_file) is not None:  # a dockerd of ours that does not answer: restart it
-        _stop_pid(cfg.spawn_pid_file)
+    daemons.stop(cfg.spawn_pid_file, (), cfg.run_dir)  # a dockerd of ours that does not answer: restart it
     for stale in (cfg.socket, cfg.pid_file):
         stale.unlink(missing_ok=True)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    _launch(dockerd_argv(cfg, binary, storage_driver(cfg)), cwd=cfg.run_dir, pid_file=cfg.spawn_pid_file,
-            log=cfg.log, ready=lambda: socket_answers(cfg.socket), timeout=timeout, what="the Docker engine")
+    daemons.launch(dockerd_argv(cfg, binary, storage_driver(cfg)), cwd=cfg.run_dir, pid_file=cfg.spawn_pid_file,
+                   log=cfg.log, ready=lambda: socket_answers(cfg.socket), timeout=timeout, what="the Docker engine")
     return status(cfg)
 
 
 def down(cfg: EngineConfig | None = None) -> bool:
     """Stop the engine (SIGTERM: dockerd stops its containers, then exits); True if one was running."""
     cfg = cfg or EngineConfig.from_env()
-    stopped = _stop_pid(cfg.spawn_pid_file, timeout=60.0)
-    if not stopped and _read_pid(cfg.pid_file) is not None:  # started by an earlier process of ours
-        stopped = _stop_pid(cfg.pid_file, timeout=60.0)
+    stopped = bool(daemons.stop(cfg.spawn_pid_file, (), cfg.run_dir, timeout=60.0).pids)
+    if not stopped and daemons.read_pid(cfg.pid_file) is not None:  # started by an earlier process of ours
+        stopped = bool(daemons.stop(cfg.pid_file, (), cfg.run_dir, timeout=60.0).pids)
     cfg.socket.unlink(missing_ok=True)
     _unmount_below(cfg.exec_root)
     return stopped
@@ -200,4 +200,4 @@ def _unmount_below(root: Path) -> None:
 
 def log_tail(cfg: EngineConfig | None = None) -> str:
     cfg = cfg or EngineConfig.from_env()
-    return _tail(cfg.log)
+    return daemons.tail(cfg.log)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig, _installed_binary
+from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig, installed_binary
 from ldpstream.errors import ServiceError
 
 DEBIAN_SUITE = "bookworm"
@@ -183,7 +183,7 @@ def _tar_of(entries: list[tuple[Path, str]]) -> Iterator[IO[bytes]]:
 
 
 def _debootstrap() -> str:
-    return _installed_binary("debootstrap", "debootstrap",
+    return installed_binary("debootstrap", "debootstrap",
                              "debootstrap is needed to build the base image; install Debian's debootstrap (as root)",
                              announce=False, update=False)
 

@@ -26,16 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ldpstream.config import ServiceConfig, read_secret
-from ldpstream.deploy.stack import (
-    StackConfig,
-    _launch,
-    _port_open,
-    _read_pid,
-    _run_kafka_broker,
-    _stop_pid,
-    ensure_kafka_jars,
-    redis_server_binary,
-)
+from ldpstream.deploy import daemons
+from ldpstream.deploy.stack import StackConfig, _run_kafka_broker, ensure_kafka_jars, redis_server_binary
 from ldpstream.errors import ConfigError, ServiceError
 
 SECURE_KAFKA_PORT = 39192
@@ -232,7 +224,7 @@ def prepare(cfg: SecureStackConfig) -> None:
 def redis_answers(cfg: SecureStackConfig) -> bool:
     import redis
 
-    if not _port_open(cfg.redis_port) or not cfg.config_file.exists():
+    if not daemons.port_open(cfg.redis_port) or not cfg.config_file.exists():
         return False
     try:
         return bool(cfg.service_config().redis.client().ping())
@@ -254,9 +246,10 @@ def start_redis(cfg: SecureStackConfig) -> None:
         f"dir {data}", "appendonly yes", "appendfsync everysec", 'save ""', "daemonize no", 'logfile ""',
         "user default off",
         f"user {USER} on >{_password(cfg.secrets_dir / 'redis-password')} ~* &* +@all", ""]))
-    _launch([redis_server_binary(), str(conf)], cwd=data, pid_file=cfg.redis_dir / "redis.pid",
-            log=cfg.redis_dir / "redis.log", ready=lambda: redis_answers(cfg), timeout=30,
-            what=f"Redis (TLS) on port {cfg.redis_port}")
+    pid_file, what = cfg.redis_dir / "redis.pid", f"Redis (TLS) on port {cfg.redis_port}"
+    daemons.clear(pid_file, [cfg.redis_port], cfg.redis_dir, what)
+    daemons.launch([redis_server_binary(), str(conf)], cwd=data, pid_file=pid_file, log=cfg.redis_dir / "redis.log",
+                   ready=lambda: redis_answers(cfg), timeout=30, what=what)
 
 
 # ----------------------------------------------------------------------------------------------- Kafka
@@ -269,7 +262,7 @@ def _client_settings(cfg: SecureStackConfig) -> dict[str, Any]:
 def kafka_answers(cfg: SecureStackConfig, timeout: float = 3.0) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    if not _port_open(cfg.kafka_port) or not cfg.config_file.exists():
+    if not daemons.port_open(cfg.kafka_port) or not cfg.config_file.exists():
         return False
     try:
         AdminClient(_client_settings(cfg)).list_topics(timeout=timeout)
@@ -317,7 +310,8 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
     users = ("--add-scram", _scram("admin", admin_password),
              "--add-scram", _scram(USER, _password(cfg.secrets_dir / "kafka-password")))
     _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
-                      what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}", format_args=users)
+                      what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}",
+                      ports=(cfg.kafka_port, cfg.controller_port), format_args=users)
 
 
 # ------------------------------------------------------------------------------------------ the stack
@@ -349,10 +343,12 @@ def up(cfg: SecureStackConfig | None = None, base: StackConfig | None = None) ->
     return status(cfg)
 
 
-def down(cfg: SecureStackConfig | None = None) -> bool:
+def down(cfg: SecureStackConfig | None = None) -> daemons.Stopped:
+    """Stop the secured Kafka and Redis and any process of ours on their ports (:func:`daemons.stop`)."""
     cfg = cfg or SecureStackConfig.from_env()
-    stopped = _stop_pid(cfg.kafka_dir / "kafka.pid")
-    return _stop_pid(cfg.redis_dir / "redis.pid") or stopped
+    done = daemons.stop(cfg.kafka_dir / "kafka.pid", (cfg.kafka_port, cfg.controller_port), cfg.kafka_dir)
+    done += daemons.stop(cfg.redis_dir / "redis.pid", (cfg.redis_port,), cfg.redis_dir)
+    return done
 
 
 def status(cfg: SecureStackConfig | None = None) -> SecureStatus:
@@ -363,6 +359,6 @@ def status(cfg: SecureStackConfig | None = None) -> SecureStatus:
 def started(cfg: SecureStackConfig | None = None) -> bool:
     """Whether the secured stack was started (a pid file of a live process)."""
     cfg = cfg or SecureStackConfig.from_env()
-    return any(_read_pid(d / name) is not None for d, name in ((cfg.kafka_dir, "kafka.pid"),
+    return any(daemons.read_pid(d / name) is not None for d, name in ((cfg.kafka_dir, "kafka.pid"),
                                                                  (cfg.redis_dir, "redis.pid")))
 

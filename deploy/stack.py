@@ -13,11 +13,8 @@ Everything the stack writes lives under one folder (``LDPSTREAM_STACK_DIR``, def
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ldpstream.config import LOCAL_CONTROLLER_PORT, LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, local_stack_ports
+from ldpstream.deploy import daemons
 from ldpstream.errors import ServiceError
 
 KAFKA_VERSION = "4.1.1"
@@ -86,108 +84,17 @@ class StackConfig:
         return self.cache_dir / f"kafka-{KAFKA_VERSION}" / "libs"
 
 
-# --------------------------------------------------------------------------------------------- helpers
-
-
-def _port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _read_pid(pid_file: Path) -> int | None:
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
-
-
-def _wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path,
-                alive: Callable[[], bool] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if alive is not None and not alive():
-            raise ServiceError(f"{what} exited during startup; see its log: {log}\n{_tail(log)}")
-        time.sleep(0.25)
-    raise ServiceError(f"{what} did not become ready within {timeout:.0f} s; see its log: {log}\n{_tail(log)}")
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log written)"
-
-
-def _stop_pid(pid_file: Path, timeout: float = 30.0) -> bool:
-    pid = _read_pid(pid_file)
-    if pid is None:
-        pid_file.unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _read_pid(pid_file) is not None:
-        _reap(pid)
-        time.sleep(0.2)
-    if _read_pid(pid_file) is not None:
-        os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
-        _reap(pid)
-    pid_file.unlink(missing_ok=True)
-    return True
-
-
-def _reap(pid: int) -> None:
-    """Collect a child we started ourselves, so it does not linger as a zombie that still 'exists'."""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-#: The services this process started: they outlive the call that started them (they are daemons, stopped by
-#: ``down``), so their handles are kept for the life of the process instead of being dropped while running.
-_DAEMONS: list[subprocess.Popen[bytes]] = []
-
-
-def _spawn(argv: list[str], log: Path, pid_file: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True)
-    pid_file.write_text(str(proc.pid))
-    _DAEMONS.append(proc)
-    return proc
-
-
-def _launch(argv: list[str], *, cwd: Path, pid_file: Path, log: Path, ready: Callable[[], bool], timeout: float,
-            what: str, output: Path | None = None) -> None:
-    """Start a daemon (:func:`_spawn`, its stdout and stderr to ``output``, default ``log``) and wait until
-    ``ready()`` (:func:`_wait_until`: a clear error with the tail of ``log`` when it exits or times out)."""
-    proc = _spawn(argv, log if output is None else output, pid_file, cwd)
-    _wait_until(ready, timeout, what, log, alive=lambda: proc.poll() is None)
-
-
 # ----------------------------------------------------------------------------------------------- Redis
 
 
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
-    return _installed_binary("redis-server", "redis-server",
+    return installed_binary("redis-server", "redis-server",
                              "redis-server is not installed; install Debian's package: apt-get install redis-server",
                              recommends=True)
 
 
-def _installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
+def installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
                       recommends: bool = False) -> str:
     """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
     ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
@@ -228,8 +135,10 @@ def start_redis(cfg: StackConfig) -> None:
         "--dir", str(data), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
         "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
     ]
-    _launch(argv, cwd=data, pid_file=cfg.redis_dir / "redis.pid", log=cfg.redis_log,
-            ready=lambda: redis_answers(cfg), timeout=30, what=f"Redis on port {cfg.redis_port}")
+    pid_file = cfg.redis_dir / "redis.pid"
+    daemons.clear(pid_file, [cfg.redis_port], cfg.redis_dir, f"Redis on port {cfg.redis_port}")
+    daemons.launch(argv, cwd=data, pid_file=pid_file, log=cfg.redis_log, ready=lambda: redis_answers(cfg),
+                   timeout=30, what=f"Redis on port {cfg.redis_port}")
 
 
 # ----------------------------------------------------------------------------------------------- Kafka
@@ -262,7 +171,7 @@ def ensure_kafka_jars(cfg: StackConfig) -> Path:
 def kafka_answers(cfg: StackConfig, timeout: float = 2.0) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    if not _port_open(cfg.kafka_port):
+    if not daemons.port_open(cfg.kafka_port):
         return False
     try:
         AdminClient({"bootstrap.servers": cfg.kafka_bootstrap}).list_topics(timeout=timeout)
@@ -289,17 +198,19 @@ def start_kafka(cfg: StackConfig) -> None:
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
     _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
-                      what=f"Kafka broker on port {cfg.kafka_port}")
+                      what=f"Kafka broker on port {cfg.kafka_port}", ports=(cfg.kafka_port, cfg.controller_port))
     _check_kafka_serves_groups(cfg)
 
 
 def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool], what: str,
-                      format_args: tuple[str, ...] = ()) -> None:
-    """Run the KRaft broker of ``kafka_dir/server.properties`` (already written) from the jars in ``libs``: format
-    its storage ``kafka_dir/data`` once (``kafka.tools.StorageTool``; ``format_args``: more of its arguments, such
-    as SCRAM users), then start ``kafka.Kafka`` (``-Xmx{heap} -Xms{min_heap}``; output ``kafka.out``, log
-    ``kafka.log``, pid ``kafka.pid`` in ``kafka_dir``) and wait up to 120 s until ``ready()``."""
-    properties, log = kafka_dir / "server.properties", kafka_dir / "kafka.log"
+                      ports: tuple[int, ...], format_args: tuple[str, ...] = ()) -> None:
+    """Run the KRaft broker of ``kafka_dir/server.properties`` (already written) from the jars in ``libs``: stop a
+    broker of ours that still holds ``ports`` without answering (:func:`daemons.clear`), format its storage
+    ``kafka_dir/data`` once (``kafka.tools.StorageTool``; ``format_args``: more of its arguments, such as SCRAM
+    users), then start ``kafka.Kafka`` (``-Xmx{heap} -Xms{min_heap}``; output ``kafka.out``, log ``kafka.log``, pid
+    ``kafka.pid`` in ``kafka_dir``) and wait up to 120 s until ``ready()``."""
+    properties, log, pid_file = kafka_dir / "server.properties", kafka_dir / "kafka.log", kafka_dir / "kafka.pid"
+    daemons.clear(pid_file, ports, kafka_dir, what)
     classpath = f"{libs}/*"
     java = _java()
     if not (kafka_dir / "data" / "meta.properties").exists():
@@ -315,8 +226,8 @@ def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, 
         f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
         "-cp", classpath, "kafka.Kafka", str(properties),
     ]
-    _launch(argv, cwd=kafka_dir, pid_file=kafka_dir / "kafka.pid", log=log, ready=ready, timeout=120, what=what,
-            output=kafka_dir / "kafka.out")
+    daemons.launch(argv, cwd=kafka_dir, pid_file=pid_file, log=log, ready=ready, timeout=120, what=what,
+                   output=kafka_dir / "kafka.out")
 
 
 def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:
@@ -378,11 +289,21 @@ def up(cfg: StackConfig | None = None) -> StackStatus:
     return status(cfg)
 
 
-def down(cfg: StackConfig | None = None) -> None:
-    """Stop both services (SIGTERM, then SIGKILL after 30 s); data stays for the next ``up``."""
+def down(cfg: StackConfig | None = None) -> daemons.Stopped:
+    """Stop both services and any process of ours on their ports (:func:`daemons.stop`); data stays for the next
+    ``up``. Returns what was stopped and what still listens on the stack's ports."""
     cfg = cfg or StackConfig.from_env()
-    _stop_pid(cfg.kafka_dir / "kafka.pid")
-    _stop_pid(cfg.redis_dir / "redis.pid")
+    done = stop_kafka(cfg)
+    done += stop_redis(cfg)
+    return done
+
+
+def stop_kafka(cfg: StackConfig) -> daemons.Stopped:
+    return daemons.stop(cfg.kafka_dir / "kafka.pid", (cfg.kafka_port, cfg.controller_port), cfg.kafka_dir)
+
+
+def stop_redis(cfg: StackConfig) -> daemons.Stopped:
+    return daemons.stop(cfg.redis_dir / "redis.pid", (cfg.redis_port,), cfg.redis_dir)
 
 
 def status(cfg: StackConfig | None = None) -> StackStatus:

@@ -6,13 +6,15 @@ any test session:
 - ``services`` (session): where Kafka and Redis are, found in this order:
 
   1. the environment: ``LDPSTREAM_KAFKA`` (bootstrap servers) and ``LDPSTREAM_REDIS`` (URL), when set;
-  2. testcontainers, when a Docker engine answers a ping (:mod:`ldpstream.deploy.containers`: the pinned images
-     ``apache/kafka`` and ``redis``, which ``ldpstream stack images`` builds where no registry is reachable);
-  3. the local stack (:mod:`ldpstream.deploy.stack`: Kafka from Maven Central jars in KRaft mode, Debian's
-     redis-server), started as local processes.
+  2. the local stack (:mod:`ldpstream.deploy.stack`) when it already answers.
 
-  ``LDPSTREAM_SERVICES`` (``environment``, ``testcontainers`` or ``local``) forces one of them; a forced source
-  that is not there fails every test that needs it (``testcontainers``: no Docker engine answers).
+  Nothing is started unless asked: ``LDPSTREAM_SERVICES=local`` starts the local stack (Kafka from Maven Central
+  jars in KRaft mode, Debian's redis-server, as local processes) when it does not answer, and
+  ``LDPSTREAM_SERVICES=testcontainers`` runs Kafka and Redis containers on the Docker engine of ``DOCKER_HOST``
+  (the pinned images ``apache/kafka`` and ``redis``, which ``ldpstream stack images`` builds where no registry is
+  reachable) for the session; ``environment`` insists on the variables. A forced source that is not there fails
+  every test that needs it. Whatever a session starts (:func:`start_local`: the local stack, the secured stack, a
+  Redis Cluster) is stopped when it ends, unless ``LDPSTREAM_KEEP_STACK=1``; the terminal summary says which.
 
   With ``LDPSTREAM_CONFIG`` set (a service configuration file: TLS, SASL, an ACL user, e.g. the one ``ldpstream
   stack up --secure`` writes), the environment source is that configuration, resolved as every command
@@ -143,10 +145,10 @@ def provide_services() -> Iterator[Services]:
         assert kafka and redis_url
         yield Services(kafka, redis_url, "environment")
         return
-    if forced == "testcontainers" and not _docker_answers():
-        raise ServiceError(f"LDPSTREAM_SERVICES=testcontainers but no Docker engine answers at "
-                           f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}")
-    if forced == "testcontainers" or (forced is None and _docker_answers()):
+    if forced == "testcontainers":
+        if not _docker_answers():
+            raise ServiceError(f"LDPSTREAM_SERVICES=testcontainers but no Docker engine answers at "
+                               f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}")
         from ldpstream.deploy.containers import kafka_and_redis
 
         with kafka_and_redis() as (kafka_bootstrap, container_redis):
@@ -154,11 +156,70 @@ def provide_services() -> Iterator[Services]:
         return
     from ldpstream.deploy import stack
 
-    status = stack.up()
+    cfg = stack.StackConfig.from_env()
     if forced == "local":
-        yield Services(status.kafka_bootstrap, status.redis_url, "local stack")
-    else:
-        yield Services(kafka or status.kafka_bootstrap, redis_url or status.redis_url, "local stack")
+        start_local(f"Redis on {cfg.redis_url}", lambda: stack.redis_answers(cfg), lambda: stack.start_redis(cfg),
+                    lambda: stack.stop_redis(cfg))
+        start_local(f"Kafka on {cfg.kafka_bootstrap}", lambda: stack.kafka_answers(cfg),
+                    lambda: stack.start_kafka(cfg), lambda: stack.stop_kafka(cfg))
+    elif not (stack.redis_answers(cfg) and stack.kafka_answers(cfg)):
+        raise ServiceError("no Kafka and Redis to test against: set LDPSTREAM_SERVICES=local to start the local "
+                           "stack (or run `ldpstream stack up`), LDPSTREAM_SERVICES=testcontainers, or "
+                           "LDPSTREAM_KAFKA and LDPSTREAM_REDIS")
+    yield Services(kafka or cfg.kafka_bootstrap, redis_url or cfg.redis_url, "local stack")
+
+
+@dataclass(frozen=True)
+class Started:
+    """A service this test session started, and how to stop it."""
+
+    what: str
+    stop: Callable[[], object]
+
+
+#: What this session started, in order (stopped in reverse at its end unless ``LDPSTREAM_KEEP_STACK=1``).
+STARTED: list[Started] = []
+
+
+def start_local(what: str, answers: Callable[[], bool], start: Callable[[], object],
+                stop: Callable[[], object]) -> None:
+    """``start()`` unless ``answers()``; what was started is stopped when the session ends (:data:`STARTED`)."""
+    if answers():
+        return
+    STARTED.append(Started(what, stop))
+    start()
+
+
+def keep_stack() -> bool:
+    return os.environ.get("LDPSTREAM_KEEP_STACK", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop what this session started (:func:`start_local`), unless ``LDPSTREAM_KEEP_STACK=1``."""
+    if keep_stack():
+        return
+    for started in reversed(STARTED):
+        try:
+            started.stop()
+        except Exception as exc:  # reported, never a reason to lose the session's own result
+            session.config.stash[_STOP_ERRORS] = [*session.config.stash.get(_STOP_ERRORS, []),
+                                                  f"{started.what}: {exc}"]
+
+
+_STOP_ERRORS = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not STARTED:
+        return
+    names = ", ".join(s.what for s in STARTED)
+    if keep_stack():
+        terminalreporter.write_line(f"ldpstream: left running (LDPSTREAM_KEEP_STACK=1): {names}; "
+                                    "stop them with `ldpstream stack down`")
+        return
+    terminalreporter.write_line(f"ldpstream: stopped what this session started: {names}")
+    for error in terminalreporter.config.stash.get(_STOP_ERRORS, []):
+        terminalreporter.write_line(f"ldpstream: could not stop {error}; try `ldpstream stack down`", red=True)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "images: builds the container images without a registry.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="{up,down,status,secrets,engine,images}")
-    for name, text in (("up", "start Kafka and Redis (idempotent)"), ("down", "stop them (and the extras below)"),
+    for name, text in (("up", "start Kafka and Redis (idempotent)"),
+                       ("down", "stop them and the extras below; exit 1 naming any process still on their ports"),
                        ("status", "show whether they answer (exit 3 if not)")):
         action = actions.add_parser(name, help=text)
         action.set_defaults(func=_run_stack)
@@ -73,10 +74,16 @@ def _run_stack(args: argparse.Namespace) -> int:
     from ldpstream.deploy import cluster, secure
 
     if args.action == "down":
-        stack.down()
-        secure.down()
-        cluster.down()
-        print("stack stopped")
+        done = stack.down()
+        done += secure.down()
+        done += cluster.down()
+        if done.left:
+            for holder in done.left:
+                print(f"still listening: {holder.describe()}", file=sys.stderr)
+            print(f"stack down: {len(done.left)} port(s) of the stack still held; stop those processes",
+                  file=sys.stderr)
+            return 1
+        print(f"stack stopped ({len(done.pids)} process(es))" if done.pids else "stack stopped (nothing was running)")
         return 0
     if args.action == "up":
         print(stack.up().describe())

@@ -35,7 +35,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SERVICES = ("kafka", "redis", "topics", "consume", "decode")
 METRIC = "app_language"
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.containers]
 
 
 def derived_compose(kafka_port: int) -> dict[str, Any]:

@@ -66,6 +66,7 @@ def check_counts(store: RedisSketchStore, registry: Registry, topic: str, name: 
         np.testing.assert_array_equal(getattr(got, column), getattr(want, column), err_msg=column)
 
 
+@pytest.mark.faults
 def test_associated_pairs_with_two_consumers_and_rebalances_count_exactly_once(
         kafka_bootstrap, redis_url, fresh_topic, key_prefix):
     topic = fresh_topic(partitions=PARTITIONS)
@@ -109,6 +110,7 @@ def test_associated_pairs_with_two_consumers_and_rebalances_count_exactly_once(
     check_counts(store, registry, topic, "lf", produced, [first.sent, result.sent])  # type: ignore[attr-defined]
 
 
+@pytest.mark.faults
 def test_associated_pairs_with_consumers_killed_mid_stream_count_exactly_once(
         kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path):
     topic = fresh_topic(partitions=PARTITIONS)

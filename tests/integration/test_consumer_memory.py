@@ -15,7 +15,7 @@ from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import applied_reports, registry_for, wait_for, write_registry
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pipelines]
 
 METRIC = {"pages": {"id": 31, "mechanism": "orappor", "k": 128, "epsilon": 2.0, "cohorts": 64, "hashes": 1,
                     "support": 1024}}

@@ -86,6 +86,7 @@ def _bodies(published: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+@pytest.mark.faults
 def test_workers_publish_what_one_process_publishes_and_recover_a_killed_worker(
         redis_config: RedisConfig, key_prefix: str) -> None:
     registry = _registry()

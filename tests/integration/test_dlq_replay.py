@@ -29,7 +29,7 @@ from ldpstream.store import RedisSketchStore, keys
 from ldpstream.wire import encode_records, symbol_payloads
 from tests.integration.helpers import write_registry
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.pipelines]
 
 LANG = {"id": 1, "mechanism": "krr", "k": 8, "epsilon": 1.0, "bucket_seconds": 3600}
 FLAGS = {"id": 2, "mechanism": "krappor", "k": 12, "epsilon": 1.0, "bucket_seconds": 3600}

@@ -19,7 +19,7 @@ from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import registry_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pipelines]
 
 CLIENTS = 200_000
 CANDIDATES = [f"https://example.org/page/{i}" for i in range(40)]

@@ -62,6 +62,7 @@ def test_redis_applies_a_batch_only_where_the_consumer_expects_the_partition_to_
     assert not rolled_back.applied and rolled_back.next_offset == 120
 
 
+@pytest.mark.faults
 def test_two_consumers_with_rebalances_mid_stream_count_exactly_what_was_produced(
         kafka_config, redis_config, fresh_topic, key_prefix):
     topic = fresh_topic(partitions=PARTITIONS)
@@ -119,6 +120,7 @@ def _consumer_process(registry_path, kafka_bootstrap, redis_url, prefix, group) 
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.faults
 def test_consumers_killed_with_sigkill_mid_stream_and_restarted_count_exactly_once(
         kafka_bootstrap, redis_url, kafka_config, redis_config, fresh_topic, key_prefix, tmp_path):
     topic = fresh_topic(partitions=PARTITIONS)

@@ -49,6 +49,7 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.pipelines
 def test_the_client_app_reports_and_read_estimates_reads_them_back(
         kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path):
     client_app = load_example("client_app")

@@ -40,7 +40,7 @@ from ldpstream.registry import MetricConfig, Registry
 from ldpstream.store import ALL_TIME, RedisSketchStore
 from tests.integration.helpers import registry_for, wait_for, write_registry
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
 PARTITIONS = 4
 METRIC = {"m": {"id": 1, "mechanism": "krr", "k": 16, "epsilon": 2.0}}

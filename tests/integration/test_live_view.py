@@ -389,6 +389,7 @@ def _card(browser: Any, name: str) -> dict[str, str] | None:
     return found
 
 
+@pytest.mark.browser
 def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(first_load: Pipeline, tmp_path: Path):
     browser = _browser()
     try:

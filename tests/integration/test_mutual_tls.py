@@ -32,7 +32,7 @@ from ldpstream.kafka import ensure_topics
 from ldpstream.store import PartitionBatch, SketchKey
 from ldpstream.testing import unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.secure]
 
 
 def _free_port() -> int:

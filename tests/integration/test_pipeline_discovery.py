@@ -31,7 +31,7 @@ from ldpstream.registry import Registry, discovery_slot_name
 from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import read_estimates
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pipelines]
 
 CLIENTS = 60_000
 SDK_CLIENTS = 12

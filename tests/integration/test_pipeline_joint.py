@@ -84,7 +84,8 @@ def true_table(counts: np.ndarray, names_x: tuple[str, ...], names_y: tuple[str,
     return table / counts.sum()
 
 
-@pytest.mark.parametrize("pair", list(PAIRS))
+@pytest.mark.parametrize("pair", [pytest.param(name, marks=pytest.mark.pipelines) if name != "krr_krr" else name
+                                  for name in PAIRS])
 def test_an_associated_pair_is_decoded_live_and_its_table_is_within_its_errors_of_the_truth(
         pair, kafka_bootstrap, redis_url, fresh_topic, key_prefix):
     topic = fresh_topic(partitions=4)

@@ -38,7 +38,7 @@ from ldpstream.deploy.prometheus_server import PrometheusServer, free_port, name
 from ldpstream.store import RedisSketchStore
 from tests.integration.helpers import wait_for, write_registry
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow,
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pipelines,
               pytest.mark.skipif(shutil.which("prometheus") is None and not os.environ.get("CI"),
                                  reason="Debian's prometheus is not installed (.ci/run installs it)")]
 

@@ -21,9 +21,9 @@ from ldpstream.config import RedisConfig
 from ldpstream.deploy import cluster
 from ldpstream.store import ALL_TIME, PartitionBatch, RedisSketchStore, SketchKey
 from ldpstream.store import keys as key_schema
-from ldpstream.testing import unavailable
+from ldpstream.testing import start_local, unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 FP = 0x1234ABCD
 PARTITIONS = 8
@@ -31,8 +31,11 @@ PARTITIONS = 8
 
 @pytest.fixture(scope="module")
 def cluster_url() -> str:
+    cfg = cluster.ClusterStackConfig.from_env()
     try:
-        return cluster.up().url
+        start_local(f"the Redis Cluster ({cfg.url})", lambda: cluster.cluster_answers(cfg), lambda: cluster.up(cfg),
+                    lambda: cluster.down(cfg))
+        return cfg.url
     except Exception as exc:
         unavailable(f"local Redis Cluster: {exc}")
         raise

@@ -24,10 +24,10 @@ from ldpstream.config import KafkaConfig, RedisConfig, ServiceConfig
 from ldpstream.deploy import secure
 from ldpstream.errors import ServiceError
 from ldpstream.kafka import ensure_topics
-from ldpstream.testing import unavailable
+from ldpstream.testing import start_local, unavailable
 from tests.integration.helpers import write_registry
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.secure]
 
 METRICS = {"app_language": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 2.0,
                             "labels": ["en", "es", "zh", "hi"], "windows": ["all"]}}
@@ -36,8 +36,12 @@ CLIENTS = 4_000
 
 @pytest.fixture(scope="module")
 def stack() -> secure.SecureStackConfig:
+    cfg = secure.SecureStackConfig.from_env()
     try:
-        return secure.up().cfg
+        start_local(f"the secured stack ({cfg.kafka_bootstrap}, {cfg.redis_url})",
+                    lambda: secure.status(cfg).kafka and secure.status(cfg).redis, lambda: secure.up(cfg),
+                    lambda: secure.down(cfg))
+        return secure.status(cfg).cfg
     except Exception as exc:
         unavailable(f"secured local stack: {exc}")
         raise

@@ -8,6 +8,7 @@ import configparser
 import importlib.util
 import os
 import shutil
+import site
 import stat
 import subprocess
 import sys
@@ -99,13 +100,18 @@ def test_the_entry_points_are_declared(wheel, names):
 
 
 def test_the_installed_wheel_imports_and_runs_from_a_fresh_venv(wheel, tmp_path_factory):
-    # Outside the checkout; system site-packages give the dependencies (and an editable ldpstream, which the
-    # venv's own must shadow).
+    # Outside the checkout. The dependencies come from the running interpreter's own site directories (a
+    # virtualenv's or the system's), listed in a .pth file after the new environment's: the wheel installed there
+    # shadows the editable ldpstream, whose own .pth hook is not run from a plain path line.
     home = tmp_path_factory.mktemp("venv")
     env_dir = home / "env"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(env_dir)
     python = env_dir / "bin" / "python"
     environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    own = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], home, environ)
+    running = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    (Path(own.stdout.strip()) / "running-interpreter.pth").write_text(
+        "".join(f"{path}\n" for path in running if Path(path).is_dir()))
     workdir = home / "work"
     workdir.mkdir()
     run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",

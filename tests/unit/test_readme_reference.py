@@ -1,5 +1,5 @@
 """The README's command reference names every command the CLI has (nested ones on their parent's row), and its
-registry example is a valid registry entry."""
+registry example is a valid registry entry, and its Tests section has a line for every test tier."""
 
 from __future__ import annotations
 
@@ -49,3 +49,15 @@ def test_the_registry_example_of_adding_a_metric_is_valid():
     table = tomllib.loads("\n".join(line.removeprefix("   ") for line in block.splitlines()))
     registry = Registry.from_dict({"defaults": {"topic": "ldp-reports"}, **table})
     assert registry["checkout_step"].mechanism.k == 12
+
+
+def test_every_test_tier_is_a_declared_marker_with_a_line_in_the_readme():
+    from tests.conftest import TIERS
+
+    declared = {m.split(":")[0] for m in tomllib.loads((README.parent / "pyproject.toml").read_text())[
+        "tool"]["pytest"]["ini_options"]["markers"]}
+    block = _section("Tests").split("```bash")[1].split("```")[0]
+    assert "python -m pytest   " in block  # the default run comes first
+    for tier in TIERS:
+        assert tier in declared, f"the tier {tier} is not a declared marker"
+        assert f"python -m pytest -m {tier} " in block, f"the README's Tests section has no line for {tier}"

@@ -231,6 +231,7 @@ def test_build_setup_defaults_and_errors():
         build_setup("rappor", 1.0, 16, closed=True)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize(("name", "closed"), [("krr", True), ("krappor", True), ("orr", True), ("orappor", False)])
 def test_every_decoder_is_right_on_average_and_the_constrained_ones_do_not_lose_to_it(name, closed):
     """Would catch a wrong estimator: the unbiased decoder's mean over T trials lies within a Bonferroni
@@ -265,6 +266,7 @@ def test_every_decoder_is_right_on_average_and_the_constrained_ones_do_not_lose_
         setup.decode(np.zeros((4, 9)), "magic")
 
 
+@pytest.mark.statistical
 def test_tune_recommends_sensibly():
     """At large ε on a closed alphabet k-RR-like mechanisms win; at tiny ε (ε = 0.5) k-RR loses to
     k-RAPPOR (their expected errors cross at ε ≈ 3.67 for k = 256; docs/math/estimators.md)."""
@@ -279,6 +281,7 @@ def test_tune_recommends_sensibly():
         tune(1.0, 16, 1000, parse_distribution("uniform", 16), closed=False, mechanisms=["krr"])
 
 
+@pytest.mark.statistical
 def test_tune_orr_open_low_epsilon_matches_paper():
     """Regression: at ε = 0.5 (n = 10^6, S = 256, geometric) the tuner once took O-RR k = 2, C = 1024
     (ℓ1 0.627 against the published 0.588) over k = 4 (0.574). Now the model of the projected estimate
