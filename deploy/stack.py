@@ -13,6 +13,7 @@ Everything the stack writes lives under one folder (``LDPSTREAM_STACK_DIR``, def
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -188,7 +189,10 @@ def _java() -> str:
 
 
 def start_kafka(cfg: StackConfig) -> None:
+    """Start the broker unless it answers, and return once it is ready (:func:`check_kafka_serves_groups`); a broker
+    that answers metadata but does not get ready is stopped and started once more before the error."""
     if kafka_answers(cfg):
+        check_kafka_serves_groups(cfg.kafka_bootstrap, f"see its log: {cfg.kafka_log}")
         return
     libs = ensure_kafka_jars(cfg)
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
@@ -197,9 +201,17 @@ def start_kafka(cfg: StackConfig) -> None:
     template = (_KAFKA_FILES / "server.properties.template").read_text()
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
-    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
-                      what=f"Kafka broker on port {cfg.kafka_port}", ports=(cfg.kafka_port, cfg.controller_port))
-    _check_kafka_serves_groups(cfg)
+    what, hint = f"Kafka broker on port {cfg.kafka_port}", f"see its log: {cfg.kafka_log}"
+    for attempt in (1, 2):
+        _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
+                          what=what, ports=(cfg.kafka_port, cfg.controller_port))
+        try:
+            check_kafka_serves_groups(cfg.kafka_bootstrap, hint)
+            return
+        except ServiceError:
+            stop_kafka(cfg)  # never left running half-ready; one more start from its (now cleanly closed) logs
+            if attempt == 2:
+                raise
 
 
 def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool], what: str,
@@ -230,35 +242,52 @@ def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, 
                    output=kafka_dir / "kafka.out")
 
 
-def _check_kafka_serves_groups(cfg: StackConfig, timeout: float = 60.0) -> None:
-    check_kafka_serves_groups(cfg.kafka_bootstrap, f"log: {cfg.kafka_log}", timeout)
-
-
 def check_kafka_serves_groups(bootstrap: str, log_hint: str, timeout: float = 60.0) -> None:
-    """Readiness beyond metadata: a topic can be created and a consumer group can join it."""
-    from confluent_kafka import Consumer
+    """Readiness beyond metadata, in ``timeout`` s: the controller commits a new topic, an idempotent ``acks=all``
+    write to it is acknowledged, and a consumer group joins it; the topic is deleted again.
+
+    A broker answers ``list_topics`` (and ``describe_cluster``) from its metadata cache, so one whose KRaft
+    controller cannot commit, its heartbeats timing out, passes both; creating a topic of our own needs that
+    commit. A :class:`ServiceError` in one line, naming the step and ``log_hint``, when a step does not complete."""
+    from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    topic = "_ldpstream_readiness"
+    topic = f"_ldpstream_ready_{uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    def fail(step: str, detail: object) -> ServiceError:
+        return ServiceError(f"Kafka at {bootstrap} answers, but {step} within {timeout:.0f} s ({detail}): a broker "
+                            f"whose controller does not commit (it cannot heartbeat); {log_hint}")
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic not in admin.list_topics(timeout=10).topics:
-        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-            try:
-                future.result(timeout=30)
-            except Exception as exc:
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise ServiceError(f"Kafka cannot create a topic: {exc}; {log_hint}") from exc
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "_ldpstream_readiness",
-                         "session.timeout.ms": 6000, "enable.auto.commit": False})
     try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while not consumer.assignment():
-            if time.monotonic() > deadline:
-                raise ServiceError(f"a consumer group could not join within {timeout:.0f} s; {log_hint}")
-            consumer.poll(0.2)
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=left(),
+                                request_timeout=left())[topic].result(left() + 5)
+        except Exception as exc:
+            raise fail("its controller did not commit a new topic", exc) from exc
+        delivered: list[object] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                             "message.timeout.ms": int(left() * 1000)})
+        producer.produce(topic, b"ready", on_delivery=lambda err, _msg: delivered.append(err))
+        if producer.flush(left() + 5) or not delivered or delivered[0] is not None:
+            raise fail("a write was not acknowledged", delivered[0] if delivered else "no delivery report")
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "session.timeout.ms": 6000,
+                             "enable.auto.commit": False})
+        try:
+            consumer.subscribe([topic])
+            while not consumer.assignment():
+                if time.monotonic() > deadline:
+                    raise fail("a consumer group could not join", "no assignment")
+                consumer.poll(0.2)
+        finally:
+            consumer.close()
     finally:
-        consumer.close()
+        with contextlib.suppress(Exception):
+            admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
 
 
 # ------------------------------------------------------------------------------------------ the stack

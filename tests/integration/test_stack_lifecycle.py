@@ -7,6 +7,7 @@ Each test runs a stack of its own (its own state folder and free ports), never t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -156,3 +157,75 @@ def test_a_start_that_fails_leaves_no_process_behind(own_stack, tmp_path):
                        timeout=2, what="a service that never answers")
     assert not pid_file.exists()
     assert _ours(cfg.state_dir) == []
+
+
+BROKER = """process.roles=broker
+node.id=1
+controller.quorum.voters=2@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{broker}
+advertised.listeners=PLAINTEXT://127.0.0.1:{broker}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+CONTROLLER = """process.roles=controller
+node.id=2
+controller.quorum.voters=2@127.0.0.1:{controller}
+listeners=CONTROLLER://127.0.0.1:{controller}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT
+log.dirs={data}
+"""
+
+
+def test_stack_up_refuses_a_broker_that_answers_but_whose_controller_does_not_commit(tmp_path):
+    """A broker and its controller as two processes; the controller frozen (SIGSTOP): the broker still answers
+    metadata, and its heartbeats time out, as a broker whose combined controller spins. ``stack up`` must not
+    call it up: it fails in one line naming the log."""
+    base = stack.StackConfig.from_env()
+    cfg = stack.StackConfig(tmp_path / "stack", base.cache_dir, kafka_port=_free_port(),
+                            controller_port=_free_port(), redis_port=_free_port())
+    try:
+        libs = stack.ensure_kafka_jars(cfg)
+    except Exception as exc:
+        unavailable(f"the Kafka jars: {exc}")
+    java, cluster_id = stack._java(), "ldpstreamReadinessTst"
+    processes = {}
+    for role, template in (("controller", CONTROLLER), ("broker", BROKER)):
+        folder = cfg.kafka_dir / role
+        folder.mkdir(parents=True)
+        properties = folder / "server.properties"
+        properties.write_text(template.format(broker=cfg.kafka_port, controller=cfg.controller_port,
+                                              data=folder / "data"))
+        subprocess.run([java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                        str(properties)], check=True, capture_output=True, timeout=120)
+        log = cfg.kafka_log if role == "broker" else folder / "kafka.log"
+        processes[role] = daemons.spawn(
+            [java, "-Xmx384m", f"-Dlog4j2.configurationFile={stack._KAFKA_FILES / 'log4j2.properties'}",
+             f"-Dldpstream.kafka.log={log}", "-cp", f"{libs}/*", "kafka.Kafka", str(properties)],
+            folder / "kafka.out", folder / "kafka.pid", folder)
+    try:
+        wait_for(lambda: stack.kafka_answers(cfg), 120, "the broker to answer")
+        stack.check_kafka_serves_groups(cfg.kafka_bootstrap, "the broker of two processes", timeout=120)
+        os.kill(processes["controller"].pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(Exception) as refused:
+            stack.start_kafka(cfg)
+        message = str(refused.value)
+        assert "\n" not in message and str(cfg.kafka_log) in message and "cannot heartbeat" in message, message
+        assert time.monotonic() - started < 120
+        assert stack.kafka_answers(cfg)  # what the old readiness took for "up"
+    finally:
+        for process in processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGCONT)
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
