@@ -80,6 +80,17 @@ def read_pid(pid_file: Path) -> int | None:
     return pid if alive(pid) else None
 
 
+def age(pid_file: Path) -> float | None:
+    """Seconds since the process of ``pid_file`` started, when it runs; else None."""
+    pid = read_pid(pid_file)
+    if pid is None:
+        return None
+    try:
+        return max(0.0, time.time() - psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

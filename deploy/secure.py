@@ -27,7 +27,13 @@ from typing import Any
 
 from ldpstream.config import ServiceConfig, read_secret
 from ldpstream.deploy import daemons
-from ldpstream.deploy.stack import StackConfig, _run_kafka_broker, ensure_kafka_jars, redis_server_binary
+from ldpstream.deploy.stack import (
+    StackConfig,
+    _run_kafka_broker,
+    check_kafka_serves_groups,
+    ensure_kafka_jars,
+    redis_server_binary,
+)
 from ldpstream.errors import ConfigError, ServiceError
 
 SECURE_KAFKA_PORT = 39192
@@ -276,7 +282,9 @@ def _scram(name: str, password: str) -> str:
 
 
 def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
+    """Start the secured broker unless it answers; return once it is ready (as :func:`stack.start_kafka`)."""
     if kafka_answers(cfg):
+        check_kafka_serves_groups(_client_settings(cfg), f"see its log: {cfg.kafka_dir / 'kafka.log'}")
         return
     libs = ensure_kafka_jars(base)
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
@@ -310,6 +318,7 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
     users = ("--add-scram", _scram("admin", admin_password),
              "--add-scram", _scram(USER, _password(cfg.secrets_dir / "kafka-password")))
     _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
+                      check=lambda hint: check_kafka_serves_groups(_client_settings(cfg), hint),
                       what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}",
                       ports=(cfg.kafka_port, cfg.controller_port), format_args=users)
 

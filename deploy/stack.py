@@ -20,9 +20,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ldpstream.config import LOCAL_CONTROLLER_PORT, LOCAL_KAFKA_PORT, LOCAL_REDIS_PORT, local_stack_ports
 from ldpstream.deploy import daemons
@@ -31,6 +32,8 @@ from ldpstream.errors import ServiceError
 KAFKA_VERSION = "4.1.1"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 _KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
+#: Seconds a broker may take from its start to answering metadata.
+START_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -201,57 +204,72 @@ def start_kafka(cfg: StackConfig) -> None:
     template = (_KAFKA_FILES / "server.properties.template").read_text()
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
-    what, hint = f"Kafka broker on port {cfg.kafka_port}", f"see its log: {cfg.kafka_log}"
-    for attempt in (1, 2):
-        _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
-                          what=what, ports=(cfg.kafka_port, cfg.controller_port))
-        try:
-            check_kafka_serves_groups(cfg.kafka_bootstrap, hint)
-            return
-        except ServiceError:
-            stop_kafka(cfg)  # never left running half-ready; one more start from its (now cleanly closed) logs
-            if attempt == 2:
-                raise
+    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
+                      check=lambda hint: check_kafka_serves_groups(cfg.kafka_bootstrap, hint),
+                      what=f"Kafka broker on port {cfg.kafka_port}", ports=(cfg.kafka_port, cfg.controller_port))
 
 
-def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool], what: str,
-                      ports: tuple[int, ...], format_args: tuple[str, ...] = ()) -> None:
+def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool],
+                      check: Callable[[str], None], what: str, ports: tuple[int, ...],
+                      format_args: tuple[str, ...] = ()) -> None:
     """Run the KRaft broker of ``kafka_dir/server.properties`` (already written) from the jars in ``libs``: stop a
     broker of ours that still holds ``ports`` without answering (:func:`daemons.clear`), format its storage
     ``kafka_dir/data`` once (``kafka.tools.StorageTool``; ``format_args``: more of its arguments, such as SCRAM
-    users), then start ``kafka.Kafka`` (``-Xmx{heap} -Xms{min_heap}``; output ``kafka.out``, log ``kafka.log``, pid
-    ``kafka.pid`` in ``kafka_dir``) and wait up to 120 s until ``ready()``."""
+    users), start ``kafka.Kafka`` (``-Xmx{heap} -Xms{min_heap}``; output ``kafka.out``, log ``kafka.log``, pid
+    ``kafka.pid`` in ``kafka_dir``), wait up to :data:`START_TIMEOUT` s until ``ready()``, then ``check(log_hint)``
+    (:func:`check_kafka_serves_groups`). A broker that another call is starting is waited for, not started twice.
+    A broker that does not answer in time or fails the check is stopped and started once more, from logs its
+    clean stop closed; failing again, it is stopped and the error raised."""
     properties, log, pid_file = kafka_dir / "server.properties", kafka_dir / "kafka.log", kafka_dir / "kafka.pid"
-    daemons.clear(pid_file, ports, kafka_dir, what)
     classpath = f"{libs}/*"
     java = _java()
-    if not (kafka_dir / "data" / "meta.properties").exists():
-        fmt = subprocess.run(
-            [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
-             "-c", str(properties), "--ignore-formatted", *format_args],
-            capture_output=True, text=True, check=False,
-        )
-        if fmt.returncode != 0:
-            raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}")
     argv = [
         java, f"-Xmx{heap}", f"-Xms{min_heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
         "-cp", classpath, "kafka.Kafka", str(properties),
     ]
-    daemons.launch(argv, cwd=kafka_dir, pid_file=pid_file, log=log, ready=ready, timeout=120, what=what,
-                   output=kafka_dir / "kafka.out")
+    started = daemons.age(pid_file)
+    if started is not None and started < START_TIMEOUT:  # another `up` is starting it: wait for that one
+        with contextlib.suppress(ServiceError):
+            daemons.wait_until(ready, START_TIMEOUT - started, what, log,
+                               running=lambda: daemons.read_pid(pid_file) is not None)
+    for attempt in (1, 2):
+        if ready():
+            check(f"see its log: {log}")
+            return
+        daemons.clear(pid_file, ports, kafka_dir, what)
+        if not (kafka_dir / "data" / "meta.properties").exists():
+            fmt = subprocess.run(
+                [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22],
+                 "-c", str(properties), "--ignore-formatted", *format_args],
+                capture_output=True, text=True, check=False,
+            )
+            if fmt.returncode != 0:
+                raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}")
+        try:
+            daemons.launch(argv, cwd=kafka_dir, pid_file=pid_file, log=log, ready=ready, timeout=START_TIMEOUT,
+                           what=what, output=kafka_dir / "kafka.out")
+            check(f"see its log: {log}")
+            return
+        except ServiceError:
+            daemons.stop(pid_file, ports, kafka_dir)
+            if attempt == 2:
+                raise
 
 
-def check_kafka_serves_groups(bootstrap: str, log_hint: str, timeout: float = 60.0) -> None:
+def check_kafka_serves_groups(client: str | Mapping[str, Any], log_hint: str, timeout: float = 60.0) -> None:
     """Readiness beyond metadata, in ``timeout`` s: the controller commits a new topic, an idempotent ``acks=all``
     write to it is acknowledged, and a consumer group joins it; the topic is deleted again.
 
     A broker answers ``list_topics`` (and ``describe_cluster``) from its metadata cache, so one whose KRaft
     controller cannot commit, its heartbeats timing out, passes both; creating a topic of our own needs that
-    commit. A :class:`ServiceError` in one line, naming the step and ``log_hint``, when a step does not complete."""
+    commit. ``client``: the bootstrap servers, or librdkafka settings with them (security included). A
+    :class:`ServiceError` in one line, naming the step and ``log_hint``, when a step does not complete."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+    settings: dict[str, Any] = {"bootstrap.servers": client} if isinstance(client, str) else dict(client)
+    bootstrap = settings["bootstrap.servers"]
     topic = f"_ldpstream_ready_{uuid.uuid4().hex[:12]}"
     deadline = time.monotonic() + timeout
 
@@ -262,7 +280,7 @@ def check_kafka_serves_groups(bootstrap: str, log_hint: str, timeout: float = 60
         return ServiceError(f"Kafka at {bootstrap} answers, but {step} within {timeout:.0f} s ({detail}): a broker "
                             f"whose controller does not commit (it cannot heartbeat); {log_hint}")
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(settings)
     try:
         try:
             admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=left(),
@@ -270,12 +288,12 @@ def check_kafka_serves_groups(bootstrap: str, log_hint: str, timeout: float = 60
         except Exception as exc:
             raise fail("its controller did not commit a new topic", exc) from exc
         delivered: list[object] = []
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+        producer = Producer({**settings, "acks": "all", "enable.idempotence": True,
                              "message.timeout.ms": int(left() * 1000)})
         producer.produce(topic, b"ready", on_delivery=lambda err, _msg: delivered.append(err))
         if producer.flush(left() + 5) or not delivered or delivered[0] is not None:
             raise fail("a write was not acknowledged", delivered[0] if delivered else "no delivery report")
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "session.timeout.ms": 6000,
+        consumer = Consumer({**settings, "group.id": topic, "session.timeout.ms": 6000,
                              "enable.auto.commit": False})
         try:
             consumer.subscribe([topic])
