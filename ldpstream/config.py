@@ -88,7 +88,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 from ldpstream.errors import ConfigError, ServiceError
 
@@ -244,14 +244,37 @@ def read_secret(path: str | Path, what: str) -> Secret:
     return Secret(value)
 
 
+def url_password(url: str) -> str | None:
+    """The password a URL carries, in its user part (``redis://user:PASS@host``) or its query
+    (``?password=PASS``, as redis-py reads it); None when it carries none."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        return parts.password
+    values = parse_qs(parts.query, keep_blank_values=True).get("password")
+    return values[-1] if values else None
+
+
+def without_password(url: str, mark: str | None = None) -> str:
+    """``url`` without its password (both forms of :func:`url_password`), or with ``mark`` in its place."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, host = netloc.rsplit("@", 1)[0].split(":", 1)[0], netloc.rsplit("@", 1)[1]
+        netloc = f"{user}:{mark}@{host}" if mark is not None else (f"{user}@{host}" if user else host)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "password" for name, _ in query):
+        kept = [(name, mark if name == "password" else value) for name, value in query
+                if name != "password" or mark is not None]
+        rebuilt = urlencode(kept, safe="*")
+    else:
+        rebuilt = parts.query
+    return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{rebuilt}" if rebuilt else "")
+            + (f"#{parts.fragment}" if parts.fragment else ""))
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password, if any, replaced by ``***`` (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(SplitResult(parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    return url if url_password(url) is None else without_password(url, "***")
 
 
 @dataclass(frozen=True, repr=False)
@@ -431,14 +454,17 @@ class RedisConfig:
         import redis.cluster
 
         if not self.cluster:
-            return redis.Redis.from_url(self.url, **self._options())
+            # redis-py lets the URL's password win over its keyword: a password from a file must win instead.
+            url = self.url if self.password is None else without_password(self.url)
+            return redis.Redis.from_url(url, **self._options())
         parts = urlsplit(self.url)
         nodes = parts.netloc.rsplit("@", 1)[-1].split(",")
         options = self._options()
         if parts.username and "username" not in options:
             options["username"] = parts.username
-        if parts.password is not None and "password" not in options:
-            options["password"] = parts.password
+        in_url = url_password(self.url)
+        if in_url is not None and "password" not in options:
+            options["password"] = in_url
         if self.tls:
             options["ssl"] = True
         startup = []
@@ -584,7 +610,7 @@ def _refuse_secrets_in_flags(flags: Mapping[str, Any]) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must not carry the secret {secret[0]}: give it in a file "
                               "(--kafka-password-file, the configuration file) or the environment")
     url = flags.get("redis")
-    if url and urlsplit(str(url)).password is not None:
+    if url and url_password(str(url)) is not None:
         raise ConfigError(f"--redis {redact_url(str(url))!r} must not carry a password: give it in a file "
                           "(--redis-password-file, the configuration file) or LDPSTREAM_REDIS_PASSWORD")
 

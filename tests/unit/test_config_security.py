@@ -101,6 +101,8 @@ def test_flags_override_the_environment_but_name_password_files_only(tmp_path, p
     {"kafka_config": [f"sasl.password={PASSWORD}"]},
     {"consumer_config": [f"ssl.key.password={PASSWORD}"]},
     {"redis": f"redis://bob:{PASSWORD}@redis:6379/0"},
+    {"redis": f"redis://127.0.0.1:1/0?password={PASSWORD}"},  # regression: the query form was accepted
+    {"redis": f"redis+cluster://127.0.0.1:1?db=0&password={PASSWORD}"},
 ])
 def test_a_password_on_the_command_line_is_refused_without_showing_it(flags):
     with pytest.raises(ConfigError, match=r"file|environment") as error:
@@ -172,9 +174,31 @@ def test_the_redis_client_gets_the_user_password_and_tls_files(password_file, ca
     assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("bob", PASSWORD, str(ca))
 
 
-def test_redact_url():
-    assert redact_url("rediss://u:p@h:1/0") == "rediss://u:***@h:1/0"
-    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+@pytest.mark.parametrize(("url", "shown"), [
+    ("rediss://u:p@h:1/0", "rediss://u:***@h:1/0"),
+    ("redis://h:1/0", "redis://h:1/0"),
+    ("redis://h:1/0?password=p&socket_timeout=3", "redis://h:1/0?password=***&socket_timeout=3"),
+    ("rediss://:p@h:1/0?password=q", "rediss://:***@h:1/0?password=***"),
+    ("unix:///run/redis.sock?password=p", "unix:///run/redis.sock?password=***"),
+    ("redis+cluster://u:p@a:1,b:2", "redis+cluster://u:***@a:1,b:2"),
+    ("rediss+cluster://a:1?password=p", "rediss+cluster://a:1?password=***"),
+])
+def test_redact_url_hides_a_password_in_the_user_part_and_in_the_query_of_every_scheme(url, shown):
+    assert redact_url(url) == shown
+
+
+def test_a_password_from_a_file_wins_over_one_in_the_url():
+    """Regression: redis-py lets a URL's password override its ``password`` keyword, so a password in the URL
+    (from the environment) silently replaced the one from the password file."""
+    for url in (f"redis://127.0.0.1:1/0?password={PASSWORD}", f"redis://bob:{PASSWORD}@127.0.0.1:1/0"):
+        client = RedisConfig(url, password=Secret("from-the-file")).client()
+        try:
+            assert client.connection_pool.connection_kwargs["password"] == "from-the-file"
+        finally:
+            client.close()
+    client = RedisConfig(f"redis://127.0.0.1:1/0?password={PASSWORD}").client()  # no file: the URL's
+    assert client.connection_pool.connection_kwargs["password"] == PASSWORD
+    client.close()
 
 
 def test_a_command_given_a_password_flag_says_so_in_one_line_without_it(capsys):
