@@ -46,6 +46,9 @@ class StackConfig:
     controller_port: int = LOCAL_CONTROLLER_PORT
     redis_port: int = LOCAL_REDIS_PORT
     kafka_heap: str = "768m"
+    #: Seconds a broker that answers may take to commit, acknowledge a write and let a group join
+    #: (:func:`check_kafka_serves_groups`).
+    ready_timeout: float = 60.0
 
     @classmethod
     def from_env(cls) -> StackConfig:
@@ -195,7 +198,7 @@ def start_kafka(cfg: StackConfig) -> None:
     """Start the broker unless it answers, and return once it is ready (:func:`check_kafka_serves_groups`); a broker
     that answers metadata but does not get ready is stopped and started once more before the error."""
     if kafka_answers(cfg):
-        check_kafka_serves_groups(cfg.kafka_bootstrap, f"see its log: {cfg.kafka_log}")
+        check_kafka_serves_groups(cfg.kafka_bootstrap, f"see its log: {cfg.kafka_log}", cfg.ready_timeout)
         return
     libs = ensure_kafka_jars(cfg)
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +208,7 @@ def start_kafka(cfg: StackConfig) -> None:
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
     _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
-                      check=lambda hint: check_kafka_serves_groups(cfg.kafka_bootstrap, hint),
+                      check=lambda hint: check_kafka_serves_groups(cfg.kafka_bootstrap, hint, cfg.ready_timeout),
                       what=f"Kafka broker on port {cfg.kafka_port}", ports=(cfg.kafka_port, cfg.controller_port))
 
 
