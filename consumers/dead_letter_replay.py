@@ -5,6 +5,9 @@ headers ``reason``, ``detail``, ``source`` (``<topic>/<partition>/<offset>`` of 
 ``timestamp`` (its Kafka timestamp in milliseconds; ``docs/report-format.md``). No report of a refused message
 was counted, so once its cause is fixed (the registry now knows the metric, consumers understand the format
 version, ...) it can be sent again.
+A refused message too large to send whole is a *bounded* dead letter (header ``truncated``, its ``size`` and
+``sha256``; :mod:`ldpstream.consumers.dead_letters`): the replay reads the original from its ``source`` and
+checks its digest, and one that retention deleted or that differs is left dead (``source_gone``).
 The dead-letter topic is at least once: a crash or a refused batch can dead-letter the same message twice, so
 the replay dedupes on ``source``.
 
@@ -36,18 +39,19 @@ dead-lettered again under a new source (its offset in the reports topic) and wou
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ldpstream.config import KafkaConfig
-from ldpstream.consumers.fold import fold_messages
+from ldpstream.consumers.fold import refusals
 from ldpstream.errors import ServiceError
 from ldpstream.kafka import partitions_of, produce
 from ldpstream.registry import Registry
@@ -55,6 +59,8 @@ from ldpstream.store import keys
 
 #: The header a replayed message carries: where it was in the dead-letter topic.
 REPLAYED_FROM = "replayed-from"
+#: The largest message the replay sends (librdkafka's ``message.max.bytes``); the broker may refuse less.
+MAX_REPLAY_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -77,6 +83,8 @@ class ReplayResult:
     unknown_source: int = 0
     #: Sent but not acknowledged (a delivery error): released for a later replay.
     failed: int = 0
+    #: Bounded dead letters whose original is no longer in its source (retention) or differs from its digest.
+    source_gone: int = 0
     #: Messages that would be sent (``dry_run``).
     would_replay: int = 0
     replayed_to: Counter[str] = field(default_factory=Counter)
@@ -86,7 +94,8 @@ class ReplayResult:
                 "would_replay": self.would_replay, "already_replayed": self.already_replayed,
                 "pending": self.pending, "still_refused": dict(self.still_refused),
                 "skipped_reason": self.skipped_reason, "unknown_source": self.unknown_source,
-                "failed": self.failed, "replayed_to": dict(self.replayed_to)}
+                "failed": self.failed, "source_gone": self.source_gone,
+                "replayed_to": dict(self.replayed_to)}
 
 
 def replay_dead_letters(registry: Registry, kafka: KafkaConfig, client: Any, prefix: str,
@@ -100,7 +109,10 @@ def replay_dead_letters(registry: Registry, kafka: KafkaConfig, client: Any, pre
         raise ServiceError(f"the dead-letter topic {dead_letter_topic!r} does not exist")
     reader = Consumer(kafka.consumer(f"ldpstream-dlq-replay-{uuid.uuid4().hex[:8]}", **{
         "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False}))
-    producer = Producer(kafka.producer(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5}))
+    # A refused message goes back whole, as large as its source topic took it: the broker, not this producer's
+    # default 1,000,000 bytes, is the limit.
+    producer = Producer(kafka.producer(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                                          "message.max.bytes": MAX_REPLAY_BYTES}))
     ledger = keys.dlq_replayed_key(prefix, dead_letter_topic)
     try:
         ends = {p: reader.get_watermark_offsets(TopicPartition(dead_letter_topic, p), timeout=timeout)[1]
@@ -129,7 +141,7 @@ def replay_dead_letters(registry: Registry, kafka: KafkaConfig, client: Any, pre
                 if offset + 1 >= ends[partition]:
                     todo.discard(partition)
             _replay_batch(batch, registry, client, ledger, producer, result, reasons=reasons, dry_run=dry_run,
-                          retry_pending=retry_pending)
+                          retry_pending=retry_pending, originals=lambda sources: _read_sources(kafka, sources, timeout))
     finally:
         reader.close()
         producer.flush(timeout)
@@ -144,9 +156,36 @@ def _headers(message: Message) -> dict[str, str]:
     return out
 
 
+Original = tuple[bytes, bytes | None]  # a refused message's value and key
+
+
+def _read_sources(kafka: KafkaConfig, sources: Collection[str], timeout: float) -> dict[str, Original | None]:
+    """The messages at ``sources`` (``<topic>/<partition>/<offset>``), read from Kafka; None for one that is gone."""
+    found: dict[str, Original | None] = {}
+    reader = Consumer(kafka.consumer(f"ldpstream-dlq-source-{uuid.uuid4().hex[:8]}", **{
+        "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
+        "auto.offset.reset": "error"}))
+    try:
+        for source in sources:
+            topic, partition, offset = source.rsplit("/", 2)
+            reader.assign([TopicPartition(topic, int(partition), int(offset))])
+            found[source] = None
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                message = reader.poll(1.0)
+                if message is None:
+                    continue
+                if message.error() is None and message.offset() == int(offset):
+                    found[source] = (message.value() or b"", message.key())
+                break
+    finally:
+        reader.close()
+    return found
+
+
 def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledger: str, producer: Producer,
                   result: ReplayResult, *, reasons: Collection[str] | None, dry_run: bool,
-                  retry_pending: bool) -> None:
+                  retry_pending: bool, originals: Callable[[list[str]], dict[str, Original | None]]) -> None:
     result.read += len(messages)
     candidates: list[tuple[Message, str, str]] = []  # (message, source, target topic)
     topics = set(registry.topics)
@@ -162,11 +201,26 @@ def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledg
             candidates.append((message, source, target))
     if not candidates:
         return
+    # A bounded dead letter (docs: ldpstream.consumers.dead_letters) is replayed from its source's bytes.
+    content: dict[str, Original] = {}
+    bounded = {source: _headers(m).get("sha256", "") for m, source, _ in candidates
+               if _headers(m).get("truncated") == "1"}
+    if bounded:
+        for source, original in originals(sorted(bounded)).items():
+            if original is not None and hashlib.sha256(original[0]).hexdigest() == bounded[source]:
+                content[source] = original
+        gone = [c for c in candidates if c[1] in bounded and c[1] not in content]
+        result.source_gone += len(gone)
+        candidates = [c for c in candidates if c not in gone]
+    for message, source, _ in candidates:
+        content.setdefault(source, (message.value() or b"", message.key()))
+    if not candidates:
+        return
     # Validated as a consumer of this registry would: one fold over the batch, refusals by message.
     stamps = np.array([_original_timestamp(m) for m, _, _ in candidates], dtype=np.int64) // 1000
     stamps = np.where(stamps > 0, stamps, int(time.time()))
-    folded = fold_messages([m.value() or b"" for m, _, _ in candidates], lambda i: stamps[i], registry)
-    refused = {r.message_index: r.reason for r in folded.rejections}
+    refused = {r.message_index: r.reason
+               for r in refusals([content[source][0] for _, source, _ in candidates], stamps, registry)}
     result.still_refused.update(refused.values())
     accepted = [c for i, c in enumerate(candidates) if i not in refused]
     if not accepted:
@@ -209,9 +263,13 @@ def _replay_batch(messages: list[Message], registry: Registry, client: Any, ledg
 
     for message, source, target in to_send:
         where = f"{message.topic()}/{message.partition()}/{message.offset()}"
-        produce(producer, target, message.value() or b"", key=message.key(),
-                headers=[("source", source.encode()), (REPLAYED_FROM, where.encode())],
-                on_delivery=delivered(source), timestamp=_original_timestamp(message))
+        value, key = content[source]
+        try:
+            produce(producer, target, value, key=key,
+                    headers=[("source", source.encode()), (REPLAYED_FROM, where.encode())],
+                    on_delivery=delivered(source), timestamp=_original_timestamp(message))
+        except KafkaException:  # refused at once (larger than this producer takes): released, as a delivery error
+            outcomes[source] = None
     producer.flush(30)
     pipe = client.pipeline(transaction=False)
     for _, source, target in to_send:

@@ -27,9 +27,12 @@ Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejec
   timestamp) older than the metric's acceptance window or further ahead than :data:`MAX_CLOCK_SKEW` of the
   consumer's clock (each distinct bucket costs a Redis key: a client may not scatter reports over
   arbitrary times, whether through the record or through the producer-chosen Kafka timestamp);
-- ``too_many_buckets``: the batch's records of one metric span more than :data:`MAX_BUCKETS_PER_BATCH`
-  time buckets; the messages of the oldest buckets beyond that are refused (a replay of them, in a later
-  batch, is accepted).
+- ``too_many_buckets``: one message's records of one metric span more time buckets than one batch may touch
+  (:func:`max_buckets_per_batch`): it can never be applied, whatever the batch.
+
+A batch whose messages together span more buckets of a metric than that is not refused: it is cut at the first
+message that would cross the limit (:attr:`FoldResult.deferred_from`); the messages from there on are neither
+folded nor refused, and the consumer reads them again in its next batch.
 
 The late and future data policy is in ``docs/late-and-future-data.md``.
 """
@@ -80,6 +83,9 @@ class FoldResult:
     #: Records decoded from the messages, accepted or not (malformed messages contribute none).
     records_decoded: int = 0
     rejections: list[Rejection] = field(default_factory=list)
+    #: The index of the first message left for a later batch (the batch crossed a metric's bucket limit), or
+    #: None: every message was folded or refused. Increments and rejections cover the messages before it only.
+    deferred_from: int | None = None
 
     @property
     def reports_applied(self) -> int:
@@ -132,9 +138,16 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
         # Every member's (and rider's) marginal sketches count its report, like a version-1 record of it.
         accepted.extend((member, chosen.member(j, member.id, member.fingerprint))
                         for j, member in enumerate(association.carried))
-    capped = [(metric, _cap_buckets(metric, kept, refused)) for metric, records in accepted
-              if len(kept := _without_refused(records, refused))]
-    for metric, records in capped:
+    accepted = [(metric, kept) for metric, records in accepted if len(kept := _without_refused(records, refused))]
+    cut = min((_bucket_cut(metric, records, refused) for metric, records in accepted), default=len(values))
+    if cut < len(values):
+        result.deferred_from = cut
+        result.records_decoded -= sum(int((b.message_index >= cut).sum()) for b in decoded.batches)
+        result.records_decoded -= sum(int((b.message_index >= cut).sum()) for b in decoded.association_batches)
+        refused = {i: r for i, r in refused.items() if i < cut}
+        accepted = [(metric, records.take(records.message_index < cut)) for metric, records in accepted]
+        associated = [(association, tuples.take(tuples.message_index < cut)) for association, tuples in associated]
+    for metric, records in accepted:
         # A message with any bad record is refused whole, including its records of other metrics.
         records = _without_refused(records, refused)
         if len(records):
@@ -145,6 +158,19 @@ def fold_messages(values: Sequence[bytes], timestamps: Timestamps, registry: Reg
             _fold_pairs(association, tuples, result, now)
     result.rejections = sorted(refused.values(), key=lambda r: r.message_index)
     return result
+
+
+def refusals(values: Sequence[bytes], timestamps: np.ndarray, registry: Registry,
+             now: float | None = None) -> list[Rejection]:
+    """What a consumer would refuse of ``values`` (Kafka timestamps in seconds), whatever batches it took them in:
+    :func:`fold_messages` again from each deferral (:attr:`FoldResult.deferred_from`) on."""
+    found: list[Rejection] = []
+    start = 0
+    while start < len(values):
+        folded = fold_messages(values[start:], timestamps[start:], registry, now=now)
+        found += [Rejection(r.message_index + start, r.reason, r.detail) for r in folded.rejections]
+        start += len(values) - start if folded.deferred_from is None else folded.deferred_from
+    return found
 
 
 class _Records(Protocol):
@@ -291,21 +317,26 @@ def max_buckets_per_batch(metric: MetricConfig) -> int:
     return int(min(MAX_BUCKETS_PER_BATCH, max(1, MAX_BATCH_SKETCH_CELLS // cells - 1)))  # - 1: the rollup
 
 
-def _cap_buckets(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> RecordBatch:
-    """Refuse the messages whose records fall in buckets beyond the :data:`MAX_BUCKETS_PER_BATCH` most
-    recent ones of the batch; returns the records left."""
+def _bucket_cut(metric: MetricConfig, records: RecordBatch, refused: dict[int, Rejection]) -> int:
+    """Refuse (``too_many_buckets``) the messages whose own records of ``metric`` span more buckets than
+    :func:`max_buckets_per_batch`; returns the index of the first message at which the others, in message order,
+    cross that limit (a large number when they never do)."""
     limit = max_buckets_per_batch(metric)
     buckets = records.event_time // metric.bucket_seconds
     if buckets.max() - buckets.min() < limit:
-        return records
-    distinct = np.unique(buckets)
-    if distinct.size <= limit:
-        return records
-    cutoff = distinct[-limit]
-    too_old = buckets < cutoff
-    _refuse(refused, records.message_index[too_old], "too_many_buckets",
-            f"metric {metric.name!r}: one batch may touch at most {limit} time buckets")
-    return records.take(~too_old)
+        return np.iinfo(np.int64).max
+    pairs = np.unique(np.stack([records.message_index, buckets]), axis=1)  # distinct (message, bucket), sorted
+    messages, per_message = np.unique(pairs[0], return_counts=True)
+    wide = messages[per_message > limit]
+    if wide.size:
+        _refuse(refused, wide, "too_many_buckets",
+                f"metric {metric.name!r}: one message spans more than the {limit} time buckets a batch may touch")
+        pairs = pairs[:, ~np.isin(pairs[0], wide)]
+    # The message at which each bucket first appears, in message order: the (limit + 1)-th is the cut.
+    bucket_values, first = np.unique(pairs[1], return_index=True)
+    if bucket_values.size <= limit:
+        return np.iinfo(np.int64).max
+    return int(np.sort(pairs[0, first])[limit])
 
 
 def _fold_metric(metric: MetricConfig, records: RecordBatch, result: FoldResult) -> None:

@@ -26,6 +26,10 @@ class ConsumerMetrics:
         self.messages_rejected = Counter(
             "ldpstream_messages_rejected_total",
             "Messages refused and sent to the dead-letter topic, by reason", ["reason"], registry=registry)
+        self.dead_letters_lost = Counter(
+            "ldpstream_dead_letters_lost_total",
+            "Refused messages whose dead letter could not be written even bounded (they stay in their source "
+            "topic only)", registry=registry)
         self.batches_refused = Counter(
             "ldpstream_batches_refused_total",
             "Partition batches refused by Redis because their offsets were already applied (replays, "

@@ -38,10 +38,10 @@ from confluent_kafka import (
 )
 
 from ldpstream.config import KafkaConfig
+from ldpstream.consumers.dead_letters import DeadLetterWriter, whole
 from ldpstream.consumers.fold import REJECTION_REASONS, Rejection, fold_messages
 from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
 from ldpstream.errors import ServiceError, StoreUnavailableError
-from ldpstream.kafka import produce
 from ldpstream.registry import Registry
 from ldpstream.store import PartitionBatch, SketchStore
 
@@ -90,9 +90,9 @@ class SketchConsumer:
             "enable.partition.eof": False,
             "fetch.min.bytes": 1,
             "queued.max.messages.kbytes": 65536}))
-        self._dead_letters = Producer(settings.kafka.producer(**{"enable.idempotence": True, "acks": "all",
-                                                                 "linger.ms": 5}))
-        self._dead_letter_errors: list[str] = []
+        self._dead_letters = DeadLetterWriter(
+            Producer(settings.kafka.producer(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5})),
+            settings.dead_letter_topic, self.metrics)
         #: Per owned partition, the next offset this consumer expects the store to hold (compare-and-set).
         self._expected: dict[tuple[str, int], int | None] = {}
         self._last_lag = 0.0
@@ -115,7 +115,7 @@ class SketchConsumer:
 
     def close(self) -> None:
         self._consumer.close()
-        self._dead_letters.flush(10)
+        self._dead_letters.close()
 
     def run(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:
         """Consume until ``stop`` is set, or until no message arrived for ``idle_exit`` seconds.
@@ -227,15 +227,18 @@ class SketchConsumer:
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error: %s", error)
             messages = [m for m in messages if m.error() is None]
+        deferred = 0
         for (topic, partition), batch in _by_partition(messages, self.topics):
-            self._apply_partition_batch(topic, partition, batch)
+            deferred += self._apply_partition_batch(topic, partition, batch)
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
-        self.metrics.messages_consumed.inc(len(messages))
-        self.messages_seen += len(messages)
+        self.metrics.messages_consumed.inc(len(messages) - deferred)
+        self.messages_seen += len(messages) - deferred
         self._maybe_update_lag()
         return len(messages)
 
-    def _apply_partition_batch(self, topic: str, partition: int, messages: list[Message]) -> None:
+    def _apply_partition_batch(self, topic: str, partition: int, messages: list[Message]) -> int:
+        """Fold and apply one partition's messages; returns how many were left for the next batch (the batch
+        crossed a metric's bucket limit: :attr:`FoldResult.deferred_from`), which are read again from there."""
         values = [m.value() or b"" for m in messages]
 
         def timestamps(indices: np.ndarray) -> np.ndarray:
@@ -246,21 +249,29 @@ class SketchConsumer:
             return stamps[inverse]
 
         folded = fold_messages(values, timestamps, self.registry)
+        deferred = 0
+        if folded.deferred_from is not None:
+            assert folded.deferred_from > 0, "a message of its own never crosses the bucket limit: it is refused"
+            deferred = len(messages) - folded.deferred_from
+            resume_at = _offset(messages[folded.deferred_from])
+            messages = messages[:folded.deferred_from]
         self.metrics.reports_consumed.inc(folded.records_decoded)
         first, last = _offset(messages[0]), _offset(messages[-1])
         if folded.rejections:
-            self._dead_letter(topic, partition, messages, folded.rejections)
+            self._dead_letter(topic, messages, folded.rejections)
         where = (topic, partition)
         if where not in self._expected:
-            return  # revoked while this batch was in flight: its new owner reads it again
+            return deferred  # revoked while this batch was in flight: its new owner reads it again
         batch = PartitionBatch(topic=topic, partition=partition, expected_offset=self._expected[where],
                                next_offset=last + 1, increments=folded.increments, stats=folded.stats(),
                                expire_at=folded.expire_at, pairs=folded.pairs)
         result = self._with_store(lambda: self.store.apply(batch))
         if not result.applied:
             self._resume_from_store(topic, partition, first, last, result.next_offset)
-            return
+            return deferred
         self._expected[where] = last + 1
+        if deferred:
+            self._seek(topic, partition, resume_at)
         for metric, count in folded.applied.items():
             self.metrics.reports_applied.labels(metric).inc(count)
         for association, count in folded.associated.items():
@@ -269,6 +280,7 @@ class SketchConsumer:
             self.metrics.messages_rejected.labels(rejection.reason).inc()
         self.reports_applied += folded.reports_applied
         self._consumer.commit(offsets=[TopicPartition(topic, partition, last + 1)], asynchronous=True)
+        return deferred
 
     def _with_store(self, call: Callable[[], T]) -> T:
         """``call()``, retried with exponential backoff (up to ``settings.max_store_backoff`` s between tries)
@@ -328,33 +340,21 @@ class SketchConsumer:
             self._with_store(lambda: self.store.mark_rebuild(topic, partition, expected))
             self.metrics.store_rebuilds.inc()
         self._expected[(topic, partition)] = stored
+        self._seek(topic, partition, OFFSET_BEGINNING if stored is None else stored)
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read the partition again from ``offset`` (what was fetched beyond is dropped)."""
         try:
-            self._consumer.seek(TopicPartition(topic, partition, OFFSET_BEGINNING if stored is None else stored))
+            self._consumer.seek(TopicPartition(topic, partition, offset))
         except KafkaException as exc:  # the partition was taken from us meanwhile: its new owner carries on
             log.info("partition %s-%d: cannot seek (%s); no longer ours", topic, partition, exc)
             self._expected.pop((topic, partition), None)
 
-    def _dead_letter(self, topic: str, partition: int, messages: list[Message],
-                     rejections: list[Rejection]) -> None:
-        for rejection in rejections:
-            source = messages[rejection.message_index]
-            # ``timestamp``: the original Kafka timestamp (ms), at which records without an event time count when
-            # the message is replayed; a header, since the dead-letter topic may refuse it as a message timestamp
-            # (Kafka 4 refuses one more than an hour ahead by default, and producers choose them).
-            headers = [("reason", rejection.reason.encode()), ("detail", rejection.detail.encode()),
-                       ("source", f"{topic}/{partition}/{source.offset()}".encode()),
-                       ("timestamp", str(source.timestamp()[1]).encode())]
-            produce(self._dead_letters, self.settings.dead_letter_topic, source.value() or b"", key=source.key(),
-                    headers=headers, on_delivery=self._on_dlq, wait=0.1)
-        remaining = self._dead_letters.flush(30)
-        if remaining or self._dead_letter_errors:
-            errors, self._dead_letter_errors = self._dead_letter_errors, []
-            raise ServiceError(f"dead-letter topic {self.settings.dead_letter_topic!r} did not acknowledge "
-                               f"{remaining} message(s): {errors[:3]}")
-
-    def _on_dlq(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._dead_letter_errors.append(str(err))
+    def _dead_letter(self, topic: str, messages: list[Message], rejections: list[Rejection]) -> None:
+        # ``timestamp`` (a header): the original Kafka timestamp (ms), at which records without an event time count
+        # when the message is replayed; the dead-letter topic may refuse it as a message timestamp (Kafka 4 refuses
+        # one more than an hour ahead by default, and producers choose them).
+        self._dead_letters.write([whole(messages[r.message_index], topic, r) for r in rejections])
 
     def _maybe_update_lag(self) -> None:
         now = time.monotonic()

@@ -4,17 +4,21 @@ exactly the valid ones, sends exactly the bad messages (whole) to the dead-lette
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections import Counter
 
 import numpy as np
 import pytest
+import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from ldpstream.config import KafkaConfig
+from ldpstream.consumers.dead_letter_replay import replay_dead_letters
+from ldpstream.consumers.dead_letters import PREFIX_BYTES
 from ldpstream.consumers.metrics import ConsumerMetrics
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.mechanisms.base import pack_bits
@@ -176,3 +180,113 @@ def test_producer_chosen_kafka_timestamps_cannot_scatter_sketch_keys(kafka_boots
     assert len(dead) == len(hostile)
     assert {dict(m.headers())["reason"] for m in dead} == {b"event_time_out_of_range"}
     admin.delete_topics([topic])
+
+
+#: Refused messages around the producer's default ``message.max.bytes`` (1,000,000) and the broker's default
+#: ``max.message.bytes`` (1,048,588): their dead letters, with headers, exceed both unless bounded.
+OVERSIZED = {b"near-whole-limit": 899_000, b"under-producer-limit": 999_936, b"at-producer-limit": 1_000_000,
+             b"under-broker-limit": 1_048_480, b"well-over-both": 3_000_000}
+LIMIT = 4 * 1024 * 1024  # the source topic's max.message.bytes, as a deployment with gateway batches would raise it
+
+
+def test_a_refused_message_too_large_to_copy_is_dead_lettered_bounded_and_the_partition_moves_on(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix):
+    """Regression: a ~1 MB message that failed validation made a dead-letter copy larger than the producer's
+    and the broker's limits, and the consumer exited on every restart with the valid reports behind it
+    uncounted. Now each is dead-lettered bounded (prefix, size, digest, source), the reports behind it are
+    counted, the partition's offset reaches its end, and a bounded dead letter replays from its source."""
+    topic = f"test-big-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config={"max.message.bytes": str(LIMIT)})])[topic].result(30)
+    dead_letter_topic = fresh_topic(partitions=1, stem="dlq")  # the broker's default limits
+    registry = registry_for(topic, {"lang": METRICS["lang"]})
+    lang = registry["lang"]
+    later = {"id": 3, "mechanism": "krr", "k": 4, "epsilon": 1.0}  # a metric the consumers do not know yet
+    with_later = registry_for(topic, {"lang": METRICS["lang"], "later": later})
+    rng = np.random.default_rng(3)
+    before = encode_records(lang.id, lang.fingerprint, 0, symbol_payloads(rng.integers(0, 8, 100)),
+                            event_time=EVENT_TIME)
+    after = encode_records(lang.id, lang.fingerprint, 0, symbol_payloads(rng.integers(0, 8, 100)),
+                           event_time=EVENT_TIME)
+    gateway_symbols = rng.integers(0, 4, 50_000)
+    gateway = encode_records(3, with_later["later"].fingerprint, 0, symbol_payloads(gateway_symbols),
+                             event_time=EVENT_TIME).tobytes()  # an honest gateway batch of about 1 MB
+    bad = {key: bytes(rng.integers(0, 256, n, dtype=np.uint8)) for key, n in OVERSIZED.items()}
+    bad[b"gateway-of-an-unknown-metric"] = gateway
+    messages = [(b"before-%d" % i, row.tobytes()) for i, row in enumerate(before)] + list(bad.items())
+    messages += [(b"after-%d" % i, row.tobytes()) for i, row in enumerate(after)]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "acks": "all",
+                         "message.max.bytes": LIMIT})
+    errors: list[str] = []
+    for key, value in messages:
+        producer.produce(topic, value, key=key, on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+    assert producer.flush(60) == 0 and not errors, errors
+
+    def consume(with_registry):
+        prometheus = CollectorRegistry()
+        consumer = SketchConsumer(with_registry, RedisSketchStore.from_url(redis_url, key_prefix), ConsumerSettings(
+            KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic),
+            metrics=ConsumerMetrics(registry=prometheus))
+        consumer.run(idle_exit=4.0)  # returns: a dead letter that does not fit is no reason to stop
+        return consumer, prometheus
+
+    consumer, prometheus = consume(registry)
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    assert consumer.reports_applied == 200  # the reports before and after every refused message
+    assert store.next_offsets(topic, [0]) == {0: len(messages)}
+    assert prometheus.get_sample_value("ldpstream_dead_letters_lost_total") == 0
+    dead = {m.key(): m for m in read_messages(kafka_bootstrap, dead_letter_topic, expected=len(bad), timeout=60)}
+    assert set(dead) == set(bad)
+    offsets = {m.key(): m.offset() for m in read_messages(kafka_bootstrap, topic, expected=len(messages), timeout=60)}
+    for key, value in bad.items():
+        headers = {name: raw.decode() for name, raw in dead[key].headers()}
+        assert headers["source"] == f"{topic}/0/{offsets[key]}"
+        if len(value) < 900_000:
+            assert dead[key].value() == value and "truncated" not in headers
+            continue
+        assert headers["truncated"] == "1" and headers["size"] == str(len(value)), (key, headers)
+        assert headers["sha256"] == hashlib.sha256(value).hexdigest()
+        assert dead[key].value() == value[:PREFIX_BYTES]
+
+    # The unknown metric becomes known: its bounded dead letter is replayed from the source, whole, once.
+    client = redis.Redis.from_url(redis_url)
+    replay = replay_dead_letters(with_later, KafkaConfig(kafka_bootstrap), client, key_prefix, dead_letter_topic)
+    client.close()
+    assert replay.replayed == 1 and replay.source_gone == 0 and sum(replay.still_refused.values()) == len(OVERSIZED)
+    consumer, _ = consume(with_later)
+    assert consumer.reports_applied == 50_000
+    later_sketch = sum(store.snapshot("later", with_later["later"].fingerprint, (1, 4)).buckets.values())[0]
+    np.testing.assert_array_equal(later_sketch, np.bincount(gateway_symbols, minlength=4))
+    admin.delete_topics([topic])
+
+
+def test_messages_spanning_more_buckets_than_one_batch_takes_are_applied_over_several_batches_none_refused(
+        kafka_bootstrap, redis_url, fresh_topic, key_prefix):
+    """Regression: the messages of the oldest buckets beyond a batch's limit were dead-lettered as
+    ``too_many_buckets`` although valid. Now the consumer applies them over several batches, each once."""
+    from ldpstream.consumers.fold import MAX_BUCKETS_PER_BATCH
+
+    topic = fresh_topic(partitions=1)
+    dead_letter_topic = fresh_topic(partitions=1, stem="dlq")
+    registry = registry_for(topic, {"lang": METRICS["lang"]})
+    lang = registry["lang"]
+    buckets = 2 * MAX_BUCKETS_PER_BATCH + 100
+    now = int(time.time())
+    times = now - lang.bucket_seconds * np.arange(buckets)
+    symbols = np.random.default_rng(5).integers(0, 8, buckets)
+    rows = [encode_records(lang.id, lang.fingerprint, 0, symbol_payloads([int(s)]), event_time=int(t)).tobytes()
+            for s, t in zip(symbols, times, strict=True)]
+    _produce(kafka_bootstrap, topic, [(b"m-%d" % i, row) for i, row in enumerate(rows)])
+    store = RedisSketchStore.from_url(redis_url, key_prefix)
+    prometheus = CollectorRegistry()
+    consumer = SketchConsumer(registry, store, ConsumerSettings(
+        KafkaConfig(kafka_bootstrap), group_id=f"g-{key_prefix}", dead_letter_topic=dead_letter_topic,
+        batch_size=5000), metrics=ConsumerMetrics(registry=prometheus))
+    consumer.run(idle_exit=4.0)
+    assert consumer.reports_applied == buckets and consumer.messages_seen == buckets
+    assert store.next_offsets(topic, [0]) == {0: buckets}
+    snapshot = store.snapshot("lang", lang.fingerprint, (1, 8))
+    assert len(snapshot.buckets) == buckets
+    np.testing.assert_array_equal(sum(snapshot.buckets.values())[0], np.bincount(symbols, minlength=8))
+    assert prometheus.get_sample_value("ldpstream_messages_rejected_total", {"reason": "too_many_buckets"}) == 0
+    assert read_messages(kafka_bootstrap, dead_letter_topic, expected=0, timeout=3) == []

@@ -157,19 +157,40 @@ def test_a_metric_with_retention_accepts_no_data_older_than_its_retention():
     assert [(r.message_index, r.reason) for r in folded.rejections] == [(1, "event_time_out_of_range")]
 
 
-def test_one_batch_creates_at_most_max_buckets_per_batch_buckets_and_refuses_the_oldest():
-    from ldpstream.consumers.fold import MAX_BUCKETS_PER_BATCH
+def test_a_batch_spanning_more_buckets_than_its_limit_is_cut_and_the_rest_left_for_the_next_batch():
+    """Regression: the messages of the oldest buckets beyond the limit were refused (dead-lettered) although each
+    was valid. Now the batch stops at the first message that would cross the limit; the rest is neither folded
+    nor refused, and every message is applied once over the batches that follow."""
+    from ldpstream.consumers.fold import MAX_BUCKETS_PER_BATCH, refusals
 
     now = 10**9
     spread = MAX_BUCKETS_PER_BATCH + 44
     times = now - 100 * np.arange(spread)  # one message per bucket, newest first
     values = [_sym_rows([1], [0], event_time=int(t)).tobytes() for t in times]
-    folded = fold_messages(values, np.zeros(spread, dtype=np.int64), REGISTRY, now=now)
+    values.insert(MAX_BUCKETS_PER_BATCH + 5, b"garbage")  # beyond the cut: refused later, not now
+    stamps = np.zeros(len(values), dtype=np.int64)
+    folded = fold_messages(values, stamps, REGISTRY, now=now)
+    assert folded.deferred_from == MAX_BUCKETS_PER_BATCH
     assert len([k for k in folded.increments if k.bucket != ALL_TIME]) == MAX_BUCKETS_PER_BATCH
-    refused = sorted(r.message_index for r in folded.rejections)
-    assert refused == list(range(MAX_BUCKETS_PER_BATCH, spread))  # the oldest 44
-    assert {r.reason for r in folded.rejections} == {"too_many_buckets"}
-    assert folded.applied == {"sym": MAX_BUCKETS_PER_BATCH}
+    assert folded.rejections == [] and folded.applied == {"sym": MAX_BUCKETS_PER_BATCH}
+    assert folded.records_decoded == MAX_BUCKETS_PER_BATCH
+    rest = fold_messages(values[MAX_BUCKETS_PER_BATCH:], stamps[MAX_BUCKETS_PER_BATCH:], REGISTRY, now=now)
+    assert rest.deferred_from is None and rest.applied == {"sym": 44}
+    assert [(r.message_index, r.reason) for r in rest.rejections] == [(5, "malformed")]
+    assert [(r.message_index, r.reason) for r in refusals(values, stamps, REGISTRY, now=now)] == [
+        (MAX_BUCKETS_PER_BATCH + 5, "malformed")]
+
+
+def test_a_message_spanning_more_buckets_than_a_batch_may_touch_is_refused_as_it_can_never_be_applied():
+    from ldpstream.consumers.fold import MAX_BUCKETS_PER_BATCH
+
+    now = 10**9
+    times = now - 100 * np.arange(MAX_BUCKETS_PER_BATCH + 1)
+    values = [_sym_rows([2], [0], event_time=now).tobytes(), b"".join(
+        _sym_rows([1], [0], event_time=int(t)).tobytes() for t in times), _sym_rows([3], [0], event_time=now).tobytes()]
+    folded = fold_messages(values, np.zeros(3, dtype=np.int64), REGISTRY, now=now)
+    assert [(r.message_index, r.reason) for r in folded.rejections] == [(1, "too_many_buckets")]
+    assert folded.deferred_from is None and folded.applied == {"sym": 2}
 
 
 def test_the_fold_of_wide_reports_stays_within_a_bounded_working_memory():
