@@ -95,7 +95,7 @@ def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
 def dockerd_binary() -> str:
     """Path of ``dockerd``; installs Debian's ``docker.io`` when missing and we may."""
     return installed_binary("dockerd", "docker.io",
-                             "dockerd is not installed; install Debian's package: apt-get install docker.io")
+                            "dockerd is not installed; install Debian's package: apt-get install docker.io")
 
 
 def overlay_works(where: Path) -> bool:

@@ -184,8 +184,8 @@ def _tar_of(entries: list[tuple[Path, str]]) -> Iterator[IO[bytes]]:
 
 def _debootstrap() -> str:
     return installed_binary("debootstrap", "debootstrap",
-                             "debootstrap is needed to build the base image; install Debian's debootstrap (as root)",
-                             announce=False, update=False)
+                            "debootstrap is needed to build the base image; install Debian's debootstrap (as root)",
+                            announce=False, update=False)
 
 
 def build_base(client: Any, work: Path, log: Path) -> str:

@@ -97,12 +97,12 @@ class StackConfig:
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
     return installed_binary("redis-server", "redis-server",
-                             "redis-server is not installed; install Debian's package: apt-get install redis-server",
-                             recommends=True)
+                            "redis-server is not installed; install Debian's package: apt-get install redis-server",
+                            recommends=True)
 
 
 def installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
-                      recommends: bool = False) -> str:
+                     recommends: bool = False) -> str:
     """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
     ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
     ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
