@@ -229,3 +229,36 @@ def test_stack_up_refuses_a_broker_that_answers_but_whose_controller_does_not_co
                 os.killpg(process.pid, signal.SIGCONT)
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
+
+
+USER_TEST = """
+def test_needs_kafka(kafka_bootstrap):
+    pass
+"""
+
+
+def _user_session(tmp_path: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess[str]:
+    """A user's own test session (outside the checkout, so only the installed plugin applies)."""
+    (tmp_path / "user").mkdir(exist_ok=True)
+    (tmp_path / "user" / "test_user.py").write_text(USER_TEST)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("LDPSTREAM_SERVICES", "LDPSTREAM_KAFKA", "LDPSTREAM_REDIS", "LDPSTREAM_CONFIG", "CI")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "test_user.py"],
+                          cwd=tmp_path / "user", env={**environ, **env, **extra}, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_the_plugin_starts_nothing_unless_asked_and_stops_what_it_started(own_stack, tmp_path):
+    ports = _stack_ports(own_stack)
+    quiet = _user_session(tmp_path, own_stack)
+    assert quiet.returncode == 0 and "1 skipped" in quiet.stdout, quiet.stdout + quiet.stderr
+    assert "LDPSTREAM_SERVICES=local" in quiet.stdout  # the skip says how to get services
+    assert daemons.holders(ports) == []
+    asked = _user_session(tmp_path, own_stack, LDPSTREAM_SERVICES="local")
+    assert asked.returncode == 0 and "1 passed" in asked.stdout, asked.stdout + asked.stderr
+    assert "ldpstream: stopped what this session started: Redis on" in asked.stdout
+    daemons.reap()
+    assert daemons.holders(ports) == []
+    kept = _user_session(tmp_path, own_stack, LDPSTREAM_SERVICES="local", LDPSTREAM_KEEP_STACK="1")
+    assert "left running (LDPSTREAM_KEEP_STACK=1)" in kept.stdout and "ldpstream stack down" in kept.stdout
+    assert daemons.port_open(int(own_stack["LDPSTREAM_STACK_KAFKA_PORT"]))  # the fixture's teardown stops it
