@@ -5,6 +5,7 @@ entry points that work from a fresh virtual environment, away from the checkout.
 from __future__ import annotations
 
 import configparser
+import email.parser
 import importlib.util
 import os
 import shutil
@@ -97,6 +98,18 @@ def test_the_entry_points_are_declared(wheel, names):
         parser.read_string(archive.read(entry_points).decode())
     assert parser["console_scripts"]["ldpstream"] == "ldpstream.cli.main:main"
     assert parser["pytest11"]["ldpstream"] == "ldpstream.testing"
+
+
+def test_the_metadata_names_its_authors_urls_and_classifiers(wheel, names):
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    with zipfile.ZipFile(wheel) as archive:
+        headers = email.parser.HeaderParser().parsestr(archive.read(metadata).decode())
+    assert headers["Author-email"]
+    urls = dict(value.split(", ", 1) for value in headers.get_all("Project-URL", []))
+    assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(urls), urls
+    classifiers = headers.get_all("Classifier", [])
+    assert "Programming Language :: Python :: 3.11" in classifiers and "Typing :: Typed" in classifiers
+    assert any(c.startswith("License :: ") for c in classifiers)
 
 
 def test_the_installed_wheel_imports_and_runs_from_a_fresh_venv(wheel, tmp_path_factory):
