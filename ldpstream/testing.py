@@ -26,7 +26,9 @@ any test session:
   :class:`~ldpstream.config.RedisConfig`, with the configuration's security; plain ones otherwise);
 - ``key_prefix``: a Redis key prefix of the test's own, whose keys are deleted afterwards;
 - ``fresh_topic``: a factory of new uniquely named Kafka topics, deleted afterwards;
-- ``service_config``: a :class:`~ldpstream.config.ServiceConfig` for those services and that prefix.
+- ``service_config``: a :class:`~ldpstream.config.ServiceConfig` for those services and that prefix;
+- ``ldp_pipeline``: a factory of ready pipelines (:class:`Pipeline`): your metrics on a fresh topic and key
+  prefix, devices to report with, a consumer run until every acknowledged report is counted, and a decode.
 
 Under CI (``CI`` set) a test that cannot reach its services fails; elsewhere it is skipped with the reason.
 """
@@ -36,16 +38,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
+import time
+import tomllib
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ldpstream.config import KafkaConfig, RedisConfig, ServiceConfig
 from ldpstream.errors import ServiceError
 from ldpstream.kafka import ensure_topics
+from ldpstream.registry import Registry
+
+if TYPE_CHECKING:
+    from ldpstream.producers import LdpClient, ReportPublisher
+    from ldpstream.store.redis_store import RedisSketchStore
 
 
 @dataclass(frozen=True)
@@ -294,3 +305,134 @@ def fresh_topic(kafka_config: KafkaConfig) -> Iterator[Callable[..., str]]:
 def service_config(kafka_config: KafkaConfig, redis_config: RedisConfig, key_prefix: str) -> ServiceConfig:
     """The services' configuration (with its security), with this test's own key prefix."""
     return ServiceConfig(kafka_config, dataclasses.replace(redis_config, prefix=key_prefix))
+
+
+@dataclass
+class Pipeline:
+    """A pipeline of a test's own: ``registry`` reports to ``topic`` (``partitions`` partitions), counted under
+    the Redis key ``prefix``. Devices report with :meth:`client`; :meth:`run` flushes their reports, consumes
+    until every acknowledged one is counted, decodes once and returns the estimates."""
+
+    registry: Registry
+    topic: str
+    partitions: int
+    config: ServiceConfig
+    _publisher: ReportPublisher | None = field(default=None, repr=False)
+
+    @property
+    def prefix(self) -> str:
+        return self.config.redis.prefix
+
+    @property
+    def store(self) -> RedisSketchStore:
+        """The sketch store (Redis, under :attr:`prefix`)."""
+        return self.config.redis.store()
+
+    def client(self, secret: bytes | None = None) -> LdpClient:
+        """A device: an :class:`~ldpstream.producers.LdpClient` with its own secret (random unless given),
+        sharing the pipeline's Kafka producer with every other device."""
+        from ldpstream.producers import LdpClient, ReportPublisher
+
+        if self._publisher is None:
+            self._publisher = ReportPublisher(self.config.kafka)
+        return LdpClient(self.registry, self._publisher, secret=secrets.token_bytes(32) if secret is None else secret)
+
+    def flush(self) -> int:
+        """Wait for Kafka to acknowledge every queued report; the records acknowledged so far."""
+        return 0 if self._publisher is None else self._publisher.flush().records_acked
+
+    def consume(self, timeout: float = 60.0) -> dict[str, int]:
+        """Run a consumer until the store holds every partition up to its end; the store's stats counters."""
+        from confluent_kafka import Consumer, TopicPartition
+        from prometheus_client import CollectorRegistry
+
+        from ldpstream.consumers.metrics import ConsumerMetrics
+        from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
+
+        store = self.store
+        probe = Consumer(self.config.kafka.consumer(f"{self.prefix}-probe"))
+        try:
+            ends = {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                    for p in range(self.partitions)}
+        finally:
+            probe.close()
+        consumer = SketchConsumer(self.registry, store, ConsumerSettings(self.config.kafka, group_id=self.prefix),
+                                  metrics=ConsumerMetrics(registry=CollectorRegistry()))
+        consumer.start()
+        deadline = time.monotonic() + timeout
+        try:
+            while not self._counted(store, ends):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the consumer did not reach the end of {self.topic} in {timeout} s: "
+                                         f"stored {store.next_offsets(self.topic, ends)}, ends {ends}")
+                consumer.poll_once()
+        finally:
+            consumer.close()
+        return store.stats(self.topic, range(self.partitions))
+
+    def _counted(self, store: RedisSketchStore, ends: Mapping[int, int]) -> bool:
+        stored = store.next_offsets(self.topic, ends)
+        return all(end == 0 or (stored[p] or 0) >= end for p, end in ends.items())
+
+    def decode(self) -> None:
+        """One decoder pass, published to Redis."""
+        from prometheus_client import CollectorRegistry
+
+        from ldpstream.decoder.metrics import DecoderMetrics
+        from ldpstream.decoder.service import DecoderService
+
+        DecoderService(self.registry, self.store, metrics=DecoderMetrics(CollectorRegistry())).run_once()
+
+    def estimate(self, metric: str, window: str = "all") -> dict[str, Any] | None:
+        """The latest published estimate of a metric (or table of an association) in a window, or None."""
+        store = self.store
+        if metric in self.registry.associations:
+            return store.latest_joint(metric, window)
+        return store.latest_estimate(metric, window)
+
+    def run(self, window: str = "all", timeout: float = 60.0) -> dict[str, dict[str, Any]]:
+        """:meth:`flush`, :meth:`consume`, :meth:`decode`; each metric's and association's published estimate of
+        ``window`` (those with reports)."""
+        self.flush()
+        self.consume(timeout)
+        self.decode()
+        names = [*self.registry.metrics, *self.registry.associations]
+        found = {name: self.estimate(name, window) for name in names}
+        return {name: estimate for name, estimate in found.items() if estimate is not None}
+
+
+def pipeline_registry(metrics: Mapping[str, Mapping[str, Any]] | str | os.PathLike[str], topic: str,
+                      associations: Mapping[str, Mapping[str, Any]] | None = None, **defaults: Any) -> Registry:
+    """A registry reporting to ``topic``: the metric tables ``metrics`` (ids given in order where missing) and
+    ``associations``, or a registry file (``metrics`` a path) whose topics are replaced; ``defaults`` add to its
+    ``[defaults]`` (windows ``["all"]`` unless given or the file sets them)."""
+    if isinstance(metrics, Mapping):
+        data: dict[str, Any] = {"defaults": {"windows": ["all"]}, "metrics": {
+            name: {"id": number, **table} for number, (name, table) in enumerate(metrics.items(), start=1)}}
+        base = None
+    else:
+        path = Path(metrics)
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        base = path.parent
+    if associations:
+        data["associations"] = {**data.get("associations", {}), **{
+            name: {"id": number, **table} for number, (name, table) in enumerate(associations.items(), start=1)}}
+    for kind in ("metrics", "associations"):
+        data[kind] = {name: {k: v for k, v in table.items() if k != "topic"}
+                      for name, table in data.get(kind, {}).items()}
+    data["defaults"] = {**data.get("defaults", {}), **defaults, "topic": topic}
+    return Registry.from_dict(data, base_dir=base)
+
+
+@pytest.fixture
+def ldp_pipeline(service_config: ServiceConfig, fresh_topic: Callable[..., str]) -> Callable[..., Pipeline]:
+    """Factory: ``ldp_pipeline(metrics, partitions=2, associations=None, **defaults)`` makes a :class:`Pipeline`
+    of :func:`pipeline_registry`'s registry on a fresh topic and this test's key prefix, both deleted afterwards."""
+
+    def make(metrics: Mapping[str, Mapping[str, Any]] | str | os.PathLike[str], partitions: int = 2,
+             associations: Mapping[str, Mapping[str, Any]] | None = None, **defaults: Any) -> Pipeline:
+        topic = fresh_topic(partitions=partitions, stem="pipeline")
+        registry = pipeline_registry(metrics, topic, associations, **defaults)
+        return Pipeline(registry, topic, partitions, service_config)
+
+    return make

@@ -1,10 +1,8 @@
 """The client SDK: what an application embeds to report values under local differential privacy.
 
->>> client = LdpClient(Registry.load("metrics.toml"), "127.0.0.1:39092",               # doctest: +SKIP
-...                    secret_file="~/.local/share/myapp/ldp-secret")
->>> client.report("fruit", "banana")                                                   # doctest: +SKIP
->>> client.report_together("fruit_by_homepage", {"fruit": "fig", "homepage": "example.com"})  # doctest: +SKIP
->>> client.flush()                                                                     # doctest: +SKIP
+>>> with LdpClient.open("metrics.toml") as client:                                     # doctest: +SKIP
+...     client.report("fruit", "banana")
+...     client.report_together("fruit_by_homepage", {"fruit": "fig", "homepage": "example.com"})
 
 Each value is privatized on the device with secure randomness (:class:`ldpstream.device.ClientPrivatizer`)
 and only the noisy report leaves it, published with an idempotent producer (``acks=all``).
@@ -18,11 +16,12 @@ import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import numpy as np
 
-from ldpstream.config import KafkaConfig
+from ldpstream.config import KafkaConfig, ServiceConfig
 from ldpstream.device import ClientPrivatizer
 from ldpstream.errors import ParameterError, ReportFormatError
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
@@ -40,6 +39,13 @@ def check_secret(secret: bytes, where: str = "the device secret") -> bytes:
         size = len(secret) if isinstance(secret, bytes | bytearray) else type(secret).__name__
         raise ParameterError(f"{where} must be at least {MIN_SECRET_BYTES} random bytes (got {size})")
     return bytes(secret)
+
+
+def default_secret_file() -> Path:
+    """Where :meth:`LdpClient.open` keeps the device secret: ``$XDG_DATA_HOME/ldpstream/device-secret``
+    (``~/.local/share`` when unset)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "ldpstream" / "device-secret"
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -147,6 +153,27 @@ class LdpClient:
         self.once_per_bucket = once_per_bucket
         self._reported = ReportedBuckets(None if secret_file is None else
                                          Path(f"{Path(secret_file).expanduser()}.reported"))
+
+    @classmethod
+    def open(cls, registry: Registry | str | Path, kafka: KafkaConfig | str | ReportPublisher | None = None, *,
+             secret_file: str | Path | None = None, **options: Any) -> LdpClient:
+        """A client from a registry file (or :class:`Registry`) and the service configuration every command
+        reads (``$LDPSTREAM_CONFIG``, ``$LDPSTREAM_KAFKA``, else the local stack) unless ``kafka`` is given. The
+        device secret is kept in ``secret_file`` (default :func:`default_secret_file`). Used as a context
+        manager, the client flushes its reports on leaving the block."""
+        if not isinstance(registry, Registry):
+            registry = Registry.load(Path(registry).expanduser())
+        return cls(registry, ServiceConfig.load().kafka if kafka is None else kafka,
+                   secret_file=default_secret_file() if secret_file is None else secret_file, **options)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        """Flush the queued reports (:meth:`flush`) unless the block raised."""
+        if kind is None:
+            self.flush()
 
     def report(self, metric_name: str, value: Any, event_time: float | None = None) -> bool:
         """Privatize ``value`` for the metric and queue its report (see :meth:`flush`). Returns False, and sends

@@ -3,7 +3,12 @@ reaches the topic and decodes against the registry; an unreachable broker fails 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +19,8 @@ from ldpstream.producers.client import LdpClient
 from ldpstream.registry import Registry
 from ldpstream.wire import decode_messages, payload_size, reports_from_payloads
 from tests.integration.helpers import topic_reader
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +128,31 @@ def test_an_unreachable_broker_makes_flush_raise_a_service_error_naming_the_boot
     elapsed = time.monotonic() - started
     assert "127.0.0.1:1" in str(info.value)
     assert elapsed < 10, f"flush took {elapsed:.1f} s with a 2 s delivery timeout"
+
+
+def _readme_block(language: str, after: str) -> str:
+    """The first ``language`` code block of the README after the line holding ``after``, dedented."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"```{language}\n", text.index(after)) + len(language) + 4
+    return textwrap.dedent(text[start:text.index("```", start)])
+
+
+def test_the_readmes_three_lines_report_a_privatized_value(kafka_bootstrap, fresh_topic, tmp_path):
+    topic = fresh_topic(partitions=1)
+    metric = _readme_block("toml", "## Adding a metric")
+    (tmp_path / "metrics.toml").write_text(f'[defaults]\ntopic = "{topic}"\n\n{metric}', encoding="utf-8")
+    app = _readme_block("python", "Clients report it, in three lines")
+    assert len(app.strip().splitlines()) == 3, app
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LDPSTREAM_")}
+    done = subprocess.run([sys.executable, "-c", app], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**environ, "LDPSTREAM_KAFKA": kafka_bootstrap, "XDG_DATA_HOME": str(tmp_path / "data")})
+    assert done.returncode == 0, done.stderr
+
+    secret = tmp_path / "data" / "ldpstream" / "device-secret"
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_bytes()) == 32
+    (message,) = _read(kafka_bootstrap, topic, 1)
+    registry = Registry.load(tmp_path / "metrics.toml")
+    decoded = decode_messages([message.value()])
+    (batch,) = decoded.batches
+    assert batch.metric_id.tolist() == [registry["checkout_step"].id]
+    assert batch.fingerprint.tolist() == [registry["checkout_step"].fingerprint]
