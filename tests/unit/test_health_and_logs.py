@@ -13,6 +13,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from ldpstream.cli.main import build_parser
 from ldpstream.config import ServiceConfig
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
-from ldpstream.health import HealthServer, Readiness, declare_build_info
+from ldpstream.health import CHECK_TIMEOUT_SECONDS, HealthServer, Readiness, declare_build_info
 from ldpstream.logs import JsonFormatter, config_source, configure, log_start
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore
@@ -192,3 +193,24 @@ def test_the_decoder_logs_one_line_per_pass_and_its_readiness_waits_for_the_firs
     assert record.__dict__["seconds"] >= 0
     assert record.getMessage().startswith("pass 2: 1 metric(s) and association(s) decoded, 0 failed, 0 withheld")
     assert readiness.report()[0]
+
+
+# ------------------------------------------------------------------------------------------- deploy
+
+
+def test_kubernetes_and_compose_probe_healthz_and_readyz_on_the_metrics_port():
+    yaml = pytest.importorskip("yaml")
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    for name in ("consume", "decode"):
+        deployment = yaml.safe_load((deploy / "k8s" / f"{name}-deployment.yaml").read_text())
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        probes = {kind: container[kind]["httpGet"] for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+        assert probes == {"startupProbe": {"path": "/healthz", "port": "metrics"},
+                          "livenessProbe": {"path": "/healthz", "port": "metrics"},
+                          "readinessProbe": {"path": "/readyz", "port": "metrics"}}, name
+        # longer than a check's own timeout, so a slow check answers 503 rather than the probe timing out
+        assert container["readinessProbe"]["timeoutSeconds"] > CHECK_TIMEOUT_SECONDS
+        service = yaml.safe_load((deploy / "k8s" / f"{name}-service.yaml").read_text())
+        assert service["spec"]["publishNotReadyAddresses"] is True  # scraped while not ready
+        compose = yaml.safe_load((deploy / "compose.yaml").read_text())["services"][name]
+        assert "/readyz" in " ".join(compose["healthcheck"]["test"])
