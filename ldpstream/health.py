@@ -18,10 +18,9 @@ import logging
 import platform
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from socketserver import ThreadingMixIn
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -103,27 +102,43 @@ def service_checks(config: ServiceConfig, kafka: bool = True, topic: str | None 
 class Readiness:
     """Named checks run on every ``/readyz`` request, concurrently, each given ``timeout`` seconds."""
 
+    #: Checks that may be waiting at once (a check stuck on a dead peer holds one until it returns; once all are
+    #: held, further checks count as missing without running).
+    MAX_WAITING = 8
+
     def __init__(self, checks: Mapping[str, Check] | None = None, timeout: float = CHECK_TIMEOUT_SECONDS) -> None:
         self._checks: dict[str, Check] = dict(checks or {})
         self.timeout = timeout
-        # Bounded: a check stuck on a dead peer holds a worker; once all are held, later checks time out too.
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="readyz")
+        self._slots = threading.BoundedSemaphore(self.MAX_WAITING)
 
     def add(self, name: str, check: Check) -> None:
         self._checks[name] = check
 
     def evaluate(self) -> dict[str, str | None]:
         """Each check's outcome by name: None when satisfied, else what is missing."""
-        futures: dict[str, Future[str | None]] = {n: self._pool.submit(c) for n, c in self._checks.items()}
-        out: dict[str, str | None] = {}
-        for name, future in futures.items():
-            try:
-                out[name] = future.result(timeout=self.timeout)
-            except FutureTimeout:
-                out[name] = f"no answer within {self.timeout:g} s"
-            except Exception as exc:
-                out[name] = f"{type(exc).__name__}: {exc}"
-        return out
+        results: dict[str, str | None] = {}
+        running: dict[str, threading.Thread] = {}
+        for name, check in self._checks.items():
+            if not self._slots.acquire(blocking=False):
+                results[name] = "too many earlier checks still waiting for an answer"
+                continue
+            # a daemon thread: a check that never returns must not keep the process from exiting
+            thread = threading.Thread(target=self._run, args=(name, check, results), name=f"readyz-{name}",
+                                      daemon=True)
+            thread.start()
+            running[name] = thread
+        deadline = time.monotonic() + self.timeout
+        for thread in running.values():
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        return {name: results.get(name, f"no answer within {self.timeout:g} s") for name in self._checks}
+
+    def _run(self, name: str, check: Check, results: dict[str, str | None]) -> None:
+        try:
+            results[name] = check()
+        except Exception as exc:
+            results[name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._slots.release()
 
     def report(self) -> tuple[bool, dict[str, Any]]:
         """Whether every check is satisfied, and the JSON body of ``/readyz``."""

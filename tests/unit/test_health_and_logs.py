@@ -8,8 +8,12 @@ import argparse
 import io
 import json
 import logging
+import os
 import platform
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -30,6 +34,7 @@ from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore
 
 PASSWORD = "s3cret-Pa55word"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def get(url: str) -> tuple[int, bytes]:
@@ -68,6 +73,26 @@ def test_readiness_reports_each_check_and_what_is_missing():
     assert body["missing"] == ["group", "broken", "slow"] and body["ready"] is False
     assert Readiness({"fine": lambda: None}).report() == (True, {"ready": True, "checks": {"fine": "ok"},
                                                                  "missing": []})
+
+
+def test_checks_stuck_on_a_dead_peer_are_bounded_and_do_not_keep_the_process_alive():
+    gate = threading.Event()
+    readiness = Readiness({"stuck": lambda: None if gate.wait(30) else "?"}, timeout=0.05)
+    outcomes = [readiness.evaluate()["stuck"] for _ in range(Readiness.MAX_WAITING + 1)]
+    assert outcomes[:-1] == ["no answer within 0.05 s"] * Readiness.MAX_WAITING
+    assert outcomes[-1] == "too many earlier checks still waiting for an answer"
+    gate.set()
+    for _ in range(100):  # the stuck ones return and give their slots back
+        if readiness.evaluate()["stuck"] is None:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the checks' slots were not given back")
+    script = ("import time; from ldpstream.health import Readiness; "
+              "print(Readiness({'stuck': lambda: time.sleep(3600)}, timeout=0.1).evaluate())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "no answer within 0.1 s" in done.stdout, done.stderr
 
 
 def test_the_metrics_port_serves_healthz_readyz_metrics_and_build_info():
@@ -200,7 +225,7 @@ def test_the_decoder_logs_one_line_per_pass_and_its_readiness_waits_for_the_firs
 
 def test_kubernetes_and_compose_probe_healthz_and_readyz_on_the_metrics_port():
     yaml = pytest.importorskip("yaml")
-    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    deploy = ROOT / "deploy"
     for name in ("consume", "decode"):
         deployment = yaml.safe_load((deploy / "k8s" / f"{name}-deployment.yaml").read_text())
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
