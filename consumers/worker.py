@@ -42,6 +42,7 @@ from ldpstream.consumers.dead_letters import DeadLetterWriter, whole
 from ldpstream.consumers.fold import REJECTION_REASONS, Rejection, fold_messages
 from ldpstream.consumers.metrics import ConsumerMetrics, default_metrics
 from ldpstream.errors import ServiceError, StoreUnavailableError
+from ldpstream.health import Check
 from ldpstream.registry import Registry
 from ldpstream.store import PartitionBatch, SketchStore
 
@@ -106,12 +107,26 @@ class SketchConsumer:
         self._stop: threading.Event | None = None
         #: When the group last assigned this consumer partitions (``time.monotonic()``; None before the first).
         self._assigned_at: float | None = None
+        #: Whether the consumer is a member of its group: an assignment (maybe of no partition: a member of a
+        #: group with more members than partitions) arrived since it subscribed, and its membership was not lost.
+        self.joined = False
 
     # ------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
         self.store.check_safe()
-        self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.joined = False
+        self._consumer.subscribe(list(self.topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+
+    def readiness_checks(self) -> dict[str, Check]:
+        """The consumer's part of ``/readyz`` (:class:`ldpstream.health.Readiness`): it is a member of its group
+        (one assigned no partition is one: it takes over when another leaves). The caller adds Kafka and Redis
+        (:func:`ldpstream.health.service_checks`)."""
+        def group() -> str | None:
+            return None if self.joined else (f"not yet a member of consumer group {self.settings.group_id} (no "
+                                             "partition assignment received)")
+        return {"group": group}
 
     def close(self) -> None:
         self._consumer.close()
@@ -164,6 +179,7 @@ class SketchConsumer:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+        self.joined = True
 
     def _mark_lost_partitions(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions with no offset in the store but one committed to Kafka by this group were counted before
@@ -209,6 +225,14 @@ class SketchConsumer:
         log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
         if self._incremental:
             consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group took the partitions without a rebalance (this member's session expired): no longer a member
+        until the next assignment; then as a revocation."""
+        self.joined = False
+        log.warning("membership of group %s lost with partitions %s", self.settings.group_id,
+                    [(tp.topic, tp.partition) for tp in partitions])
+        self._on_revoke(consumer, partitions)
 
     # ---------------------------------------------------------------------------------------- a batch
 

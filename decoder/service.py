@@ -63,6 +63,7 @@ from ldpstream.decoder.workers import PASS_TIMEOUT_SECONDS, DecoderWorkers, Metr
 from ldpstream.errors import ConfigError
 from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.estimators.windows import joint_design_effect, widen_joint
+from ldpstream.health import Check
 from ldpstream.kafka import produce
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, Window
 from ldpstream.store.contract import MetricSnapshot, StatusStore, sum_buckets
@@ -139,6 +140,8 @@ class DecoderService:
         self.top_n = top_n
         self.last_failed: list[str] = []
         self.last_withheld: list[str] = []
+        #: Passes completed (:meth:`run_once`).
+        self.passes = 0
         #: (association, window) → (row labels, column labels, table) of the last joint decode (labels with
         #: "Other"): the EM's warm start while the candidates stay the same.
         self._joint_start: dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...], np.ndarray]] = {}
@@ -258,7 +261,8 @@ class DecoderService:
             self._pool = None
 
     def run_once(self, now: float | None = None) -> list[PublishedEstimate]:
-        """Decode and publish every metric once."""
+        """Decode and publish every metric once; logs one INFO line for the pass (``event`` "pass")."""
+        started = time.perf_counter()
         published: list[PublishedEstimate] = []
         failed: list[str] = []
         withheld: list[str] = []
@@ -338,7 +342,29 @@ class DecoderService:
             except Exception:  # the store went away after the pass: the estimates stand, the record is next time's
                 log.exception("recording the decoder pass failed")
             self.metrics.last_run.set_to_current_time()
+        self.passes += 1
+        self._log_pass(len(decoded_metrics) + len(self.joint_associations()), failed, withheld, len(published),
+                       time.perf_counter() - started)
         return published
+
+    def _log_pass(self, total: int, failed: list[str], withheld: list[str], estimates: int, seconds: float) -> None:
+        """The pass's line: metrics and associations decoded (published), failed and withheld, estimates
+        published (one a window), seconds; the names of those that failed or are withheld."""
+        decoded = total - len(failed) - len(withheld)
+        names = "".join(f"; {what}: {', '.join(which)}" for what, which in (("failed", failed), ("withheld", withheld))
+                        if which)
+        log.info("pass %d: %d metric(s) and association(s) decoded, %d failed, %d withheld, %d estimate(s) "
+                 "published in %.2f s%s", self.passes, decoded, len(failed), len(withheld), estimates, seconds,
+                 names, extra={"event": "pass", "pass": self.passes, "decoded": decoded, "failed": len(failed),
+                               "withheld": len(withheld), "estimates": estimates, "seconds": round(seconds, 3),
+                               "failed_names": list(failed), "withheld_names": list(withheld)})
+
+    def readiness_checks(self) -> dict[str, Check]:
+        """The decoder's part of ``/readyz`` (:class:`ldpstream.health.Readiness`): its first pass is done. The
+        caller adds Kafka and Redis (:func:`ldpstream.health.service_checks`)."""
+        def first_pass() -> str | None:
+            return None if self.passes else "the decoder has not completed its first pass yet"
+        return {"pass": first_pass}
 
     def joint_associations(self) -> list[AssociationConfig]:
         """The associations the decoder estimates a joint table of: those of two metrics (an association of

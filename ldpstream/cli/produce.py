@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ldpstream.config import ServiceConfig, add_service_arguments
+from ldpstream.logs import add_log_arguments, configure_from_args, log_start
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--no-truth", action="store_true",
                          help="do not publish the values drawn to Redis as the truth beside the estimates "
                          "(shown, marked as truth, by `ldpstream serve`)")
+    add_log_arguments(produce)
     produce.set_defaults(func=_produce)
 
 
@@ -52,9 +55,12 @@ def _produce(args: argparse.Namespace) -> int:
     from ldpstream.producers.publisher import ReportPublisher
     from ldpstream.registry import Registry
 
+    configure_from_args(args)
     config = ServiceConfig.from_args(args)
     registry = Registry.load(config.registry)
     config.check_access(redis=False)
+    log_start(logging.getLogger("ldpstream.produce"), "produce", args, config,
+              {"metric": args.metric, "clients": args.clients, "rate": args.rate or "unlimited"})
     if args.metric in registry.associations and args.metric not in registry.metrics:
         return _produce_association(args, config, registry)
     metric = registry[args.metric]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.errors import ParameterError
+from ldpstream.logs import add_log_arguments, configure_from_args, log_start
 
 #: The environment variable that may hold the bearer token (never a command-line flag: other users of the
 #: machine can read a process's arguments).
@@ -31,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
     serve.add_argument("--token-file", type=Path, default=None,
                        help=f"file holding the bearer token the API requires (default: ${TOKEN_ENV}, else none)")
+    add_log_arguments(serve)
     serve.set_defaults(func=run)
 
 
@@ -50,12 +53,15 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ParameterError(f"--port must be in 0..65535, got {args.port}")
+    configure_from_args(args)
     token = read_token(args.token_file)
     config = ServiceConfig.from_args(args)
     view = LiveView(Registry.load(config.registry), config.redis.store(), config.kafka)
     server = make_server(view, args.addr, args.port, token)
     print(f"serving the live view on {url_of(server)}" + (" (API behind a bearer token)" if token else ""),
           flush=True)
+    log_start(logging.getLogger("ldpstream.serve"), "serve", args, config,
+              {"view": url_of(server), "api_token": "required" if token else "none"})
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a service manager's stop: shut down cleanly
     serve_in_thread(server)
