@@ -86,6 +86,17 @@ class Progress:
         note = f" {self.note}" if self.note else ""
         return f"{self.label}: {count}{bar}{note}  {elapsed:.1f} s"
 
+    def clear(self) -> None:
+        """Erase the line (before other output goes to the stream); the next update draws it again."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._width:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self.stream.flush()
+            self._width = 0
+            self._drawn_at = -float("inf")
+
     def close(self, *, keep: bool = False) -> None:
         """Stop redrawing; clear the line, or end it with a newline after its last text (``keep``)."""
         self._stop.set()
