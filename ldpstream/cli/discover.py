@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(__doc__ or "").split("\n\n", 1)[1].strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("--simulate", action="store_true", help="draw and encode the clients here (required for now)")
+    cmd.add_argument("--simulate", action="store_true",
+                     help="draw and encode the clients here (else give --reports FILE)")
     cmd.add_argument("--strings", type=Path, help="one string per line, in rank order")
     cmd.add_argument("--dist", default="zipf:1", help="popularity by rank: zipf:A, geometric, step:K, file:PATH, ...")
     cmd.add_argument("--n", type=int, default=1_000_000, help="clients")
