@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ldpstream.errors import ConfigError
 from ldpstream.store.contract import EstimateStore
+
+if TYPE_CHECKING:
+    from ldpstream.registry import Registry
 
 _BAR_WIDTH = 30
 
@@ -146,11 +150,36 @@ def _short(x: float) -> str:
     return f"{x:5.3f}" if x >= 1 else f"{x:.4f}"[1:]
 
 
+def check_watchable(registry: Registry, store: EstimateStore, name: str, window: str) -> None:
+    """Refuse, in one line with the closest valid name, a ``name`` that is neither a metric nor an association of
+    ``registry`` nor a dictionary published offline (``discover --publish``), and a ``window`` it does not have."""
+    from ldpstream.registry import closest
+
+    windows: tuple[str, ...]
+    if name in registry.metrics:
+        kind, windows = "metric", tuple(w.name for w in registry.metrics[name].windows)
+    elif name in registry.associations:
+        kind, windows = "association", tuple(w.name for w in registry.associations[name].windows)
+    elif name in store.dictionaries():
+        kind, windows = "dictionary", ("all",)
+    else:
+        known = sorted({*registry.metrics, *registry.associations})
+        where = f" {registry.source}" if registry.source is not None else ""
+        raise ConfigError(f"no metric or association named {name!r} in the registry{where}{closest(name, known)} "
+                          f"(known: {', '.join(known) or 'none'})")
+    if window not in windows:
+        raise ConfigError(f"{kind} {name!r} has no window {window!r}{closest(window, windows)} (its windows: "
+                          f"{', '.join(windows)})")
+
+
 def watch(store: EstimateStore, metric: str, window: str = "all", interval: float = 1.0,
-          top: int = 20, iterations: int | None = None) -> None:
+          top: int = 20, iterations: int | None = None, registry: Callable[[], Registry] | None = None) -> None:
     """Show the latest estimate of ``metric`` over ``window`` every ``interval`` seconds; when no metric of
-    that name has one, the latest joint estimate of the association of that name."""
+    that name has one, the latest joint estimate of the association of that name. While nothing is published,
+    ``registry`` (a loader, called once) must know the name and window (:func:`check_watchable`: a ConfigError
+    otherwise); a known one is waited for."""
     done = 0
+    checked = registry is None
     while iterations is None or done < iterations:
         published = store.latest_estimate(metric, window)
         joint = store.latest_joint(metric, window) if published is None else None
@@ -159,6 +188,9 @@ def watch(store: EstimateStore, metric: str, window: str = "all", interval: floa
         elif joint is not None:
             text = render_joint(joint)
         else:
+            if not checked and registry is not None:
+                check_watchable(registry(), store, metric, window)
+                checked = True
             text = f"no estimate of {metric!r} ({window}) published yet"
         # Clear the screen only on a terminal: piped or captured output gets plain text.
         clear = "\x1b[2J\x1b[H" if sys.stdout.isatty() else ""

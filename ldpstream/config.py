@@ -527,6 +527,7 @@ class ServiceConfig:
         env = os.environ if environ is None else environ
         path = flags.get("config") or file or env.get("LDPSTREAM_CONFIG")
         table = _read_file(Path(path)) if path else {}
+        _refuse_unknown_keys(table, str(path))
         kafka_table = _table(table, "kafka")
         redis_table = _table(table, "redis")
         kafka_port, _, redis_port = local_stack_ports(env)
@@ -663,6 +664,32 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"configuration file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from exc
+
+
+#: The keys a configuration file may hold, by table ("" is the top level; module docstring).
+FILE_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"registry", "kafka", "redis"}),
+    "kafka": frozenset({"bootstrap", "config", "consumer", "security", "sasl_mechanism", "user", "password",
+                        "password_file", "ca", "cert", "key"}),
+    "redis": frozenset({"url", "prefix", "user", "password", "password_file", "ca", "cert", "key"}),
+}
+
+
+def _refuse_unknown_keys(table: Mapping[str, Any], path: str) -> None:
+    """Refuse a key of the configuration file that no setting reads (a typo would silently fall back to a
+    default: ``prefx`` showed another prefix's empty counts), in one line with the closest known key."""
+    import difflib
+
+    for section, known in FILE_KEYS.items():
+        keys = table if not section else table.get(section, {})
+        if not isinstance(keys, Mapping):
+            continue  # _table says it must be a table
+        for key in sorted(set(keys) - known):
+            name = f"{section}.{key}" if section else key
+            match = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {(section + '.' if section else '') + match[0]!r}?)" if match else ""
+            raise ConfigError(f"configuration file {path}: unknown key {name!r}{hint}; known"
+                              f"{' in [' + section + ']' if section else ''}: {', '.join(sorted(known))}")
 
 
 def _table(table: Mapping[str, Any], key: str) -> dict[str, Any]:

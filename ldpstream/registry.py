@@ -28,6 +28,10 @@ Example (``deploy/metrics.toml`` is a complete one)::
     f = 0.5
     candidates = "homepage-candidates.txt"   # one string a line, relative to this file; or a list
 
+Metric and association names follow ``NAME_RULE`` (1 to 64 characters of a-z, 0-9 and _, starting with a letter):
+they become parts of Redis keys, Prometheus label values and command arguments. An unknown setting or table is
+refused, with the closest known one suggested.
+
 Associations (metrics whose values one client reports together, so that the decoder can estimate their joint
 distribution) are declared beside the metrics::
 
@@ -86,18 +90,20 @@ estimator are not part of it: they change how counts are read, not what they mea
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import hashlib
 import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ldpstream.errors import ConfigError, ParameterError
-from ldpstream.mechanisms import Mechanism, make_mechanism
+from ldpstream.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from ldpstream.mechanisms.base import DECODER_METHODS
 
 #: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
@@ -115,6 +121,14 @@ MAX_PAYLOAD_BYTES = 0xFFFF
 MAX_BUCKET_SECONDS = 7 * 86400
 #: The longest retention (10 years): bucket sketches then expire before the report format's u32 time ends.
 MAX_RETENTION_SECONDS = 3650 * 86400
+
+#: The names a registry may give its metrics and associations: they become parts of Redis keys, Prometheus
+#: label values, file names of reports and arguments of every command, so they are kept plain (a discovery
+#: metric's derived names add ``.ngram<j>`` and ``.pair<a>-<b>`` to its declared name).
+NAME_RULE = "^[a-z][a-z0-9_]{0,63}$"
+_NAME = re.compile("[a-z][a-z0-9_]{0,63}")
+#: The tables a registry file may hold.
+_TOP_KEYS = ("defaults", "metrics", "associations")
 
 DEFAULT_TOPIC = "ldp-reports"
 DEFAULT_BUCKET_SECONDS = 3600
@@ -156,8 +170,34 @@ def discovery_mechanism_error(name: str) -> str | None:
     why = _DISCOVERY_REFUSALS.get(name, f"{name!r} is not one of the joint decoder's bit-vector mechanisms")
     return (f"mechanism {name!r} cannot carry n-gram and full-string reports: {why}; use one of "
             f"{', '.join(DISCOVERY_MECHANISMS)}")
+def check_name(kind: str, name: object) -> str:
+    """``name`` when it is an allowed metric or association name (:data:`NAME_RULE`), else a ConfigError of one
+    line naming it (cut to 40 characters) and the rule; ``kind`` is "metric" or "association"."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return name
+    text = repr(name) if not isinstance(name, str) or len(name) <= 40 else \
+        f"{name[:40]!r}... ({len(name):,} characters)"
+    raise ConfigError(f"{kind} name {text} is not allowed: a name is 1 to 64 characters of a-z, 0-9 and _, "
+                      f"starting with a letter ({NAME_RULE})")
+
+
+def closest(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the known word nearest to ``word``, or "" when none is near."""
+    match = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def unknown_keys(where: str, unknown: Iterable[str], known: Iterable[str], what: str = "setting") -> str:
+    """One line refusing the ``unknown`` settings (``what``) of ``where``, suggesting the closest known one of
+    each and listing the known ones."""
+    known = sorted(known)
+    unknown = sorted(unknown)
+    named = ", ".join(f"{key}{closest(key, known)}" for key in unknown)
+    return f"{where}: unknown {what}(s) {named}; known: {', '.join(known)}"
+
+
 DEFAULT_JOINT_CANDIDATES = 5
-_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION = re.compile(r"(\d+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -172,7 +212,7 @@ class Window:
     def parse(cls, text: str) -> Window:
         if text == "all":
             return cls("all", None)
-        match = _DURATION.match(text)
+        match = _DURATION.fullmatch(text) if isinstance(text, str) else None
         if not match:
             raise ConfigError(f"window {text!r} is neither 'all' nor a duration like '15m', '1h', '7d'")
         return cls(text, int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
@@ -492,7 +532,8 @@ class Registry:
             return self.associations[name]
         except KeyError:
             known = ", ".join(sorted(self.associations)) or "none"
-            raise ConfigError(f"no association named {name!r} in the registry (known: {known})") from None
+            raise ConfigError(f"no association named {name!r} in the registry{closest(name, self.associations)} "
+                              f"(known: {known})") from None
 
     @property
     def by_id(self) -> dict[int, MetricConfig]:
@@ -507,7 +548,8 @@ class Registry:
             return self.metrics[name]
         except KeyError:
             known = ", ".join(sorted(self.metrics)) or "none"
-            raise ConfigError(f"no metric named {name!r} in the registry (known: {known})") from None
+            raise ConfigError(f"no metric named {name!r} in the registry{closest(name, self.metrics)} "
+                              f"(known: {known})") from None
 
     @classmethod
     def load(cls, path: str | Path) -> Registry:
@@ -521,12 +563,17 @@ class Registry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None,
                   source: Path | None = None) -> Registry:
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise ConfigError(unknown_keys("the registry", unknown, _TOP_KEYS))
         defaults = data.get("defaults", {})
         if not isinstance(defaults, Mapping):
             raise ConfigError("the registry's [defaults] must be a table")
         metrics_table = data.get("metrics")
         if not isinstance(metrics_table, Mapping) or not metrics_table:
             raise ConfigError("the registry defines no [metrics.NAME] table")
+        for name in metrics_table:
+            check_name("metric", name)
         bad = [name for name, table in metrics_table.items() if not isinstance(table, Mapping)]
         if bad:
             raise ConfigError(f"metrics.{bad[0]} must be a table")
@@ -546,6 +593,8 @@ class Registry:
         associations_table = data.get("associations", {})
         if not isinstance(associations_table, Mapping):
             raise ConfigError("the registry's [associations] must be a table of [associations.NAME] tables")
+        for name in associations_table:
+            check_name("association", name)
         associations = {name: _association_from_table(name, table, metrics)
                         for name, table in associations_table.items()}
         clash = sorted(set(associations) & set(derived))
@@ -598,6 +647,13 @@ def _metric_from_table(name: str, table: Mapping[str, Any], base_dir: Path | Non
     if "id" not in table:
         raise ConfigError(f"metric {name!r} has no id")
     spec = {key: value for key, value in table.items() if key not in _SETTING_KEYS}
+    kind = MECHANISMS.get(str(spec.get("mechanism", "")).lower())
+    if kind is not None:  # unknown settings: named here with the closest known one (the factory lists them all)
+        parameters = {f.name for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+        unknown = sorted(set(spec) - parameters - {"mechanism"})
+        if unknown:
+            raise ConfigError(unknown_keys(f"metric {name!r} ({spec['mechanism']})", unknown,
+                                           parameters | _SETTING_KEYS | {"mechanism"}))
     try:
         mechanism = make_mechanism(spec)
     except (ParameterError, TypeError, KeyError) as exc:
@@ -638,8 +694,8 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     """The metrics and associations a discovery metric expands to (module docstring)."""
     unknown = sorted(set(table) - _DISCOVERY_METRIC_KEYS)
     if unknown:
-        raise ConfigError(f"metric {name!r} (discovery): unknown setting(s) {', '.join(unknown)}; the mechanism of "
-                          "its reports goes in its discovery table (known there: "
+        raise ConfigError(unknown_keys(f"metric {name!r} (discovery)", unknown, _DISCOVERY_METRIC_KEYS)
+                          + f" (the mechanism of its reports goes in its discovery table, known there: "
                           f"{', '.join(sorted(_DISCOVERY_KEYS))})")
     if "id" not in table:
         raise ConfigError(f"metric {name!r} has no id")
@@ -648,8 +704,7 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
         raise ConfigError(f"metric {name!r}: discovery must be a table ([metrics.{name}.discovery])")
     unknown = sorted(set(spec) - _DISCOVERY_KEYS)
     if unknown:
-        raise ConfigError(f"metric {name!r}: unknown discovery setting(s) {', '.join(unknown)} (known: "
-                          f"{', '.join(sorted(_DISCOVERY_KEYS))})")
+        raise ConfigError(unknown_keys(f"metric {name!r}", unknown, _DISCOVERY_KEYS, what="discovery setting"))
     where = f"metric {name!r}: discovery"
     numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", "f") if key in spec}
     for key, value in numbers.items():
@@ -734,8 +789,7 @@ def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricC
         raise ConfigError(f"associations.{name} must be a table")
     unknown = sorted(set(table) - _ASSOCIATION_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: "
-                          f"{', '.join(sorted(_ASSOCIATION_KEYS))})")
+        raise ConfigError(unknown_keys(where, unknown, _ASSOCIATION_KEYS))
     if "id" not in table:
         raise ConfigError(f"{where} has no id")
     members = table.get("metrics")

@@ -9,7 +9,6 @@ and published. Returns the true value counts, so tests and the demo can compare 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from ldpstream.errors import ParameterError
 from ldpstream.estimators.discovery import encode_population, scheme_of
 from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.producers.publisher import ReportPublisher
+from ldpstream.progress import Progress
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, discovery_pair_name
 from ldpstream.store.contract import EstimateStore
 from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
@@ -33,6 +33,8 @@ class LoadResult:
     records_acked: int
     messages: int
     seconds: float
+    #: The run ended early on an interrupt (Ctrl-C, or SIGTERM where the command makes it one).
+    interrupted: bool = False
 
     @property
     def rate(self) -> float:
@@ -80,6 +82,7 @@ class AssociationLoadResult:
     messages: int
     seconds: float
     sent: PairPatterns | None = None
+    interrupted: bool = False
 
     @property
     def rate(self) -> float:
@@ -166,7 +169,7 @@ def simulate_association_and_publish(association: AssociationConfig, publisher: 
     if keep_sent and kept:
         patterns = PairPatterns.from_pairs(*(np.concatenate([k[i] for k in kept]) for i in range(4)))
     return AssociationLoadResult(loaded.true_counts.reshape(sizes), loaded.records_acked, loaded.messages,
-                                 loaded.seconds, patterns)
+                                 loaded.seconds, patterns, loaded.interrupted)
 
 
 def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, publisher: ReportPublisher, *,
@@ -217,54 +220,62 @@ def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, pub
 def _publish_draws(publisher: ReportPublisher, rng: np.random.Generator, p: np.ndarray,
                    send: Callable[[np.ndarray, int], int], *, clients: int, chunk: int, rate: float | None,
                    event_time: int | None, progress: bool, should_stop: Callable[[], bool] | None) -> LoadResult:
-    """The loop of the simulators: chunks of ``chunk`` clients (until ``clients``, or ``should_stop()``), each
-    drawing its clients' values (indices into ``p``, their probabilities) then ``send(values, event time)``, which
-    privatizes and publishes them and returns the Kafka messages it produced; paced to ``rate``, with progress,
-    then flushed. ``true_counts`` of the result are the values drawn, over ``p``'s indices."""
+    """The loop of the simulators: chunks of ``chunk`` clients (until ``clients``, or ``should_stop()``, or an
+    interrupt: Ctrl-C, or SIGTERM where the command makes it one), each drawing its clients' values (indices into
+    ``p``, their probabilities) then ``send(values, event time)``, which privatizes and publishes them and returns
+    the Kafka messages it produced; paced to ``rate``, with a progress bar on a terminal (``progress``), then
+    flushed. ``true_counts`` of the result are the values drawn, over ``p``'s indices; ``interrupted`` says the
+    run ended early on an interrupt (what was sent is flushed and counted all the same)."""
     true_counts = np.zeros(len(p), dtype=np.int64)
     acked_before = publisher.stats.records_acked
     started = time.monotonic()
+    bar = Progress("produce", clients) if progress else None
     messages = 0
     sent = 0
-    while sent < clients and not (should_stop and should_stop()):
-        n = min(chunk, clients - sent)
-        values = rng.choice(len(p), size=n, p=p)
-        true_counts += np.bincount(values, minlength=len(p))
-        messages += send(values, int(time.time()) if event_time is None else event_time)
-        sent += n
-        _pace(publisher, sent, clients, rate=rate, progress=progress, started=started, acked_before=acked_before)
-    acked, seconds = _finish(publisher, sent, clients, progress=progress, started=started, acked_before=acked_before)
-    return LoadResult(true_counts, acked, messages, seconds)
+    interrupted = False
+    try:
+        while sent < clients and not (should_stop and should_stop()):
+            n = min(chunk, clients - sent)
+            values = rng.choice(len(p), size=n, p=p)
+            messages += send(values, int(time.time()) if event_time is None else event_time)
+            true_counts += np.bincount(values, minlength=len(p))
+            sent += n
+            _pace(publisher, sent, clients, rate=rate, bar=bar, started=started, acked_before=acked_before)
+    except KeyboardInterrupt:
+        interrupted = True
+    acked, seconds = _finish(publisher, sent, clients, bar=bar, started=started, acked_before=acked_before)
+    return LoadResult(true_counts, acked, messages, seconds, interrupted)
 
 
-def _pace(publisher: ReportPublisher, sent: int, clients: int, *, rate: float | None, progress: bool,
+def _pace(publisher: ReportPublisher, sent: int, clients: int, *, rate: float | None, bar: Progress | None,
           started: float, acked_before: int) -> None:
     """Hold the send rate at ``rate`` records/s (serving delivery callbacks meanwhile) and show progress."""
     if rate:
         while (ahead := sent / rate - (time.monotonic() - started)) > 0:
             publisher.poll(min(ahead, 0.1))
-    if progress:
-        _progress(sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
+            if bar is not None:
+                _progress(bar, sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
+    if bar is not None:
+        _progress(bar, sent, clients, publisher.stats.records_acked - acked_before, time.monotonic() - started)
 
 
-def _finish(publisher: ReportPublisher, sent: int, clients: int, *, progress: bool, started: float,
+def _finish(publisher: ReportPublisher, sent: int, clients: int, *, bar: Progress | None, started: float,
             acked_before: int) -> tuple[int, float]:
     """Flush, and return the records acknowledged since ``acked_before`` and the seconds since ``started``."""
     acked = publisher.flush().records_acked - acked_before
     seconds = time.monotonic() - started
-    if progress:
-        _progress(sent, clients, acked, seconds, final=True)
+    if bar is not None:
+        _progress(bar, sent, clients, acked, seconds, force=True)
+        bar.close(keep=True)
     return acked, seconds
 
 
-def _progress(sent: int, total: int, acked: int, seconds: float, final: bool = False) -> None:
+def _progress(bar: Progress, sent: int, total: int, acked: int, seconds: float, force: bool = False) -> None:
     width = 30
     filled = int(width * sent / total) if total else width
-    bar = "#" * filled + "." * (width - filled)
     rate = sent / seconds if seconds else 0.0
-    end = "\n" if final else "\r"
-    print(f"[{bar}] {sent:>10,}/{total:,} sent  {acked:>10,} acked  {rate:>10,.0f}/s", end=end,
-          file=sys.stderr, flush=True)
+    bar.show(f"[{'#' * filled}{'.' * (width - filled)}] {sent:>10,}/{total:,} sent  {acked:>10,} acked  "
+             f"{rate:>10,.0f}/s", force=force)
 
 
 def truth_recorder(store: EstimateStore, name: str, members: Sequence[str] = ()) -> Callable[[np.ndarray], None]:

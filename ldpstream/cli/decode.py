@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                   "report count and freshness, refreshed every --interval seconds. Given the name "
                                   "of an association instead, shows its joint table with 95% intervals and the "
                                   "test of independence (statistic, degrees of freedom, p-value).")
-    add_service_arguments(watch, kafka=False, registry=False)
+    add_service_arguments(watch, kafka=False)
     watch.add_argument("metric", help="a metric, or an association of two metrics")
     watch.add_argument("--window", default="all")
     watch.add_argument("--interval", type=float, default=1.0)
@@ -103,5 +103,8 @@ def _watch(args: argparse.Namespace) -> int:
 
     config = ServiceConfig.from_args(args)
     config.check_access(kafka=False)
-    watch(config.redis.store(), args.metric, args.window, args.interval, args.top, args.iterations)
+    from ldpstream.registry import Registry
+
+    watch(config.redis.store(), args.metric, args.window, args.interval, args.top, args.iterations,
+          registry=lambda: Registry.load(config.registry))
     return 0

@@ -4,13 +4,19 @@ Brings up the local stack (unless --kafka/--redis or LDPSTREAM_KAFKA/LDPSTREAM_R
 runs, in one process, a producer simulating clients, a consumer-group member folding reports into Redis,
 and the decoder publishing estimates every second, while the terminal shows the live estimate beside the
 true distribution. Each run uses its own topic and Redis prefix, so runs never mix.
+
+Ctrl-C or SIGTERM ends it cleanly: the producer stops, the reports Kafka acknowledged are counted (waiting up to
+15 s for the consumer) and both figures printed; then, as at every end, its topic, its consumer group and its
+Redis keys are deleted. It exits 130 (Ctrl-C) or 143 (SIGTERM), 0 when it ran to the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
+import re
 import sys
 import threading
 import time
@@ -22,13 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ldpstream.cli.interrupts import Interrupts
 from ldpstream.config import KafkaConfig, ServiceConfig, add_service_arguments
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
+    from ldpstream.decoder.service import DecoderService
     from ldpstream.registry import Registry
     from ldpstream.store.contract import StatusStore
+    from ldpstream.store.redis_store import RedisSketchStore
 
 #: The example registry shipped with the package (``deploy/metrics.toml`` in the repository).
 DEMO_REGISTRY = Path(str(files("ldpstream.deploy") / "metrics.toml"))
@@ -52,7 +61,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
+    """Run the demo; Ctrl-C and SIGTERM end it cleanly (module docstring): 130 or 143, else 0."""
+    with Interrupts() as interrupts:
+        return _run(args, interrupts)
+
+
+#: Seconds an interrupted demo waits for the consumer to count the reports Kafka acknowledged.
+CATCH_UP_SECONDS = 15.0
+
+
+def _run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from prometheus_client import start_http_server
 
     from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
@@ -66,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING)
     run_id = uuid.uuid4().hex[:8]
-    topic = f"ldp-demo-{run_id}"
+    topic, group = f"ldp-demo-{run_id}", f"ldp-demo-{run_id}"
     config = ServiceConfig.from_args(args)
     if config.uses_local_stack():
         print("starting the local stack (Kafka in KRaft mode and Redis) ...", flush=True)
@@ -80,67 +98,117 @@ def run(args: argparse.Namespace) -> int:
     metric = registry[args.metric]
     names = metric.value_names()
     truth = parse_distribution(args.dist, len(names), np.random.default_rng(args.seed))
-    ensure_topics(kafka, [topic, "ldp-dead-letters"])
-    if args.metrics_port:
-        try:
-            start_http_server(args.metrics_port, addr="127.0.0.1")
-            print(f"Prometheus metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-        except OSError as exc:
-            print(f"(no Prometheus endpoint: port {args.metrics_port} is taken: {exc})")
-
     store = dataclasses.replace(config.redis, prefix=f"{config.redis.prefix}demo:{run_id}").store()
+    ensure_topics(kafka, [topic, "ldp-dead-letters"])
     stop = threading.Event()
-    consumer = SketchConsumer(registry, store, ConsumerSettings(kafka, group_id=f"ldp-demo-{run_id}"))
-    decoder = DecoderService(registry, store)
-    produced: dict[str, object] = {}
-    page = _serve(registry, store, kafka, args.serve_port)
-
-    def produce() -> None:
-        rate = args.clients / args.duration if args.duration > 0 else None
-        chunk = max(1000, min(50_000, int((rate or 50_000) / 10)))
-        produced["result"] = simulate_and_publish(
-            metric, ReportPublisher(kafka), clients=args.clients, distribution=args.dist, seed=args.seed,
-            rate=rate, chunk=chunk, should_stop=stop.is_set, on_drawn=truth_recorder(store, metric.name))
-
-    threads = [threading.Thread(target=consumer.run, args=(stop,), name="consumer", daemon=True),
-               threading.Thread(target=decoder.run, args=(1.0, stop), name="decoder", daemon=True),
-               threading.Thread(target=produce, name="producer", daemon=True)]
-    for thread in threads:
-        thread.start()
-    print(f"demo {run_id}: {args.clients:,} simulated clients report metric {metric.name!r} "
-          f"({metric.mechanism.parameters()}) over ~{args.duration:.0f} s", flush=True)
-    page_note = "" if page is None else f"live web view: {page[1]}"
-    interrupted = False
+    page: tuple[ThreadingHTTPServer, str] | None = None
+    threads: list[threading.Thread] = []
     try:
+        if args.metrics_port:
+            try:
+                start_http_server(args.metrics_port, addr="127.0.0.1")
+                print(f"Prometheus metrics on http://127.0.0.1:{args.metrics_port}/metrics")
+            except OSError as exc:
+                print(f"(no Prometheus endpoint: port {args.metrics_port} is taken: {exc})")
+        consumer = SketchConsumer(registry, store, ConsumerSettings(kafka, group_id=group))
+        decoder = DecoderService(registry, store)
+        produced: dict[str, object] = {}
+        page = _serve(registry, store, kafka, args.serve_port)
+
+        def produce() -> None:
+            rate = args.clients / args.duration if args.duration > 0 else None
+            chunk = max(1000, min(50_000, int((rate or 50_000) / 10)))
+            produced["result"] = simulate_and_publish(
+                metric, ReportPublisher(kafka), clients=args.clients, distribution=args.dist, seed=args.seed,
+                rate=rate, chunk=chunk, should_stop=lambda: interrupts.requested.is_set() or stop.is_set(),
+                on_drawn=truth_recorder(store, metric.name))
+
+        threads = [threading.Thread(target=consumer.run, args=(stop,), name="consumer", daemon=True),
+                   threading.Thread(target=decoder.run, args=(1.0, stop), name="decoder", daemon=True),
+                   threading.Thread(target=produce, name="producer", daemon=True)]
+        for thread in threads:
+            thread.start()
+        print(f"demo {run_id}: {args.clients:,} simulated clients report metric {metric.name!r} "
+              f"({metric.mechanism.parameters()}) over ~{args.duration:.0f} s", flush=True)
+        page_note = "" if page is None else f"live web view: {page[1]}"
         while threads[2].is_alive() or consumer.reports_applied < _acked(produced):
+            if interrupts.requested.is_set():
+                break
             _show(store.latest_estimate(metric.name), truth, args.no_screen, page_note)
-            time.sleep(1.0)
+            interrupts.requested.wait(1.0)
             if not threads[2].is_alive() and "result" not in produced:
                 break  # the producer failed; its error was printed by the thread
             if not threads[0].is_alive() or not threads[1].is_alive():
                 print("the consumer or decoder stopped (its error is above): ending the demo", file=sys.stderr)
                 break
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted: stopping", flush=True)
-    final = decoder.run_once() if not interrupted else []
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=30)
-    if final:
-        published = store.latest_estimate(metric.name)
+        if interrupts.requested.is_set():
+            print(f"\ninterrupted ({interrupts.name}): stopping the producer, counting what Kafka acknowledged",
+                  flush=True)
+            try:
+                threads[2].join()  # it stops between chunks and waits for the acknowledgements of what it sent
+                deadline = time.monotonic() + CATCH_UP_SECONDS
+                while consumer.reports_applied < _acked(produced) and time.monotonic() < deadline \
+                        and threads[0].is_alive():
+                    time.sleep(0.2)
+            except KeyboardInterrupt:  # a second signal: no more waiting
+                pass
+        _final(decoder, store, metric.name, truth, produced, consumer.reports_applied)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        if page is not None:
+            page[0].shutdown()
+            page[0].server_close()
+        _clean_up(kafka, topic, group, store)
+    return interrupts.exit_code
+
+
+def _final(decoder: DecoderService, store: RedisSketchStore, metric: str, truth: np.ndarray,
+           produced: dict[str, object], applied: int) -> None:
+    """Decode once more and print the estimate and the reports acknowledged by Kafka against those counted."""
+    result = produced.get("result")
+    acked = result.records_acked if result is not None else None  # type: ignore[attr-defined]
+    published = store.latest_estimate(metric) if decoder.run_once() else None
+    counted = int(published["n_reports"]) if published is not None else applied
+    if published is not None:
         _show(published, truth, True)
-        result = produced.get("result")
-        if result is not None and published is not None:
-            estimate = np.array([v["frequency"] for v in published["values"]])
-            empirical = result.true_counts / result.true_counts.sum()  # type: ignore[attr-defined]
-            print(f"\nreports acknowledged by Kafka: {result.records_acked:,}; counted in Redis: "  # type: ignore[attr-defined]
-                  f"{published['n_reports']:,}; L1(estimate, sample) = {np.abs(estimate - empirical).sum():.4f}")
-    if page is not None:
-        page[0].shutdown()
-        page[0].server_close()
-    AdminClient(kafka.admin()).delete_topics([topic])
-    return 130 if interrupted else 0
+    line = f"\nreports acknowledged by Kafka: {'unknown' if acked is None else f'{acked:,}'}; counted in Redis: " \
+        f"{counted:,}"
+    if result is not None and published is not None and counted:
+        estimate = np.array([v["frequency"] for v in published["values"]])
+        empirical = result.true_counts / max(result.true_counts.sum(), 1)  # type: ignore[attr-defined]
+        line += f"; L1(estimate, sample) = {np.abs(estimate - empirical).sum():.4f}"
+    print(line, flush=True)
+
+
+def _clean_up(kafka: KafkaConfig, topic: str, group: str, store: RedisSketchStore) -> None:
+    """Delete the demo's topic (waiting for the deletion), its consumer group and every Redis key under its
+    prefix; what fails is said in one line and does not stop the rest."""
+    import redis
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.admin())
+    said = []
+    try:
+        admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+        said.append(f"topic {topic}")
+    except (KafkaException, TimeoutError) as exc:
+        print(f"(the demo's topic {topic} was not deleted: {exc})", file=sys.stderr)
+    with contextlib.suppress(KafkaException, TimeoutError):  # a group that never committed does not exist
+        admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", store.prefix) + ":*"
+    try:
+        client = store.client
+        deleted = 0
+        for key in client.scan_iter(match=pattern, count=1000):
+            deleted += int(client.delete(key))  # one at a time: on a cluster the keys lie in many slots
+        said.append(f"{deleted} Redis keys under {store.prefix}:")
+    except redis.RedisError as exc:
+        print(f"(the demo's Redis keys under {store.prefix}: were not deleted: {exc})", file=sys.stderr)
+    if said:
+        print(f"removed {' and '.join(said)}", flush=True)
 
 
 def _serve(registry: Registry, store: StatusStore, kafka: KafkaConfig,

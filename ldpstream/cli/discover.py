@@ -41,6 +41,7 @@ import numpy as np
 from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.progress import Progress
 
 #: Published dictionaries kept in the history of ``--publish NAME`` (as the decoder's default).
 PUBLISH_HISTORY = 100
@@ -56,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(__doc__ or "").split("\n\n", 1)[1].strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmd.add_argument("--simulate", action="store_true", help="draw and encode the clients here (required for now)")
+    cmd.add_argument("--simulate", action="store_true",
+                     help="draw and encode the clients here (else give --reports FILE)")
     cmd.add_argument("--strings", type=Path, help="one string per line, in rank order")
     cmd.add_argument("--dist", default="zipf:1", help="popularity by rank: zipf:A, geometric, step:K, file:PATH, ...")
     cmd.add_argument("--n", type=int, default=1_000_000, help="clients")
@@ -123,9 +125,17 @@ def run_discover(args: argparse.Namespace) -> int:
         values = sample_values(probabilities, args.n, rng)
         save_reports(args.save_reports, scheme, encode_population(scheme, strings, values, rng))
         print(f"wrote the reports of {args.n} clients to {args.save_reports}", file=sys.stderr)
-    run = run_discovery(scheme, strings, probabilities, args.n, args.seed, compare=args.compare,
-                        log=lambda line: print(line, file=sys.stderr), alpha=args.alpha,
-                        alpha_edge=args.alpha_edge, pattern=args.pattern)
+    with Progress("discover") as progress:
+        progress.update(note=f"simulating and encoding {args.n:,} clients", force=True)
+
+        def log(line: str) -> None:
+            progress.clear()
+            print(line, file=sys.stderr, flush=True)
+            if line.startswith("simulate:"):
+                progress.update(note="decoding: n-grams, pairs, cliques, final", force=True)
+
+        run = run_discovery(scheme, strings, probabilities, args.n, args.seed, compare=args.compare,
+                            log=log, alpha=args.alpha, alpha_edge=args.alpha_edge, pattern=args.pattern)
     out = run.to_dict()
     out["parameters"] = {**scheme.parameters(), "n": args.n, "seed": args.seed, "dist": args.dist,
                          "strings": len(strings)}
@@ -151,11 +161,15 @@ def _decode_file(args: argparse.Namespace) -> int:
     from ldpstream.simulation.discovery import load_reports
 
     began = time.perf_counter()
-    scheme, reports = load_reports(args.reports)
-    collection = DiscoveryCollection.fold(scheme, reports)
-    read = time.perf_counter() - began
-    print(f"read: {read:.2f} s ({collection.clients} clients)", file=sys.stderr)
-    result = discover(collection, scheme, alpha=args.alpha, alpha_edge=args.alpha_edge, pattern=args.pattern)
+    with Progress("discover") as progress:
+        progress.update(note=f"reading {args.reports}", force=True)
+        scheme, reports = load_reports(args.reports)
+        collection = DiscoveryCollection.fold(scheme, reports)
+        read = time.perf_counter() - began
+        progress.clear()
+        print(f"read: {read:.2f} s ({collection.clients} clients)", file=sys.stderr)
+        progress.update(note="decoding: n-grams, pairs, cliques, final", force=True)
+        result = discover(collection, scheme, alpha=args.alpha, alpha_edge=args.alpha_edge, pattern=args.pattern)
     for stage in ("ngrams", "pairs", "cliques", "final", "decode"):
         print(f"{stage}: {result.seconds[stage]:.2f} s", file=sys.stderr)
     out = result.to_dict()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -44,7 +46,60 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _plain_help(parser)
     return parser
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds ``(default: X)`` to the help of an option whose help does not already say its default, unless that
+    default is nothing (None, False, an empty list: an unset flag needs no word)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or text is argparse.SUPPRESS or not _shows_default(action):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    """Whether the help of ``action`` should say its default: an option whose default is something."""
+    default = action.default
+    return bool(action.option_strings) and not (default is None or default is False or default == []
+                                                or default == () or default is argparse.SUPPRESS)
+
+
+class RawDefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultsHelpFormatter):
+    """:class:`DefaultsHelpFormatter` keeping the description's own line breaks."""
+
+
+_ROLES = re.compile(r":(?:mod|func|class|meth|data|attr|exc):`~?([^`]+)`")
+
+
+def plain(text: str) -> str:
+    """``text`` without reStructuredText markup: roles (``:func:`~a.b``` → ``a.b``), double back-quotes and
+    ``::`` before an indented block."""
+    text = _ROLES.sub(lambda m: m.group(1), text)
+    return text.replace("``", "").replace("::\n", ":\n")
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command's description and option help in plain text, each option showing its default."""
+    if parser.description:
+        # descriptions are not %-formatted; one taken from a docstring keeps its indentation after its first line
+        parser.description = inspect.cleandoc(plain(parser.description).replace("%%", "%"))
+    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)  # type: ignore[arg-type]
+    parser.formatter_class = RawDefaultsHelpFormatter if raw else DefaultsHelpFormatter
+    for action in parser._actions:
+        if action.help and action.help is not argparse.SUPPRESS:
+            action.help = plain(action.help)
+        elif action.help is None and _shows_default(action):
+            action.help = "(default: %(default)s)"  # argparse shows no help line at all for None
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._get_subactions():
+                if choice.help:
+                    choice.help = plain(choice.help)
+            for sub in dict.fromkeys(action.choices.values()):
+                _plain_help(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ldpstream.cli.interrupts import Interrupts
 from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.logs import add_log_arguments, configure_from_args, log_start
 
@@ -67,18 +68,39 @@ def _produce(args: argparse.Namespace) -> int:
     if metric.discovers:
         return _produce_discovery(args, config, registry)
     ensure_topics(config.kafka, [metric.topic])
-    result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
-                                  distribution=args.dist, seed=args.seed, per_message=args.per_message,
-                                  rate=args.rate, progress=not args.no_progress and not args.json,
-                                  on_drawn=_truth(args, config, metric.name))
+    with Interrupts() as interrupts:
+        result = simulate_and_publish(metric, ReportPublisher(config.kafka), clients=args.clients,
+                                      distribution=args.dist, seed=args.seed, per_message=args.per_message,
+                                      rate=args.rate, progress=not args.no_progress and not args.json,
+                                      on_drawn=_truth(args, config, metric.name),
+                                      should_stop=interrupts.requested.is_set)
     if args.json:
         print(json.dumps({"metric": metric.name, "reports_acked": result.records_acked,
                           "messages": result.messages, "seconds": result.seconds, "rate": result.rate,
-                          "true_counts": result.true_counts.tolist()}))
+                          "true_counts": result.true_counts.tolist(), **_stopped(interrupts, result.interrupted)}))
     else:
-        print(f"{result.records_acked:,} reports acknowledged by Kafka in {result.messages:,} messages, "
-              f"{result.seconds:.2f} s ({result.rate:,.0f} reports/s)")
-    return 0
+        print(f"{_said(interrupts, result.interrupted)}{result.records_acked:,} reports acknowledged by Kafka in "
+              f"{result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} reports/s)")
+    return _code(interrupts, result.interrupted)
+
+
+def _stopped(interrupts: Interrupts, interrupted: bool) -> dict[str, object]:
+    """The JSON result's ``interrupted`` field (the signal's name), only when the run was interrupted."""
+    if interrupts.signal is None and not interrupted:
+        return {}
+    return {"interrupted": interrupts.name or "SIGINT"}
+
+
+def _said(interrupts: Interrupts, interrupted: bool) -> str:
+    """The start of the totals line of an interrupted run ("" otherwise)."""
+    if interrupts.signal is None and not interrupted:
+        return ""
+    return f"interrupted ({interrupts.name or 'SIGINT'}): "
+
+
+def _code(interrupts: Interrupts, interrupted: bool) -> int:
+    """0, or 128 + the signal that interrupted the run (130 for Ctrl-C, 143 for SIGTERM)."""
+    return interrupts.exit_code or (130 if interrupted else 0)
 
 
 def _produce_association(args: argparse.Namespace, config: ServiceConfig, registry: Registry) -> int:
@@ -88,20 +110,22 @@ def _produce_association(args: argparse.Namespace, config: ServiceConfig, regist
 
     association = registry.association(args.metric)
     ensure_topics(config.kafka, [association.topic])
-    result = simulate_association_and_publish(
-        association, ReportPublisher(config.kafka), clients=args.clients, distribution=args.dist,
-        dependence=args.dependence, seed=args.seed, per_message=args.per_message, rate=args.rate,
-        progress=not args.no_progress and not args.json,
-        on_drawn=_truth(args, config, association.name, association.members))
+    with Interrupts() as interrupts:
+        result = simulate_association_and_publish(
+            association, ReportPublisher(config.kafka), clients=args.clients, distribution=args.dist,
+            dependence=args.dependence, seed=args.seed, per_message=args.per_message, rate=args.rate,
+            progress=not args.no_progress and not args.json, should_stop=interrupts.requested.is_set,
+            on_drawn=_truth(args, config, association.name, association.members))
     if args.json:
         print(json.dumps({"association": association.name, "members": list(association.members),
                           "records_acked": result.records_acked, "messages": result.messages,
                           "seconds": result.seconds, "rate": result.rate,
-                          "true_counts": result.true_counts.tolist()}))
+                          "true_counts": result.true_counts.tolist(), **_stopped(interrupts, result.interrupted)}))
     else:
-        print(f"{result.records_acked:,} associated records ({' + '.join(association.members)}) acknowledged by "
-              f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
-    return 0
+        print(f"{_said(interrupts, result.interrupted)}{result.records_acked:,} associated records "
+              f"({' + '.join(association.members)}) acknowledged by Kafka in {result.messages:,} messages, "
+              f"{result.seconds:.2f} s ({result.rate:,.0f} records/s)")
+    return _code(interrupts, result.interrupted)
 
 
 def _truth(args: argparse.Namespace, config: ServiceConfig, name: str,
@@ -141,19 +165,21 @@ def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry
     except (OSError, UnicodeDecodeError) as exc:
         raise ParameterError(f"--strings {args.strings}: cannot be read ({exc})") from None
     ensure_topics(config.kafka, [metric.topic])
-    result = simulate_discovery_and_publish(
-        registry, metric, ReportPublisher(config.kafka), clients=args.clients, strings=strings,
-        distribution=args.dist, seed=args.seed, per_message=args.per_message, rate=args.rate,
-        progress=not args.no_progress and not args.json)
+    with Interrupts() as interrupts:
+        result = simulate_discovery_and_publish(
+            registry, metric, ReportPublisher(config.kafka), clients=args.clients, strings=strings,
+            distribution=args.dist, seed=args.seed, per_message=args.per_message, rate=args.rate,
+            progress=not args.no_progress and not args.json, should_stop=interrupts.requested.is_set)
     _publish_string_truth(args, config, registry, metric.name, strings, result.true_counts)
     if args.json:
         print(json.dumps({"metric": metric.name, "records_acked": result.records_acked, "messages": result.messages,
                           "seconds": result.seconds, "rate": result.rate, "strings": strings,
-                          "true_counts": result.true_counts.tolist()}))
+                          "true_counts": result.true_counts.tolist(), **_stopped(interrupts, result.interrupted)}))
     else:
-        print(f"{result.records_acked:,} discovery records (two n-grams and the full string each) acknowledged by "
-              f"Kafka in {result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
-    return 0
+        print(f"{_said(interrupts, result.interrupted)}{result.records_acked:,} discovery records (two n-grams and "
+              f"the full string each) acknowledged by Kafka in {result.messages:,} messages, {result.seconds:.2f} s "
+              f"({result.rate:,.0f} records/s)")
+    return _code(interrupts, result.interrupted)
 
 
 def _publish_string_truth(args: argparse.Namespace, config: ServiceConfig, registry: Registry, name: str,

@@ -40,6 +40,7 @@ import numpy as np
 
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.progress import Progress
 from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
 from ldpstream.simulation.recommend import TUNE_LOSSES, tune
@@ -144,11 +145,20 @@ def run_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
-    setup = build_setup(
-        args.mechanism, args.epsilon, args.support, closed=args.closed, k=args.k, cohorts=args.cohorts,
-        hashes=args.hashes, p=args.p, q=args.q, f=args.f, n=args.n, dist=p, decoder=args.decoder,
-    )
-    res = run_trials(setup, p, args.n, args.decoder, args.trials, rng)[args.decoder]
+    with Progress("simulate", args.trials) as progress:
+        progress.update(0, "choosing the parameters", force=True)
+        setup = build_setup(
+            args.mechanism, args.epsilon, args.support, closed=args.closed, k=args.k, cohorts=args.cohorts,
+            hashes=args.hashes, p=args.p, q=args.q, f=args.f, n=args.n, dist=p, decoder=args.decoder,
+        )
+        progress.update(0, f"trials of {args.n:,} clients", force=True)
+        res = run_trials(setup, p, args.n, args.decoder, args.trials, rng,
+                         on_trial=lambda done: progress.update(done, force=True))[args.decoder]
+        if args.plot:
+            progress.update(note="drawing the figure", force=True)
+            figure = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
+                                     f"simulate: {args.mechanism} ε={args.epsilon} S={args.support} "
+                                     f"dist={args.dist} decoder={args.decoder}"))
     elapsed = time.perf_counter() - t0
     out: dict[str, Any] = {
         "parameters": {
@@ -166,9 +176,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         "seconds_per_trial": res.seconds / args.trials,
     }
     if args.plot:
-        out["plot"] = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
-                                      f"simulate: {args.mechanism} ε={args.epsilon} S={args.support} "
-                                      f"dist={args.dist} decoder={args.decoder}"))
+        out["plot"] = figure
     if args.json:
         print(json.dumps(out, sort_keys=False))
         return 0
@@ -200,20 +208,27 @@ def run_tune(args: argparse.Namespace) -> int:
     _check_plot(args.plot)
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
-    result = tune(
-        args.epsilon, args.support, args.n, p, closed=args.closed, decoder=args.decoder,
-        trials=args.trials, keep=args.keep, seed=args.seed, reference=args.reference, z=args.z,
-        rel_tol=args.rel_tol, loss=args.loss,
-    )
-    figure = None
-    if args.plot:
-        rec = result.recommended
-        setup = build_setup(rec.mechanism, args.epsilon, args.support, closed=args.closed, k=rec.params.get("k"),
-                            cohorts=rec.params.get("cohorts"), hashes=rec.params.get("hashes"), n=args.n, dist=p,
-                            decoder=args.decoder)
-        figure = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
-                                 f"tune: recommended {rec.mechanism} {_fmt_params(rec.params)} ε={args.epsilon} "
-                                 f"S={args.support} dist={args.dist} decoder={args.decoder}"))
+    with Progress("tune") as progress:
+
+        def step(done: int, total: int, what: str) -> None:
+            progress.total = total
+            progress.update(done, what, force=True)
+
+        result = tune(
+            args.epsilon, args.support, args.n, p, closed=args.closed, decoder=args.decoder,
+            trials=args.trials, keep=args.keep, seed=args.seed, reference=args.reference, z=args.z,
+            rel_tol=args.rel_tol, loss=args.loss, on_step=step,
+        )
+        figure = None
+        if args.plot:
+            progress.update(note="drawing the figure", force=True)
+            rec = result.recommended
+            setup = build_setup(rec.mechanism, args.epsilon, args.support, closed=args.closed,
+                                k=rec.params.get("k"), cohorts=rec.params.get("cohorts"),
+                                hashes=rec.params.get("hashes"), n=args.n, dist=p, decoder=args.decoder)
+            figure = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
+                                     f"tune: recommended {rec.mechanism} {_fmt_params(rec.params)} "
+                                     f"ε={args.epsilon} S={args.support} dist={args.dist} decoder={args.decoder}"))
     if args.json:
         print(json.dumps({**result.to_dict(), "dist": args.dist, **({"plot": figure} if figure else {})}))
         return 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +167,7 @@ def tune(
     z: float = 2.5,
     rel_tol: float = 0.01,
     loss: str = "l1",
+    on_step: Callable[[int, int, str], None] | None = None,
 ) -> TuneResult:
     """Recommend a mechanism and its parameters (module docstring).
 
@@ -176,7 +177,8 @@ def tune(
     recommendation is
     :func:`select` over all alternatives; ``rel_tol = 0`` ignores the sketch size (pure accuracy, as in
     the paper's Figure 3, "free parameters set to minimize the median ℓ1"). ``loss="l2sq"`` ranks and simulates
-    the ℓ2² instead (:data:`TUNE_LOSSES`)."""
+    the ℓ2² instead (:data:`TUNE_LOSSES`). ``on_step(done, total, what)`` is told the families done of all and
+    what runs now, before each family's search and each alternative's simulation."""
     t0 = time.perf_counter()
     eps = require_epsilon(epsilon)
     S = int(support)
@@ -198,7 +200,9 @@ def tune(
     populations = [sample_counts(p, n, np.random.default_rng([seed, t])) for t in range(trials)]
     alts: list[Alternative] = []
     rel_var: list[float] = []
-    for fam in fams:
+    for done, fam in enumerate(fams):
+        if on_step is not None:
+            on_step(done, len(fams), f"{fam}: searching its grid")
         if fam in DIRECT_MECHANISMS:
             setups: list[tuple[Setup, dict[str, int]]] = [(build_setup(fam, eps, S, closed=True), {"k": S})]
         else:
@@ -219,6 +223,9 @@ def tune(
             pred = predict(setup, p, n, reference)
             alt = Alternative(fam, params, pred["l1"], pred["l2sq"], pred["l1_projected"], pred[key])
             if trials:
+                if on_step is not None:
+                    on_step(done, len(fams), f"{fam} {' '.join(f'{k}={v}' for k, v in params.items())}: "
+                            f"{trials} trials")
                 rng = np.random.default_rng([seed, len(alts), 1])
                 l1s, l2s = [], []
                 for counts in populations:

@@ -10,7 +10,7 @@ decodes it with every requested decoder. Losses (:mod:`ldpstream.simulation.loss
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,9 +52,11 @@ def run_trials(
     decoders: str | Sequence[str],
     trials: int,
     rng: np.random.Generator,
+    on_trial: Callable[[int], None] | None = None,
 ) -> dict[str, TrialResults]:
     """``trials`` independent populations of ``n`` clients from ``p``, each privatized (through the exact
-    aggregate simulation) and decoded by every decoder in ``decoders`` (the same sketch for all decoders).
+    aggregate simulation) and decoded by every decoder in ``decoders`` (the same sketch for all decoders);
+    ``on_trial`` receives the number of trials done after each.
 
     Returns ``{decoder: TrialResults}``; ``seconds`` counts sampling + simulation + that decoder.
     """
@@ -67,7 +69,7 @@ def run_trials(
     covered: dict[str, list[np.ndarray] | None] = {d: [] for d in names}
     secs = dict.fromkeys(names, 0.0)
     emp = []
-    for _ in range(trials):
+    for trial in range(trials):
         t0 = time.perf_counter()
         counts = sample_counts(p, n, rng)
         sketch = setup.simulate_sketch(counts, rng)
@@ -85,6 +87,8 @@ def run_trials(
                 else:
                     low, high = result.ci(0.95, clip=True)
                     hits.append((low <= p) & (p <= high))
+        if on_trial is not None:
+            on_trial(trial + 1)
     emp_arr = np.asarray(emp)
     out = {}
     for d in names:

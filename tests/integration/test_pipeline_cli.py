@@ -50,13 +50,35 @@ def test_produce_consume_decode_watch_and_status_through_the_cli(
     screen = run("watch", "app_language", "--redis", redis_url, "--prefix", key_prefix, "--iterations", "1")
     assert "metric app_language  window all" in screen and f"reports {CLIENTS:,}" in screen
     assert all(label in screen for label in LABELS) and "95% interval" in screen
-    missing = run("watch", "nothing_here", "--redis", redis_url, "--prefix", key_prefix, "--iterations", "1")
-    assert "no estimate of 'nothing_here' (all) published yet" in missing
 
     status = json.loads(run("status", "--json", *kafka, *redis, "--registry", registry))
     assert status["metrics"]["app_language"]["reports"] == CLIENTS
     assert all(p["lag"] == 0 for p in status["partitions"])
     assert status["dead_letters"] == {} and status["last_decode"] is not None
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["nothing_here"], "no metric or association named 'nothing_here' in the registry"),
+    (["app_languag"], "no metric or association named 'app_languag' in the registry "),
+    (["app_language", "--window", "2h"], "metric 'app_language' has no window '2h'"),
+])
+def test_watch_exits_non_zero_on_a_name_or_window_the_registry_does_not_know(
+        redis_url, key_prefix, tmp_path, capsys, argv, message):
+    registry = str(write_registry(tmp_path / "metrics.toml", "t", METRICS))
+    code = main(["watch", *argv, "--redis", redis_url, "--prefix", key_prefix, "--registry", registry,
+                 "--iterations", "3", "--interval", "0"])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == ""
+    assert captured.err.count("\n") == 1 and message in captured.err, captured.err
+    if argv == ["app_languag"]:
+        assert "(did you mean 'app_language'?)" in captured.err
+
+
+def test_watch_waits_for_a_known_metric_with_nothing_published(redis_url, key_prefix, tmp_path, capsys):
+    registry = str(write_registry(tmp_path / "metrics.toml", "t", METRICS))
+    assert main(["watch", "app_language", "--redis", redis_url, "--prefix", key_prefix, "--registry", registry,
+                 "--iterations", "2", "--interval", "0"]) == 0
+    assert capsys.readouterr().out.count("no estimate of 'app_language' (all) published yet") == 2
 
 
 def test_cli_reports_a_missing_registry_as_an_error_not_a_traceback(tmp_path, capsys, kafka_bootstrap):

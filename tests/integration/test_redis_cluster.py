@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from ldpstream.deploy import cluster
 from ldpstream.store import ALL_TIME, PartitionBatch, RedisSketchStore, SketchKey
 from ldpstream.store import keys as key_schema
 from ldpstream.testing import start_local, unavailable
+
+DEPLOY_REGISTRY = Path(__file__).resolve().parents[2] / "deploy" / "metrics.toml"
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -106,5 +109,6 @@ def test_estimates_publish_and_read_back_on_the_cluster(store):
 def test_stack_status_prints_the_cluster_url_and_watch_takes_it(cluster_url, capsys):
     assert main(["stack", "status", "--redis-cluster"]) in (0, 3)  # 3 when the plain stack is not running
     assert f"redis-cluster  up    {cluster_url}" in capsys.readouterr().out
-    assert main(["watch", "nothing_here", "--redis", cluster_url, "--prefix", "test:none", "--iterations", "1"]) == 0
-    assert "no estimate of 'nothing_here'" in capsys.readouterr().out
+    assert main(["watch", "app_language", "--redis", cluster_url, "--prefix", "test:none", "--iterations", "1",
+                 "--registry", str(DEPLOY_REGISTRY)]) == 0
+    assert "no estimate of 'app_language'" in capsys.readouterr().out

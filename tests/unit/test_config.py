@@ -235,6 +235,30 @@ def test_a_file_key_that_must_be_a_table_is_refused(tmp_path, text):
         ServiceConfig.load({}, environ={}, file=path)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ('[redis]\nprefx = "x"\n', "unknown key 'redis.prefx' (did you mean 'redis.prefix'?)"),
+    ('[kafka]\nbootstrapp = "k:1"\n', "unknown key 'kafka.bootstrapp' (did you mean 'kafka.bootstrap'?)"),
+    ('registy = "m.toml"\n', "unknown key 'registy' (did you mean 'registry'?)"),
+    ('[redsi]\nurl = "redis://r"\n', "unknown key 'redsi' (did you mean 'redis'?)"),
+    ('[kafka]\nzzz = 1\n', "unknown key 'kafka.zzz'; known in [kafka]: bootstrap, ca,"),
+])
+def test_an_unknown_key_in_the_file_is_refused_with_the_closest_valid_one(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        ServiceConfig.load({}, environ={}, file=path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_keys_of_the_documented_file_are_known(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('registry = "m.toml"\n[kafka]\nbootstrap = "k:9092"\nconfig = { "client.id" = "x" }\n'
+                    'consumer = { "session.timeout.ms" = "6000" }\n[redis]\nurl = "redis://r:6379/0"\n'
+                    'prefix = "p"\n')
+    config = ServiceConfig.load({}, environ={}, file=path)
+    assert config.redis.prefix == "p" and config.kafka.bootstrap == "k:9092"
+
+
 def test_a_bad_value_in_the_file_is_refused(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[redis]\nurl = "http://r"\n')
