@@ -186,7 +186,7 @@ def test_a_password_or_key_file_others_may_read_is_refused(tmp_path, password_fi
                                            "LDPSTREAM_KAFKA_USER": "", "LDPSTREAM_KAFKA_PASSWORD_FILE": "",
                                            "LDPSTREAM_KAFKA_CERT": str(tmp_path / "client.pem"),
                                            "LDPSTREAM_KAFKA_KEY": str(key)}
-    with pytest.raises(ConfigError, match="Kafka TLS key file .* may be read by others"):
+    with pytest.raises(ConfigError, match=r"Kafka TLS key file .* may be read by others"):
         ServiceConfig.load({}, environ=env)
 
 
