@@ -1,26 +1,32 @@
-"""The secured local stack (``ldpstream stack up --secure``): Kafka over TLS with SASL/SCRAM and Redis over TLS
-with an ACL user, beside the plain stack, from the same jars and the same ``redis-server``.
+"""The secured local stack (``ldpstream stack up --secure``): Kafka over TLS with SASL/SCRAM and ACLs, Redis
+over TLS with ACL users, one credential per role, beside the plain stack, from the same jars and the same
+``redis-server``.
 
 Everything lives under ``<stack dir>/secure`` (mode 700):
 
 - ``tls/``: a certificate authority made here (``ca.pem``; its key never leaves the folder) and the servers'
   certificate for ``127.0.0.1`` and ``localhost``, signed by it (``openssl``, Debian's package);
-- ``secrets/``: random passwords (mode 600): ``kafka-password`` (SCRAM user ``ldpstream``),
-  ``redis-password`` (ACL user ``ldpstream``), ``kafka-admin-password`` (the broker's own inter-broker user);
-- ``kafka/``: a KRaft broker whose client listener is ``SASL_SSL`` with ``SCRAM-SHA-512`` only (the users are
-  created when the storage is formatted, ``--add-scram``); its controller listener is plaintext on 127.0.0.1,
-  inside the one process;
+- ``secrets/``: random passwords (mode 600), ``kafka-<user>-password`` for the SCRAM users of
+  :data:`KAFKA_USERS` and ``redis-<user>-password`` for the Redis ACL users of :data:`REDIS_USERS`;
+- ``kafka/``: a KRaft broker whose client listener is ``SASL_SSL`` with ``SCRAM-SHA-512`` only, under the
+  ``StandardAuthorizer`` (no ACL, no access; ``admin`` is the super user, the broker's own identity): the
+  ``admin`` user is created when the storage is formatted (its password through a Java argument file, never
+  on a command line), the role users and :data:`KAFKA_ACLS` through the Admin API at every start; its
+  controller listener is plaintext on 127.0.0.1, inside the one process;
 - ``redis/``: ``redis-server`` with ``port 0`` (no plaintext port) and ``tls-port``, ``user default off`` (no
-  anonymous access) and the ACL user ``ldpstream``;
-- ``ldpstream.toml``: the service configuration that reaches both (passwords by file), so that
-  ``export LDPSTREAM_CONFIG=<stack dir>/secure/ldpstream.toml`` points every command at them.
+  anonymous access) and the ACL users of :func:`redis_acl_rules`;
+- ``ldpstream.toml``: the operator's configuration (Kafka ``admin``, Redis ``admin``), and ``producer.toml``,
+  ``consumer.toml``, ``decoder.toml``: each role's own (passwords by file), so that
+  ``export LDPSTREAM_CONFIG=<stack dir>/secure/<role>.toml`` runs that role with its credential alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ from ldpstream.config import ServiceConfig, read_secret
 from ldpstream.deploy import daemons
 from ldpstream.deploy.stack import (
     StackConfig,
+    _java,
     _run_kafka_broker,
     check_kafka_serves_groups,
     ensure_kafka_jars,
@@ -39,9 +46,90 @@ from ldpstream.errors import ConfigError, ServiceError
 SECURE_KAFKA_PORT = 39192
 SECURE_CONTROLLER_PORT = 39193
 SECURE_REDIS_PORT = 36479
-USER = "ldpstream"
 SASL_MECHANISM = "SCRAM-SHA-512"
 _KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
+
+#: The roles that run with a credential of their own; the operator (``ldpstream.toml``) is ``admin``.
+ROLES = ("producer", "consumer", "decoder")
+ADMIN = "admin"
+#: Kafka SCRAM users: the super user (the broker's inter-broker identity and the operator) and the roles.
+KAFKA_USERS = (ADMIN, *ROLES)
+#: Redis ACL users (the producer's writes only the truth of ``ldpstream produce``'s simulations).
+REDIS_USERS = (ADMIN, *ROLES)
+#: What the ACLs name: every topic whose name starts with :data:`REPORTS_TOPIC`, every group whose name starts
+#: with :data:`CONSUMER_GROUP`, and the dead-letter and estimates topics by name; the Redis keys of the prefix
+#: :data:`PREFIX` (another prefix needs rules of its own: :func:`redis_acl_rules`).
+REPORTS_TOPIC = "ldp-reports"
+CONSUMER_GROUP = "ldpstream-consumers"
+DEAD_LETTER_TOPIC = "ldp-dead-letters"
+ESTIMATES_TOPIC = "ldp-estimates"
+PREFIX = "ldp"
+
+
+@dataclass(frozen=True)
+class KafkaAcl:
+    """One ALLOW rule of the authorizer: ``User:<user>`` may ``operation`` the ``resource`` named ``name``
+    (``pattern``: ``literal``, the name itself, or ``prefixed``, every name that starts with it), from any
+    host. READ and WRITE imply DESCRIBE; WRITE on a topic allows an idempotent producer (KIP-679)."""
+
+    user: str
+    operation: str
+    resource: str
+    name: str
+    pattern: str
+
+    def describe(self) -> str:
+        return f"User:{self.user} {self.operation} {self.resource} {self.name} ({self.pattern})"
+
+
+#: Every ACL the secured deployments ship (the local stack, compose.secure.yaml, deploy/k8s-secure): the
+#: producer writes reports; the consumer reads them in its group and writes dead letters; the decoder writes
+#: estimates. Nobody but ``admin`` reads estimates or dead letters, creates topics or alters the cluster.
+KAFKA_ACLS = (
+    KafkaAcl("producer", "WRITE", "TOPIC", REPORTS_TOPIC, "PREFIXED"),
+    KafkaAcl("consumer", "READ", "TOPIC", REPORTS_TOPIC, "PREFIXED"),
+    KafkaAcl("consumer", "READ", "GROUP", CONSUMER_GROUP, "PREFIXED"),
+    KafkaAcl("consumer", "WRITE", "TOPIC", DEAD_LETTER_TOPIC, "LITERAL"),
+    KafkaAcl("decoder", "WRITE", "TOPIC", ESTIMATES_TOPIC, "LITERAL"),
+)
+
+#: Redis commands each role sends (``ldpstream/store/redis_store.py``, the consumer's Lua scripts included: a
+#: script's own calls are checked against the user too). CONFIG GET (the consumer's check of
+#: ``maxmemory-policy``) is not among them: it reads every setting, so the consumer warns and trusts the server.
+_SCRIPTS = ("evalsha", "script|load", "script|exists")
+_TRANSACTIONS = ("multi", "exec", "discard", "watch", "unwatch")
+REDIS_COMMANDS: dict[str, tuple[str, ...]] = {
+    "consumer": ("ping", *_SCRIPTS, *_TRANSACTIONS, "get", "set", "append", "bitfield", "strlen", "exists",
+                 "type", "del", "expireat", "hget", "hset", "hsetnx", "hmget", "hgetall", "hincrby", "hdel",
+                 "sadd", "srem", "smembers"),
+    "decoder": ("ping", *_SCRIPTS, *_TRANSACTIONS, "get", "set", "strlen", "exists", "del", "hget", "hmget",
+                "hgetall", "hdel", "smembers", "srem", "lpush", "ltrim", "lrange"),
+    "producer": ("ping", "multi", "exec", "discard", "hget", "hset", "hincrby", "del"),
+}
+#: The keys the decoder writes (beside reading every key under the prefix): estimates and their histories, its
+#: last pass, and the index entries and version fields of expired buckets it removes. Not the sketches,
+#: offsets, statistics or rebuild marks.
+DECODER_WRITES = ("estimate:*", "history:*", "joint:*", "joint-history:*", "decoder:*", "index:*",
+                  "pairindex:*", "*:skv")
+PRODUCER_KEYS = ("truth:*", "truth-strings:*")
+
+
+def redis_acl_rules(prefix: str = PREFIX) -> dict[str, str]:
+    """Each Redis user's ACL rules (without its password), no pub/sub channel: ``admin`` (the operator, not a
+    service) every key and all but the dangerous commands (``@dangerous``: CONFIG, ACL, KEYS, FLUSHALL, ...);
+    each role its commands (:data:`REDIS_COMMANDS`) on its keys under ``<prefix>:`` (the consumer all of them,
+    the decoder reads them all and writes :data:`DECODER_WRITES`, the producer :data:`PRODUCER_KEYS`)."""
+    def commands(role: str) -> str:
+        return "-@all " + " ".join(f"+{c}" for c in REDIS_COMMANDS[role])
+
+    return {
+        ADMIN: "resetkeys ~* resetchannels +@all -@dangerous",
+        "consumer": f"resetkeys ~{prefix}:* resetchannels {commands('consumer')}",
+        "decoder": (f"resetkeys %R~{prefix}:* " + " ".join(f"%RW~{prefix}:{k}" for k in DECODER_WRITES)
+                    + f" resetchannels {commands('decoder')}"),
+        "producer": ("resetkeys " + " ".join(f"~{prefix}:{k}" for k in PRODUCER_KEYS)
+                     + f" resetchannels {commands('producer')}"),
+    }
 
 
 @dataclass(frozen=True)
@@ -94,7 +182,18 @@ class SecureStackConfig:
 
     @property
     def config_file(self) -> Path:
+        """The operator's configuration (Kafka and Redis ``admin``)."""
         return self.state_dir / "ldpstream.toml"
+
+    def role_config_file(self, role: str) -> Path:
+        """The configuration of ``role`` (one of :data:`ROLES`), with its credentials alone."""
+        if role not in ROLES:
+            raise ConfigError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+        return self.state_dir / f"{role}.toml"
+
+    def password_file(self, service: str, user: str) -> Path:
+        """The password of ``user`` for ``service`` (``kafka`` or ``redis``)."""
+        return self.secrets_dir / f"{service}-{user}-password"
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -104,9 +203,10 @@ class SecureStackConfig:
     def redis_url(self) -> str:
         return f"rediss://127.0.0.1:{self.redis_port}/0"
 
-    def service_config(self, prefix: str = "ldp") -> ServiceConfig:
-        """The configuration that reaches the secured services (what ``ldpstream.toml`` says)."""
-        return ServiceConfig.load({"config": str(self.config_file), "prefix": prefix}, environ={})
+    def service_config(self, prefix: str = PREFIX, role: str | None = None) -> ServiceConfig:
+        """The configuration that reaches the secured services as ``role`` (its file), or as the operator."""
+        path = self.config_file if role is None else self.role_config_file(role)
+        return ServiceConfig.load({"config": str(path), "prefix": prefix}, environ={})
 
 
 # ----------------------------------------------------------------------------------- TLS material, secrets
@@ -178,50 +278,72 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
-def write_config_file(cfg: SecureStackConfig) -> Path:
-    cfg.config_file.write_text(
-        "# The secured local stack (ldpstream stack up --secure): export LDPSTREAM_CONFIG=<this file>\n"
-        "[kafka]\n"
-        f'bootstrap = "{cfg.kafka_bootstrap}"\n'
-        'security = "SASL_SSL"\n'
-        f'sasl_mechanism = "{SASL_MECHANISM}"\n'
-        f'user = "{USER}"\n'
-        'password_file = "secrets/kafka-password"\n'
-        'ca = "tls/ca.pem"\n'
-        + ('cert = "tls/client.pem"\nkey = "tls/client.key"\n' if cfg.client_auth else "") + "\n"
-        "[redis]\n"
-        f'url = "{cfg.redis_url}"\n'
-        f'user = "{USER}"\n'
-        'password_file = "secrets/redis-password"\n'
-        'ca = "tls/ca.pem"\n'
-        + ('cert = "tls/client.pem"\nkey = "tls/client.key"\n' if cfg.client_auth else ""))
-    return cfg.config_file
+def _config_text(cfg: SecureStackConfig, user: str, what: str) -> str:
+    client = 'cert = "tls/client.pem"\nkey = "tls/client.key"\n' if cfg.client_auth else ""
+    return (f"# The secured local stack (ldpstream stack up --secure), {what}: export LDPSTREAM_CONFIG=<this file>\n"
+            "[kafka]\n"
+            f'bootstrap = "{cfg.kafka_bootstrap}"\n'
+            'security = "SASL_SSL"\n'
+            f'sasl_mechanism = "{SASL_MECHANISM}"\n'
+            f'user = "{user}"\n'
+            f'password_file = "secrets/kafka-{user}-password"\n'
+            'ca = "tls/ca.pem"\n' + client + "\n"
+            "[redis]\n"
+            f'url = "{cfg.redis_url}"\n'
+            f'user = "{user}"\n'
+            f'password_file = "secrets/redis-{user}-password"\n'
+            'ca = "tls/ca.pem"\n' + client)
+
+
+def write_config_files(cfg: SecureStackConfig) -> list[Path]:
+    """``ldpstream.toml`` (the operator: ``admin``) and one file per role (its own users)."""
+    cfg.config_file.write_text(_config_text(cfg, ADMIN, "the operator (admin)"))
+    for role in ROLES:
+        cfg.role_config_file(role).write_text(_config_text(cfg, role, f"the {role}"))
+    return [cfg.config_file, *(cfg.role_config_file(role) for role in ROLES)]
+
+
+#: The group of a secured deployment's secret files (0640): the image's ``ldpstream`` group (deploy/Dockerfile);
+#: compose.secure.yaml gives it to the Kafka and Redis containers as a supplementary group.
+SECRETS_GID = 10001
+
+
+def secret_names() -> list[str]:
+    """The password files of a secured deployment (:func:`make_secrets`, the local stack's ``secrets/``)."""
+    return [f"kafka-{user}-password" for user in KAFKA_USERS] + [f"redis-{user}-password" for user in REDIS_USERS]
 
 
 def make_secrets(folder: Path, hosts: tuple[str, ...]) -> list[Path]:
     """What a secured deployment mounts (``deploy/compose.secure.yaml``, ``deploy/k8s-secure``): a CA, a server
-    certificate for ``hosts`` and random passwords, in ``folder`` (mode 700; files 600, ``ca.pem`` 644). Files
-    already there are kept."""
+    certificate for ``hosts`` and random passwords (:func:`secret_names`), in ``folder`` (mode 700). The files
+    are 0640 and of the group :data:`SECRETS_GID` where this process may give it (as root, or as a member of
+    that group; else their group stays, to change with ``chgrp``), ``ca.pem`` 0644, ``ca.key`` 0600 (no
+    container reads it). Files already there are kept."""
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     make_certificates(folder, hosts)
-    for name in ("kafka-password", "kafka-admin-password", "redis-password"):
+    for name in secret_names():
         _password(folder / name)
-    for path in folder.iterdir():  # the containers run as other users: readable, in a folder only we can list
-        os.chmod(path, 0o600 if path.name == "ca.key" else 0o644)
+    for path in folder.iterdir():
+        if path.name == "ca.key":
+            os.chmod(path, 0o600)
+            continue
+        with contextlib.suppress(PermissionError):
+            os.chown(path, -1, SECRETS_GID)
+        os.chmod(path, 0o644 if path.name == "ca.pem" else 0o640)
     return sorted(folder.iterdir())
 
 
 def prepare(cfg: SecureStackConfig) -> None:
-    """Folders, certificates, passwords and the configuration file (idempotent)."""
+    """Folders, certificates, passwords and the configuration files (idempotent)."""
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(cfg.state_dir, 0o700)
     make_certificates(cfg.tls_dir)
     if cfg.client_auth and not (cfg.tls_dir / "client.pem").exists():
         make_client_certificate(cfg.tls_dir, "client")
-    for name in ("kafka-password", "kafka-admin-password", "redis-password"):
+    for name in secret_names():
         _password(cfg.secrets_dir / name)
-    write_config_file(cfg)
+    write_config_files(cfg)
 
 
 # ----------------------------------------------------------------------------------------------- Redis
@@ -238,6 +360,13 @@ def redis_answers(cfg: SecureStackConfig) -> bool:
         return False
 
 
+def redis_acl_lines(passwords: dict[str, str], prefix: str = PREFIX) -> list[str]:
+    """``redis.conf`` / ACL-file lines: no anonymous user, then each user of :func:`redis_acl_rules` with its
+    password (``passwords``: user → password)."""
+    return ["user default off", *(f"user {user} on >{passwords[user]} {rules}"
+                                  for user, rules in redis_acl_rules(prefix).items())]
+
+
 def start_redis(cfg: SecureStackConfig) -> None:
     if redis_answers(cfg):
         return
@@ -245,13 +374,13 @@ def start_redis(cfg: SecureStackConfig) -> None:
     data.mkdir(parents=True, exist_ok=True)
     tls = cfg.tls_dir
     conf = cfg.redis_dir / "redis.conf"
+    passwords = {user: _password(cfg.password_file("redis", user)) for user in REDIS_USERS}
     _write_private(conf, "\n".join([
         "port 0", f"tls-port {cfg.redis_port}", "bind 127.0.0.1", "protected-mode yes",
         f"tls-cert-file {tls / 'server.pem'}", f"tls-key-file {tls / 'server.key'}",
         f"tls-ca-cert-file {tls / 'ca.pem'}", f"tls-auth-clients {'yes' if cfg.client_auth else 'no'}",
         f"dir {data}", "appendonly yes", "appendfsync everysec", 'save ""', "daemonize no", 'logfile ""',
-        "user default off",
-        f"user {USER} on >{_password(cfg.secrets_dir / 'redis-password')} ~* &* +@all", ""]))
+        "maxmemory-policy noeviction", *redis_acl_lines(passwords), ""]))
     pid_file, what = cfg.redis_dir / "redis.pid", f"Redis (TLS) on port {cfg.redis_port}"
     daemons.clear(pid_file, [cfg.redis_port], cfg.redis_dir, what)
     daemons.launch([redis_server_binary(), str(conf)], cwd=data, pid_file=pid_file, log=cfg.redis_dir / "redis.log",
@@ -262,13 +391,18 @@ def start_redis(cfg: SecureStackConfig) -> None:
 
 
 def _client_settings(cfg: SecureStackConfig) -> dict[str, Any]:
-    return cfg.service_config().kafka.admin()
+    """The ``admin`` client's settings (built from the password file, not from ``ldpstream.toml``)."""
+    return {"bootstrap.servers": cfg.kafka_bootstrap, "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SASL_MECHANISM, "sasl.username": ADMIN,
+            "sasl.password": _password(cfg.password_file("kafka", ADMIN)), "ssl.ca.location": str(cfg.ca),
+            **({"ssl.certificate.location": str(cfg.tls_dir / "client.pem"),
+                "ssl.key.location": str(cfg.tls_dir / "client.key")} if cfg.client_auth else {})}
 
 
 def kafka_answers(cfg: SecureStackConfig, timeout: float = 3.0) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    if not daemons.port_open(cfg.kafka_port) or not cfg.config_file.exists():
+    if not daemons.port_open(cfg.kafka_port) or not cfg.password_file("kafka", ADMIN).exists():
         return False
     try:
         AdminClient(_client_settings(cfg)).list_topics(timeout=timeout)
@@ -277,8 +411,31 @@ def kafka_answers(cfg: SecureStackConfig, timeout: float = 3.0) -> bool:
         return False
 
 
-def _scram(name: str, password: str) -> str:
-    return f"{SASL_MECHANISM}=[name={name},password={password}]"
+def authorizer_properties() -> list[str]:
+    """The broker's authorizer: KRaft's ``StandardAuthorizer``, nothing allowed without an ACL, ``admin`` the
+    super user; ``ANONYMOUS`` too, the principal of the plaintext controller listener (bound to 127.0.0.1 or
+    the container's network), through which the broker registers with its own controller."""
+    return ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:{ADMIN};User:ANONYMOUS", "allow.everyone.if.no.acl.found=false"]
+
+
+def _format_storage(cfg: SecureStackConfig, libs: Path, properties: Path) -> None:
+    """Format the broker's storage once, with the SCRAM user ``admin``: its password goes to the StorageTool in
+    a Java argument file (mode 600, removed after), never on a command line (``ps`` shows them to every user)."""
+    if (cfg.kafka_dir / "data" / "meta.properties").exists():
+        return
+    password = _password(cfg.password_file("kafka", ADMIN))
+    argfile = cfg.kafka_dir / "format.args"
+    _write_private(argfile, "\n".join([
+        "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", f'"{properties}"',
+        "--ignore-formatted", "--add-scram", f'"{SASL_MECHANISM}=[name={ADMIN},password={password}]"', ""]))
+    try:
+        fmt = subprocess.run([_java(), "-cp", f"{libs}/*", f"@{argfile}"], capture_output=True, text=True,
+                             check=False)
+    finally:
+        argfile.unlink(missing_ok=True)
+    if fmt.returncode != 0:
+        raise ServiceError(f"kafka.tools.StorageTool format failed:\n{fmt.stdout}{fmt.stderr}"[:4000])
 
 
 def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
@@ -290,18 +447,18 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
     data = cfg.kafka_dir / "data"
     properties = cfg.kafka_dir / "server.properties"
-    admin_password = _password(cfg.secrets_dir / "kafka-admin-password")
+    admin_password = _password(cfg.password_file("kafka", ADMIN))
     plain = (_KAFKA_FILES / "server.properties.template").read_text().format(
         broker_port=cfg.kafka_port, controller_port=cfg.controller_port, data_dir=data)
     overridden = ("listeners=", "advertised.listeners=", "listener.security.protocol.map=",
                   "inter.broker.listener.name=")
     kept = [line for line in plain.splitlines() if not line.startswith(overridden)]
     tls = cfg.tls_dir
-    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+    jaas = (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" '
             f'password="{admin_password}";')
     _write_private(properties, "\n".join([
         *kept,
-        "# secured: clients and the broker itself speak SASL_SSL with SCRAM-SHA-512",
+        "# secured: clients and the broker itself speak SASL_SSL with SCRAM-SHA-512, under ACLs",
         f"listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}",
         f"advertised.listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port}",
         "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
@@ -309,18 +466,63 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
         f"sasl.enabled.mechanisms={SASL_MECHANISM}",
         f"sasl.mechanism.inter.broker.protocol={SASL_MECHANISM}",
         f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config={jaas}",
+        *authorizer_properties(),
         "ssl.keystore.type=PEM", f"ssl.keystore.location={tls / 'server-keystore.pem'}",
         "ssl.truststore.type=PEM", f"ssl.truststore.location={tls / 'ca.pem'}",
         # a SASL_SSL listener ignores the broker-wide ssl.client.auth: only the listener's own setting counts
         # (KIP-684)
         f"listener.name.sasl_ssl.ssl.client.auth={'required' if cfg.client_auth else 'none'}", ""]))
-    # the SCRAM users are created when the storage is formatted (the first start)
-    users = ("--add-scram", _scram("admin", admin_password),
-             "--add-scram", _scram(USER, _password(cfg.secrets_dir / "kafka-password")))
+    _format_storage(cfg, libs, properties)
     _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
                       check=lambda hint: check_kafka_serves_groups(_client_settings(cfg), hint),
                       what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}",
-                      ports=(cfg.kafka_port, cfg.controller_port), format_args=users)
+                      ports=(cfg.kafka_port, cfg.controller_port))
+
+
+def acl_bindings() -> list[Any]:
+    """:data:`KAFKA_ACLS` as confluent_kafka ``AclBinding``\\ s."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return [AclBinding(ResourceType[acl.resource], acl.name, ResourcePatternType[acl.pattern], f"User:{acl.user}",
+                       "*", AclOperation[acl.operation], AclPermissionType.ALLOW) for acl in KAFKA_ACLS]
+
+
+def ensure_users_topics_and_acls(cfg: SecureStackConfig, timeout: float = 30.0) -> None:
+    """As ``admin``: the role users' SCRAM credentials (set to their password files' content), the topics the
+    ACLs name (:data:`REPORTS_TOPIC`, :data:`DEAD_LETTER_TOPIC`, :data:`ESTIMATES_TOPIC`), and
+    :data:`KAFKA_ACLS`. Idempotent; passwords travel only inside the TLS connection."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    from ldpstream.kafka import ensure_topics
+
+    admin = AdminClient(_client_settings(cfg))
+    mechanism = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(role, mechanism, _password(cfg.password_file("kafka", role)).encode())
+        for role in ROLES]
+    try:
+        for future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout).values():
+            future.result()
+        for future in admin.create_acls(acl_bindings(), request_timeout=timeout).values():
+            future.result()
+    except KafkaException as exc:
+        raise ServiceError(f"cannot create the secured stack's Kafka users or ACLs: {exc}") from None
+    operator = cfg.service_config().kafka
+    ensure_topics(operator, [REPORTS_TOPIC, DEAD_LETTER_TOPIC])
+    ensure_topics(operator, [ESTIMATES_TOPIC], partitions=1)
 
 
 # ------------------------------------------------------------------------------------------ the stack
@@ -336,19 +538,24 @@ class SecureStatus:
         def word(up: bool) -> str:
             return "up" if up else "down"
 
-        return (f"kafka  {word(self.kafka):4}  {self.cfg.kafka_bootstrap} (SASL_SSL, {SASL_MECHANISM})\n"
-                f"redis  {word(self.redis):4}  {self.cfg.redis_url} (TLS, ACL user {USER})\n"
-                f"config {self.cfg.config_file}\n"
+        roles = "\n".join(f"{role:9} LDPSTREAM_CONFIG={self.cfg.role_config_file(role)}" for role in ROLES)
+        return (f"kafka  {word(self.kafka):4}  {self.cfg.kafka_bootstrap} (SASL_SSL, {SASL_MECHANISM}, ACLs; "
+                f"users {', '.join(KAFKA_USERS)})\n"
+                f"redis  {word(self.redis):4}  {self.cfg.redis_url} (TLS, ACL users {', '.join(REDIS_USERS)})\n"
+                f"config {self.cfg.config_file} (the operator: admin)\n"
+                f"{roles}\n"
                 f"LDPSTREAM_CONFIG={self.cfg.config_file}")
 
 
 def up(cfg: SecureStackConfig | None = None, base: StackConfig | None = None) -> SecureStatus:
-    """Make the certificates and passwords, start the secured Redis and Kafka unless they answer."""
+    """Make the certificates, passwords and configuration files, start the secured Redis and Kafka unless they
+    answer, and give Kafka its users, topics and ACLs."""
     base = base or StackConfig.from_env()
     cfg = cfg or SecureStackConfig.from_env(base)
     prepare(cfg)
     start_redis(cfg)
     start_kafka(cfg, base)
+    ensure_users_topics_and_acls(cfg)
     return status(cfg)
 
 

@@ -230,10 +230,26 @@ def _check_files(service: str, **files: str | None) -> None:
     for what, path in files.items():
         if path and not Path(path).is_file():
             raise ConfigError(f"{service} TLS {what} file {path} does not exist")
+    if files.get("key"):
+        check_private(str(files["key"]), f"{service} TLS key")
+
+
+def check_private(path: str | Path, what: str) -> None:
+    """Refuse a secret file that others may read or write (``mode & 0o007``). Its group may read it, as
+    Kubernetes mounts secrets 0440 for the pod's group; symbolic links are followed."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    if mode & 0o007:
+        raise ConfigError(f"the {what} file {path} may be read by others (mode {mode & 0o777:o}); "
+                          f"allow its owner (and group) alone: chmod o-rwx {path}")
 
 
 def read_secret(path: str | Path, what: str) -> Secret:
-    """The content of a secret file (one trailing newline stripped)."""
+    """The content of a secret file (one trailing newline stripped), refused when others may read it
+    (:func:`check_private`) or when it is empty."""
+    check_private(path, what)
     try:
         text = Path(path).read_text()
     except OSError as exc:

@@ -30,6 +30,7 @@ PASSWORD = "s3cr3t-Pa55word-xyzzy"
 def password_file(tmp_path: Path) -> Path:
     path = tmp_path / "password"
     path.write_text(PASSWORD + "\n")
+    path.chmod(0o600)
     return path
 
 
@@ -67,6 +68,7 @@ def test_security_from_the_environment_reaches_every_kafka_client(password_file,
 def test_security_from_the_file_with_paths_relative_to_it(tmp_path, password_file, ca):
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "kafka-password").write_text(PASSWORD)
+    (tmp_path / "conf" / "kafka-password").chmod(0o640)
     (tmp_path / "conf" / "ca.pem").write_text("x")
     file = tmp_path / "conf" / "ldpstream.toml"
     file.write_text('[kafka]\nbootstrap = "b:9093"\nsecurity = "SASL_SSL"\nsasl_mechanism = "SCRAM-SHA-256"\n'
@@ -82,6 +84,7 @@ def test_security_from_the_file_with_paths_relative_to_it(tmp_path, password_fil
 def test_flags_override_the_environment_but_name_password_files_only(tmp_path, password_file, ca):
     other = tmp_path / "other"
     other.write_text("from-the-flag-file")
+    other.chmod(0o600)
     parser = argparse.ArgumentParser()
     add_service_arguments(parser, consumer=True)
     args = parser.parse_args(["--kafka-user", "carol", "--kafka-password-file", str(other),
@@ -164,8 +167,33 @@ def test_a_missing_or_empty_password_file_is_refused_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the kafka password"):
         ServiceConfig.load({}, environ={"LDPSTREAM_KAFKA_PASSWORD_FILE": str(tmp_path / "none")})
     (tmp_path / "empty").write_text("\n")
+    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(ConfigError, match="is empty"):
         ServiceConfig.load({}, environ={"LDPSTREAM_REDIS_PASSWORD_FILE": str(tmp_path / "empty")})
+
+
+@pytest.mark.parametrize("mode", [0o604, 0o606, 0o644, 0o601])
+def test_a_password_or_key_file_others_may_read_is_refused(tmp_path, password_file, ca, mode):
+    password_file.chmod(mode)
+    with pytest.raises(ConfigError, match=f"may be read by others \\(mode {mode:o}\\).*chmod o-rwx"):
+        ServiceConfig.load({}, environ=secure_env(password_file, ca))
+    password_file.chmod(0o600)
+    key = tmp_path / "client.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    key.chmod(mode)
+    (tmp_path / "client.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    env = secure_env(password_file, ca) | {"LDPSTREAM_KAFKA_SECURITY": "ssl", "LDPSTREAM_KAFKA_SASL_MECHANISM": "",
+                                           "LDPSTREAM_KAFKA_USER": "", "LDPSTREAM_KAFKA_PASSWORD_FILE": "",
+                                           "LDPSTREAM_KAFKA_CERT": str(tmp_path / "client.pem"),
+                                           "LDPSTREAM_KAFKA_KEY": str(key)}
+    with pytest.raises(ConfigError, match=r"Kafka TLS key file .* may be read by others"):
+        ServiceConfig.load({}, environ=env)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o440, 0o400])
+def test_a_password_file_its_owner_or_group_alone_may_read_is_accepted(password_file, ca, mode):
+    password_file.chmod(mode)
+    assert ServiceConfig.load({}, environ=secure_env(password_file, ca)).kafka.security.password is not None
 
 
 def test_the_redis_client_gets_the_user_password_and_tls_files(password_file, ca):
