@@ -13,7 +13,7 @@ Two dataclass fields of those mechanisms choose the configuration (:class:`Memoi
 - ``memoize=True, epsilon_permanent=E`` (E > ε): a permanent response at E, then an instantaneous layer with
   :data:`~ldpstream.mechanisms.randomness.SECURE` randomness at the ε₂ that makes the composition exactly the
   ε channel (:func:`~ldpstream.mechanisms.rates.krr_irr_epsilon`, :func:`~ldpstream.mechanisms.rates.bit_irr_epsilon`):
-  ε_1 = ε, ε_∞ = E, and identical values no longer give identical reports.
+  ε_1 = ε, ε_∞ = E, and the reports of one value differ by the instantaneous noise.
 
 In every configuration one report is distributed exactly as the registry's ε channel, so estimators, the
 simulations (``encode_clients``, ``encode_batch``, ``simulate_sketch``: one report per fresh client, the
