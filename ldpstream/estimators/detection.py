@@ -159,12 +159,12 @@ def two_stage_step_up(p_values: ArrayLike, q: float) -> tuple[np.ndarray, float]
 
 @dataclass(frozen=True, eq=False)
 class FullDesignFit:
-    """The weighted least squares of *every* candidate at the refit's weights (step 3 of the module docstring),
+    """The weighted least squares of *every* candidate at the refit's weights (step 3 of :func:`detect`),
     computed only when that design is well-determined: ``estimates`` ``β̂ = G⁻¹XᵀWz`` and ``std_errors``
     ``sqrt(diag G⁻¹)`` (absent candidates' ``β̂/se`` are N(0, 1)), and the empirical-Bayes prior fitted to them
     (:func:`~ldpstream.estimators.empirical_bayes.npmle_prior`: support ``grid``, masses ``prior``; ``None``
-    when ``shrink`` is off). Kept for diagnostics and for evaluating other detection rules on the same fit
-    (``bench/rappor_detection.py``); not published."""
+    when ``shrink`` is off). Kept for diagnostics and for evaluating other detection rules on the same fit;
+    not published."""
 
     estimates: np.ndarray
     std_errors: np.ndarray

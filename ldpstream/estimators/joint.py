@@ -310,7 +310,7 @@ def estimate_joint(
     Candidate frequencies of the Other rule: a variable's :attr:`JointVariable.frequencies` when given; else the
     least squares against its ``dictionary`` when well-determined; else least squares on the candidates alone
     (docs/math/joint.md#candidate-frequencies-from-the-dictionary). ``self_consistent`` (off by default, an
-    experiment: measured harmful at 16 and 128 bits) then refits the last ones, for hashed bit mechanisms,
+    experiment) then refits the last ones, for hashed bit mechanisms,
     until they equal the fitted table's candidate margins: ``f ← G p̂(f)`` by Newton, EM warm-started, until no
     frequency moves by ``frequency_tolerance`` or after ``max_refits`` refits
     (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default).
@@ -325,9 +325,8 @@ def estimate_joint(
     both have Other, at least one hashed, each either direct or hashed with a well-determined ``dictionary``
     holding its candidates: the per-report least squares against the dictionary (eq. J3;
     docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
-    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws (the
-    comparison of ``bench/joint_krr_other.py`` and ``bench/joint_hashed_inversion.py``), whose cells rule 2 of
-    :mod:`~ldpstream.estimators.joint_identification` flags.
+    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws, whose
+    cells rule 2 of :mod:`~ldpstream.estimators.joint_identification` flags.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
