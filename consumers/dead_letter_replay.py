@@ -1,40 +1,32 @@
-"""``ldpstream dlq replay``: dead letters back into the reports topic, each ``source`` at most once.
+"""``ldpstream dlq replay``: dead letters back into the reports topic, each ``source`` at most once
+(docs/math/exactly-once.md#the-dead-letter-topic-is-at-least-once).
 
 A consumer refuses a message whole and sends it, byte for byte with its key, to the dead-letter topic with the
 headers ``reason``, ``detail``, ``source`` (``<topic>/<partition>/<offset>`` of the refused message) and
-``timestamp`` (its Kafka timestamp in milliseconds; ``docs/report-format.md``). No report of a refused message
-was counted, so once its cause is fixed (the registry now knows the metric, consumers understand the format
-version, ...) it can be sent again.
-A refused message too large to send whole is a *bounded* dead letter (header ``truncated``, its ``size`` and
-``sha256``; :mod:`ldpstream.consumers.dead_letters`): the replay reads the original from its ``source`` and
-checks its digest, and one that retention deleted or that differs is left dead (``source_gone``).
-The dead-letter topic is at least once: a crash or a refused batch can dead-letter the same message twice, so
-the replay dedupes on ``source``.
+``timestamp`` (its Kafka timestamp in milliseconds; ``docs/report-format.md``). A *bounded* dead letter
+(header ``truncated``, its ``size`` and ``sha256``; :mod:`ldpstream.consumers.dead_letters`) is replayed from
+its ``source``, checked against its digest; one that retention deleted or that differs is left dead
+(``source_gone``). The dead-letter topic is at least once, so the replay dedupes on ``source``.
 
 One replay reads the dead-letter topic from its start to the end offsets it finds at start, and for each
 message:
 
 1. without a ``source`` header, or with a source topic that is not a reports topic of the registry: left
-   where it is (counted as ``unknown_source``);
-2. filtered by ``reasons`` when given (others are left, counted as ``skipped_reason``);
-3. validated as a consumer of this registry would (:func:`ldpstream.consumers.fold.fold_messages`, the same
-   code): a message it would refuse again stays dead (counted by the reason it would get now), so a replay
-   never feeds a consumer what it would dead-letter again;
+   where it is (``unknown_source``);
+2. filtered by ``reasons`` when given (others are left, ``skipped_reason``);
+3. validated as a consumer of this registry would (:func:`ldpstream.consumers.fold.fold_messages`): a message
+   it would refuse again stays dead, counted by the reason it would get;
 4. claimed in Redis (``HSETNX`` on :func:`ldpstream.store.keys.dlq_replayed_key`, field = the source,
    value ``pending <time>``); a source already claimed is not sent again (``already_replayed``, or
    ``pending`` when an earlier replay's send was never acknowledged);
-5. produced to its source topic (same key and value, the original ``timestamp`` header as its Kafka timestamp,
-   so records without an event time count in their original bucket; headers ``source`` and ``replayed-from``) by an
-   idempotent producer (acks=all); on acknowledgement the claim becomes ``replayed <topic>/<partition>/<offset>``,
-   on a delivery error it is released (a later replay tries again).
+5. produced to its source topic (same key and value, the original ``timestamp`` as its Kafka timestamp;
+   headers ``source`` and ``replayed-from``) by an idempotent producer (acks=all); on acknowledgement the claim
+   becomes ``replayed <topic>/<partition>/<offset>``, on a delivery error it is released.
 
-So each source is replayed at most once, whatever the replays running at once or one after the other. The one
-gap is a replay killed between a claim and its acknowledgement: that source stays ``pending`` (listed by the
-command); ``retry_pending`` sends those again after an operator checked the reports topic (``replayed-from``
-header) that they did not arrive.
-
-The consumers must run the registry given here: a message this registry accepts but theirs refuses is
-dead-lettered again under a new source (its offset in the reports topic) and would be replayed again.
+A replay killed between a claim and its acknowledgement leaves that source ``pending``; ``retry_pending`` sends
+those again after an operator checked (``replayed-from`` header) that they did not arrive. The consumers must
+run the registry given here: a message this registry accepts but theirs refuses is dead-lettered again under a
+new source and would be replayed again.
 """
 
 from __future__ import annotations

@@ -4,37 +4,23 @@ Given the messages of one Kafka partition batch, :func:`fold_messages` validates
 registry and returns, per (metric, fingerprint, time bucket), the ``(C, W)`` sketch of the accepted reports,
 plus the messages it refused and why. A message is accepted or refused whole: if any of its records is bad,
 none of them is counted and the whole message goes to the dead-letter topic, so replaying dead letters can
-never count a report twice.
+never count a report twice (docs/math/exactly-once.md#the-dead-letter-topic-is-at-least-once).
 
 A version-2 record (one client's reports of an association's members, then of its riders) updates each
-carried metric's sketches exactly as a version-1 record of that metric would (so marginals and joints count the
-same reports), and the association's pair statistic (of the members' reports only) of its time bucket
-(:mod:`ldpstream.store.pair_layout`; it expires with the association's retention, there is no all-time one); it
-is accepted or refused whole with its message.
+carried metric's sketches exactly as a version-1 record of that metric would, and the association's pair
+statistic of its time bucket (members' reports only; :mod:`ldpstream.store.pair_layout`).
 
-Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``):
-
-- ``malformed``: the bytes do not follow the report format (see :mod:`ldpstream.wire`);
-- ``unknown_metric``: no metric in the registry has the record's id;
-- ``unknown_association``: no association in the registry has the (version-2) record's id;
-- ``fingerprint_mismatch``: the record was made under other parameters than the registry's (for a version-2
-  record: another association fingerprint, which covers the members' ones and their order);
-- ``payload_size``: the payload length does not fit the metric's mechanism (or a version-2 record carries
-  another number of payloads than its association has members);
-- ``out_of_range``: cohort ≥ C, symbol ≥ the sketch width (k; HR's K, HCMS's 2m), padding bits set beyond
-  bit k−1, or a subset-selection report without exactly d bits set;
-- ``event_time_out_of_range``: an effective event time (the record's own, else its message's Kafka
-  timestamp) older than the metric's acceptance window or further ahead than :data:`MAX_CLOCK_SKEW` of the
-  consumer's clock (each distinct bucket costs a Redis key: a client may not scatter reports over
-  arbitrary times, whether through the record or through the producer-chosen Kafka timestamp);
-- ``too_many_buckets``: one message's records of one metric span more time buckets than one batch may touch
-  (:func:`max_buckets_per_batch`): it can never be applied, whatever the batch.
+Reasons a message is refused (the ``reason`` label of ``ldpstream_messages_rejected_total``; each is defined
+in docs/report-format.md#framing-one-record-or-many-per-message): ``malformed`` (see :mod:`ldpstream.wire`),
+``unknown_metric``, ``unknown_association``, ``fingerprint_mismatch``, ``payload_size``, ``out_of_range``,
+``event_time_out_of_range`` (an effective event time older than the metric's acceptance window or further
+ahead than :data:`MAX_CLOCK_SKEW` of the consumer's clock) and ``too_many_buckets`` (one message's records
+of one metric span more time buckets than one batch may touch, :func:`max_buckets_per_batch`).
 
 A batch whose messages together span more buckets of a metric than that is not refused: it is cut at the first
 message that would cross the limit (:attr:`FoldResult.deferred_from`); the messages from there on are neither
-folded nor refused, and the consumer reads them again in its next batch.
-
-The late and future data policy is in ``docs/late-and-future-data.md``.
+folded nor refused, and the consumer reads them again in its next batch. The late and future data policy:
+``docs/late-and-future-data.md``.
 """
 
 from __future__ import annotations

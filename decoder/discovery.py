@@ -14,7 +14,7 @@ For each window of a discovery metric, every pass:
 3. update the dictionary by the retirement rule (:func:`update_dictionary`) and publish it like a marginal: each
    string of the dictionary with its estimated share of the clients, standard error and 95% interval
    (:class:`PublishedDictionary`, a :class:`~ldpstream.decoder.published.PublishedEstimate` with a
-   ``discovery`` block: the stages' times and findings, each string's state, the strings retired now).
+   ``discovery`` block: the stages' times and findings, each string's state, the strings this pass retired).
 
 A window whose sketches did not change since its last pass is republished without decoding (``reused``), and
 does not count as a decode for the retirement rule. The dictionary of each window is kept in the process and in
@@ -94,7 +94,7 @@ def update_dictionary(dictionary: Mapping[str, int], significant: set[str], reti
                       ) -> tuple[dict[str, int], list[str]]:
     """The retirement rule (:data:`RETIREMENT_RULE`) for one decode with new reports: ``dictionary`` maps each
     string to the decodes in a row it has not been significant in; returns the new dictionary and the strings
-    retired now (sorted)."""
+    this decode retires (sorted)."""
     kept = {text: 0 for text in significant}
     retired = []
     for text, misses in dictionary.items():

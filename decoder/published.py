@@ -28,10 +28,9 @@ DICTIONARY_SCHEMA = "dictionary/2"
 
 
 def json_text(obj: Any) -> str:
-    """``obj`` as compact JSON text, by orjson (a tenth of the time of the standard library's encoder on the
-    values of a refresh, which dominated publishing: bench/results/decoder_refresh.txt). Floats are written in
-    their shortest round-trip form, as ``json.dumps`` writes them (``1e-05`` is ``1e-5``); numpy scalars and arrays
-    are accepted; a non-finite float becomes ``null`` (JSON has no NaN)."""
+    """``obj`` as compact JSON text, by orjson (docs/math/estimators.md#the-sandwich-from-cached-factors). Floats
+    are written in their shortest round-trip form, as ``json.dumps`` writes them (``1e-05`` is ``1e-5``); numpy
+    scalars and arrays are accepted; a non-finite float becomes ``null`` (JSON has no NaN)."""
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 

@@ -1,85 +1,32 @@
-"""Decoding hashed mechanisms (O-RR, O-RAPPOR, RAPPOR) against a list of S candidate strings.
+"""Decoding hashed mechanisms (O-RR, O-RAPPOR, RAPPOR) against a list of S candidate strings
+(docs/math/estimators.md#candidate-decoders).
 
 Inputs are plain arrays: the ``(C, width)`` count sketch (layout of :mod:`ldpstream.mechanisms.base`), the
-sparse 0/1 design matrix ``X`` of shape ``(C·k, S)`` with cohort-major rows (row ``c·k + y`` is symbol or bit
-``y`` of cohort ``c``; ``X[c·k + y, s] = 1`` when candidate ``s`` maps to ``y`` in cohort ``c``), and the
-channel parameters (ε for O-RR; q*, p* for bit mechanisms). ``X`` is never densified.
+sparse 0/1 design matrix ``X`` of shape ``(C·k, S)`` with cohort-major rows (``X[c·k + y, s] = 1`` when
+candidate ``s`` maps to symbol or bit ``y`` in cohort ``c``; never densified), and the channel parameters
+(ε for O-RR; q*, p* for bit mechanisms). Responses per cohort ``c`` of ``N_c`` reports, ``E z = X p``: O-RR
+``z_cy = ((e^ε + k − 1) n_cy / N_c − 1)/(e^ε − 1)``, bits ``z_cj = (c_cj / N_c − p*)/(q* − p*)``
+(docs/math/estimators.md#design-matrix-and-responses).
 
-Responses, per cohort ``c`` with ``N_c`` reports (docs/math/estimators.md#design-matrix-and-responses, divided by
-``N_c`` so that unequal cohort sizes cost no bias):
+An optional "other" regressor (every string outside the list, hashing uniformly: ``1/k`` per O-RR response,
+``h̄/k`` per bit response) has the ``residual`` (unexplained mass) as its coefficient. Methods:
 
-- O-RR: ``z_cy = ((e^ε + k − 1) n_cy / N_c − 1)/(e^ε − 1)``; ``E z = X p``;
-  ``Var z_cy = ((e^ε + k − 1)/(e^ε − 1))² m_cy (1 − m_cy)/N_c``, ``m_cy = (1 + (e^ε − 1)(Xp)_cy)/(e^ε + k − 1)``
-  (cells of one cohort covary: multinomial).
-- bits: ``z_cj = (c_cj / N_c − p*)/(q* − p*)`` (RAPPOR's ``t_ij / N_j``); ``E z = X p``;
-  ``Var z_cj = r (1 − r)/(N_c (q* − p*)²)``, ``r = p* + (q* − p*)(Xp)_cj`` (bits of one report covary)
-  (docs/math/estimators.md#sandwich-covariance-of-the-least-squares-estimate).
+- ``"ls"``: weighted least squares, weights ``1/Var z`` at a pilot fit, sandwich covariance
+  (:mod:`ldpstream.estimators.sandwich`), Wald intervals;
+- ``"nnls"``: the same constrained to ``p >= 0``, ``Σ p <= 1`` (with "other": the simplex), by FISTA, warm
+  started from ``start`` by a face solve;
+- ``"project"``: least squares then Euclidean projection onto the simplex (Kairouz et al.'s decoder);
+- ``"mle"``: maximum likelihood over the candidates plus "other" (O-RR exact, bits composite) by
+  :func:`ldpstream.estimators.newton_mle.newton_multinomial`; standard errors from the information restricted to
+  the simplex (O-RR) or the least-squares sandwich (bits).
 
-An optional "other" regressor stands for every string outside the list: it hashes uniformly, so it adds
-``1/k`` to each O-RR response and ``h̄/k`` to each bit response (``h̄`` = mean bits a string sets per
-cohort). Its coefficient is the ``residual`` (unexplained mass).
-
-Methods:
-
-- ``"ls"``: weighted least squares. The weights ``1/Var`` are evaluated at the fitted values of a pilot
-  (unweighted, LSQR) fit, not at the observed cells: weights computed from each cell's own count bias the
-  estimate by about ``sqrt(C / count per cell)`` standard errors. Covariance: the sandwich
-  ``Ga⁻¹ (Xaᵀ W Σ_z W Xa) Ga⁻¹`` with the exact covariance ``Σ_z`` of the responses
-  (:mod:`ldpstream.estimators.sandwich`; docs/math/estimators.md#sandwich-covariance-of-the-least-squares-estimate):
-  the sketch of a cohort is a sum of independent reports, so ``Σ_z`` is block diagonal over cohorts with
-  the covariance of one report's response vector, multinomial for O-RR (``c²(diag m − m mᵀ)``; the former
-  ``(XᵀWX)⁻¹ − (N/c²) u uᵀ`` is exact only for the weights ``N_c/(c² m)``, not for the ``N_c/(c² m(1 − m))``
-  used, and was 0.81× the true SD at k = 4) and, for bits, with the covariance of two bits of one report
-  (one-hot ``−π πᵀ`` and, for h ≥ 2, ``+X_c D_p X_cᵀ`` off the diagonal). For the bit "mle" this is the
-  Godambe covariance of the composite likelihood (its score equations are those of this least squares,
-  weights at the estimate).
-- ``"nnls"``: the same weighted least squares constrained to ``p >= 0`` and ``Σ p <= 1`` (or, with the
-  "other" term, to the simplex over candidates + other), solved by FISTA on the normal equations with
-  sparse products ``Xᵀ(W(Xv))`` (Lipschitz constant: the largest row sum of XᵀWX, whose entries are >= 0);
-  from a previous solution (``start``), first the KKT system on the face of its support, kept when the KKT
-  conditions certify it (:func:`~ldpstream.estimators.least_squares.face_solve_constrained_ls`).
-- ``"project"``: least squares then Euclidean projection onto the simplex (Kairouz et al.'s decoder; with
-  ``other=False`` exactly the paper's).
-- ``"mle"``: EM over the candidates plus the "other" component. O-RR: exact multinomial likelihood over
-  (cohort, symbol) with ``P(y, c | s) = Q(y | h_c(s))/C`` and ``P(y, c | other) = 1/(C k)``. Bits: the
-  composite likelihood of the per-(cohort, bit) binomials, ``P(bit | s) = p* + (q* − p*) X[c·k + j, s]``,
-  ``P(bit | other) = p* + (q* − p*) h̄/k``. Standard errors: O-RR from the observed information restricted
-  to the simplex (:func:`ldpstream.estimators.variance.affine_constrained_variances`; the likelihood is
-  exact; with a ``factor_cache``, reused from an earlier decode whose information weights ``n/m²`` are within
-  a spread of 1.04, standard errors within 1% of the exact ones and the bound in ``info``:
-  docs/math/estimators.md#information-variances-from-an-earlier-decode); bits: the least-squares sandwich (the
-  Godambe covariance, above). Solved by
-  :func:`ldpstream.estimators.newton_mle.newton_multinomial`: SQUAREM EM from the uniform distribution (stopping
-  on steps below ``tol`` in p or gains below 1e-7 nats), then projected Newton steps on the information until
-  the duality-gap certificate is below 5e-7 nats (docs/math/estimators.md#maximum-likelihood-by-projected-newton);
-  from a previous solution (``start``: docs/math/estimators.md#warm-starts-of-the-iterative-decoders; ``"nnls"``
-  takes one too, instead of the least-squares fit), Newton alone. Both work on a channel whose (cohort, bit)
-  cells with no candidate are merged into one cell per block
-  (:func:`ldpstream.estimators.channels.compressed_affine_channel`): at k = 4096, C = 64, S = 256 that removes
-  94% of the outputs.
-
-Cost and memory. ``G = XᵀWX`` (and the information matrix of ``"mle"``) are handled by
-:class:`ldpstream.estimators.gram.WeightedGram`: dense, exact Cholesky up to ``exact_se_max`` candidates
-(default 1024); beyond, never formed: block conjugate gradients for the solves (estimates exact to the CG
-tolerance) and, for the standard errors only, the calibrated cavity approximation of ``diag(G⁻¹)`` described
-there (exact for the ``se_top`` largest estimates, the "other" term and 16 random probes; within ≈ 3.5% at
-S = 4096, C = 64, k = 128), then multiplied by the mean ratio sandwich / model-based variance over the probes
-(the sandwich is exact for the probes, ``top`` and "other"). Memory is O(nnz(X) + S) instead of O(S²).
-Sandwich cost up to ``exact_max``: one dense inverse of ``Ga`` (O(S³)) and the meat applied to it
-(O((nnz(X) + C·k)·S)), in column blocks of bounded memory. With a ``factor_cache`` (what
-:func:`ldpstream.estimators.estimate` passes) a decode whose fit implies weights within a factor 1.5 of those of
-an earlier decode of the same design reuses them with their ``Ga⁻¹`` and ``Xa Ga⁻¹``: O(S²) for the estimate and
-O((C·k + nnz)·S) for the exact sandwich of those weights (:mod:`ldpstream.estimators.factor_cache`).
-
-Intervals. ``"ls"`` publishes Wald intervals from its sandwich SEs (``interval_method = "wald"``). The
-constrained decoders (``"nnls"``, ``"project"``, ``"mle"``) publish the least-squares interval
-``β̂_LS ± 1.96 SE_LS`` clipped to [0, 1] beside their point (``interval_method = "ls-sandwich"``): a Wald
-interval centred on a constrained (biased near 0) point with the unbiased estimator's SE under-covers, and at
-zero cells gives negative bounds; the LS interval has nominal coverage whatever the constraint does
-(docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders). Their ``std_errors`` are the LS
-sandwich SEs (O-RR "mle": its information SEs).
-
-The detection floor is ``Φ⁻¹(1 − 0.05/S)`` times the median candidate standard error.
+The constrained decoders publish the least-squares interval ``β̂_LS ± 1.96 SE_LS`` clipped to [0, 1]
+(``interval_method = "ls-sandwich"``; docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders)
+and its sandwich standard errors (O-RR "mle": the information ones). Gram matrices go through
+:class:`ldpstream.estimators.gram.WeightedGram` (exact up to ``exact_se_max`` candidates, the cavity
+approximation beyond); a ``factor_cache`` reuses an earlier decode's factors
+(:mod:`ldpstream.estimators.factor_cache`). The detection floor is ``Φ⁻¹(1 − 0.05/S)`` times the median
+candidate standard error.
 """
 
 from __future__ import annotations

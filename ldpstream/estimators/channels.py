@@ -213,8 +213,7 @@ def compressed_affine_channel(
     Rows of ``X`` with no nonzero have the same output probability ``o_b Σp + e_b p_o`` within a block, so
     merging them (summed counts, summed offsets and extras) leaves the EM fixed-point map, the observed
     information and the maximizer unchanged; the log-likelihood drops by ``n_merged,b · log(rows merged)``
-    per block, which is returned (to add back). With k = 4096 bits, C = 64 and S = 256 candidates, 94% of
-    the C·k rows are empty.
+    per block, which is returned (to add back) (docs/math/estimators.md#maximum-likelihood-with-unexplained-mass).
     """
     nonempty = np.diff(X.indptr) > 0
     n_empty = int(nonempty.size - nonempty.sum())

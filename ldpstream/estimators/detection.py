@@ -1,138 +1,29 @@
-"""Detection: which candidate strings of a RAPPOR / O-RAPPOR collection are really there.
+"""Detection: which candidate strings of a RAPPOR / O-RAPPOR collection are really there
+(docs/math/estimators.md#detection-which-candidates-are-there).
 
-:func:`detect` decodes a ``(C, k + 1)`` bit sketch against a candidate design matrix in four steps:
+:func:`detect` decodes a ``(C, k + 1)`` bit sketch against a ``(C·k, S)`` candidate design in four steps, on
+the responses ``z_cj = (c_cj/N_c − p*)/(q* − p*)`` (``E z = X f``), weights ``W``, ``G = XᵀWX``, ``g = XᵀWz``:
 
-1. **Screen** (non-negative lasso with a noise-calibrated penalty). Responses and weights as in
-   :mod:`ldpstream.estimators.candidates`: ``z_cj = (c_cj/N_c − p*)/(q* − p*)``, ``E z = X f``,
-   ``w_cj = N_c (q* − p*)² / (r_c (1 − r_c))`` with ``r_c`` the cohort's mean observed bit rate (the
-   weights ignore the small within-cohort variation of ``r``). With ``G = XᵀWX``, ``g = XᵀWz`` the screen
-   minimizes ``½ fᵀGf − gᵀf + λ Σ_s sqrt(G_ss) f_s`` over ``f >= 0`` (FISTA), the "other" column (every
-   string outside the list, hashing uniformly) unpenalized. At a candidate ``s`` that is absent the score
-   ``(g − Gf)_s`` is ``N(0, G_ss)`` when the other coefficients are right, so ``λ = Φ⁻¹(1 − α_screen)``
-   admits an absent candidate with probability about ``α_screen`` (default 0.05: the screen is looser than
-   the test, so that it removes most absent strings without capping the test's power). When the selected
-   columns are not well-determined (rank-deficient or more than ``max_fraction`` of the rows) λ is raised
-   geometrically until they are: the refit never runs on an underdetermined design.
-2. **Refit** by weighted non-negative least squares (``scipy.optimize.nnls``) on the selected columns (and
-   "other"), with the weights re-evaluated at the screened fit. Standard errors are those of the
-   unconstrained weighted LS on the selected set, ``sqrt(diag((X_AᵀWX_A)⁻¹))``: honest because the selected
-   design is well-determined. Then backward elimination (a thresholded lasso): selected candidates whose
-   refit ``z = f/se`` is below ``prune_z`` (default 1) are dropped and the rest refit, until none drops.
-   In the underdetermined regime this removes most of the absent strings the screen let in and with them
-   most of the collinearity that inflates the standard errors (measured: 136 → 43 selected columns, 16 → 24
-   true detections at the same BH level, measured with the benchmark of the previous release).
-   An unselected candidate gets estimate 0 and the standard error its
-   coefficient would have if it were added to the selected set (``1/(G_ss − G_sA G_AA⁻¹ G_As)``, capped
-   at 1): huge when the candidate is not identifiable from the selected strings.
-3. **Test**: one-sided z-tests of the refit, ``refit / std_error`` (0 for unselected candidates), with the
-   multiplicity correction taken over **all** S candidates, not only the selected ones (the screen used the
-   same data; dividing by S keeps the bounds approximately valid because a selected absent candidate's refit
-   z-score is about its z-score in the full model): ``"bonferroni"`` (family-wise error ≤ α) or ``"bh"``
-   (Benjamini–Hochberg, false discovery rate ≤ α). The mask is :meth:`DetectionEstimate.significant` of the
-   returned estimate with the same ``alpha`` and ``correction``; ``info["detected"]`` is its index list.
+1. **Screen**: minimize ``½ fᵀGf − gᵀf + λ Σ_s sqrt(G_ss) f_s`` over ``f >= 0`` (:func:`nn_lasso`), "other"
+   unpenalized, ``λ = Φ⁻¹(1 − alpha_screen)``, raised until the selected columns are well-determined.
+2. **Refit**: weighted NNLS on the selected columns, standard errors of the unconstrained weighted LS on them;
+   candidates with refit ``z < prune_z`` are dropped and the rest refit until none drops.
+3. **Test**: one-sided ``z = refit / se`` (0 for the unselected), corrected over all S candidates:
+   ``"bonferroni"`` or ``"bh"``, adaptive (``adaptive="two-stage"``: :func:`two_stage_step_up`;
+   ``"storey"``: :func:`storey_null_fraction`) when the full design is well-determined, plain BH otherwise.
+4. **Points** (``shrink=True``): empirical-Bayes posterior means of the full LS
+   (:mod:`ldpstream.estimators.empirical_bayes`), with the full LS sandwich interval
+   (``interval_method = "ls-sandwich"``); in an underdetermined design the refit and its clipped Wald interval
+   (``"wald-refit"``).
 
-   **Adaptive BH** (``adaptive="two-stage"``, the default). Plain BH bounds the FDR by ``α·S0/S``, not α:
-   with half the candidates absent (the Zipf benchmark) it runs at half the stated rate. When the design of
-   *all* candidates (and "other") is itself well-determined (at most ``max_fraction`` of the rows, positive
-   definite, every variance inflation factor below ``cond_max``), the weighted LS of all of them at the
-   refit's weights is computed from the same Gram matrix; its z-scores are exactly N(0, 1) for absent
-   candidates (measured: mean −0.01, sd 0.998 over 4,000 absent strings), and a selected absent candidate's
-   refit z is about its full-LS z, so the refit's p-values are valid and BH may adapt to the share of
-   absent candidates. The default does so by the two-stage linear step-up procedure of Benjamini, Krieger
-   and Yekutieli (2006, Biometrika 93, Definition 6; :func:`two_stage_step_up`): BH at ``α' = α/(1 + α)``
-   on the refit's one-sided p-values rejects ``r1`` of the ``S`` candidates; none are detected if
-   ``r1 = 0``, all if ``r1 = S``; otherwise BH runs again at ``α'·S/(S − r1)``, i.e. at ``α'/π̂0`` with
-   ``π̂0 = 1 − r1/S`` (``info["null_fraction"]``); only positive z are detected. It controls the FDR at α
-   for independent p-values (their Theorem 2), and in their simulations it kept that control under positive
-   dependence, where Storey's λ = 1/2 estimator did not (reproduced in ``tests/statistical/
-   test_detection.py``: equicorrelated z, ρ = 0.5, FDR 0.079 two-stage against 0.150 Storey at α = 0.10).
-   The candidates' z-scores here are dependent (candidates share bits), though weakly (near-orthogonal
-   design). Its ``π̂0`` is conservative by construction (the first stage rejects only what BH finds:
-   measured 0.76–0.84 for a truth of 0.50, seeds 10–29), so it sits between plain BH and Storey's rule.
-   ``adaptive="storey"`` keeps the previous release's rule: Storey's estimator (:func:`storey_null_fraction`,
-   λ = 1/2) of the full-LS p-values gives ``π̂0`` (measured 0.56–0.68) and BH runs at ``α/π̂0`` on positive
-   z (Storey, Taylor and Siegmund 2004: FDR ≤ α for independent p-values). ``adaptive=False``: plain BH.
-   In an underdetermined design (no valid p-value exists for an unselected candidate) every choice is plain
-   BH (``π̂0 = 1``). Measured (Zipf regime, BH at 0.10; true / false detections / TV of the reported list;
-   bench/results/rappor_detection.txt): two-stage 78.6 / 5.9 / .146 (seeds 0–9), 79.2 / 4.7 / .143
-   (10–29), 78.0 / 4.3 / .145 (held-out 30–49); Storey's 87.3 / 8.8 / .143, 88.7 / 7.3 / .139, 87.0 / 6.7 / .141; plain
-   BH 75.6 / 5.3 / .155 and 76.5 / 4.1 / .153 (refit points).
-4. **Point estimates** (``shrink=True``, the default). The strings of a detected list are there because
-   their estimates are large, so the refit values of those near the threshold are biased upwards (the
-   winner's curse: +0.05 to +0.07 of total mass in the Zipf benchmark, most of it from strings ranked 50–200
-   detected on a lucky draw). When the full design is well-determined (as in step 3), the published
-   frequency of a selected candidate is its empirical-Bayes posterior mean
-   (:mod:`ldpstream.estimators.empirical_bayes`): the distribution of the candidates' frequencies is
-   estimated by nonparametric maximum likelihood from the full LS estimates and standard errors, and
-   ``E[f_s | β̂_s]`` under it is reported. A posterior given the data does not depend on how the list was
-   chosen from that data (Efron 2011), so no model of the selection is needed. Measured (development
-   seeds 10–29, Storey's adaptive BH at 0.10): TV of the reported list .151 with the refit values, .139 with
-   the posterior means (two-stage BH: .153 and .143). The test (step 3) still uses the refit. The published
-   95% interval and standard error are the weighted least squares of all candidates with its sandwich
-   covariance (``interval_method = "ls-sandwich"``), unbiased whatever the selection did (the refit's,
-   conditional on the selection, covered 0.79–0.90 near the threshold); in an underdetermined design the
-   refit ± 1.96 standard errors clipped to [0, 1] (``"wald-refit"``). Unselected candidates keep estimate 0.
-   In an underdetermined design the refit values are published (``info["point"]``).
+Default: two-stage adaptive Benjamini–Hochberg at q = 0.10. The detected set is
+:meth:`DetectionEstimate.significant` at the same ``alpha`` and ``correction``, also ``info["detected"]``.
 
-**Default rule: Benjamini–Hochberg at q = 0.10** over all S candidates, adaptive by the two-stage procedure
-as above. A detected list is judged by the share of false strings in it, not by whether it holds any, so the
-criterion is the false discovery rate (Bonferroni's family-wise bound is kept as an option: at S = 400 it finds
-fewer than half the true strings of the Zipf benchmark). q = 0.10 is the level of Google's published operating
-point (3–8 false among 80–90 reported strings, a false share of 4–9%). The same rule is used in both regimes
-(no per-regime tuning); in the underdetermined regime it is plain BH (π̂0 = 1).
-Why two-stage rather than Storey's (the previous default): the principled reason is the dependence above
-(two-stage keeps FDR control under positive dependence in Benjamini, Krieger and Yekutieli's simulations,
-Storey's λ = 1/2 does not); the deciding figure was the operating point against Google's decoder. In the
-Zipf benchmark, on the seeds the choice was made on, Storey's rule reported more false strings than our
-re-implementation of Google's decoder (8.8 against 7.7 on seeds 0–9, 7.3 against 6.5 on 10–29), two-stage
-fewer (5.9 and 4.7) with more true ones (78.6 and 79.2 against 75.5 and 77.1) and a lower TV (.146 and .143
-against .154 and .150). On held-out seeds 30–49 both had fewer false strings than the re-implementation
-(two-stage 78.0 / 4.3 / .145, Storey's 87.0 / 6.7 / .141, re-implementation 73.4 / 8.1 / .155). Storey's
-finds about 9 more true strings at about 2.5 more false (Google's published figures: 80–90 found, 3–8
-false, TV ≈ .15); it stays available as ``adaptive="storey"``, its figures measured beside the default.
-
-The power is at the information floor of the sketch: a candidate's standard error, 0.0014 in the Zipf
-benchmark, is that of an orthogonal design, ``sqrt(r(1 − r)/(N_c (q* − p*)²)/(C·h))`` = 0.00137, and any
-rule that treats the candidates alike thresholds the z-scores (the likelihood ratio of present against
-absent is increasing in z). The frontier is then fixed by the threshold t: expected true detections
-``Σ_s Φ(μ_s − t)`` and false ``S0·Φ(−t)`` with ``μ_s = f_s/se``; for Zipf(1) over 200 strings, t = 2.0 gives
-79.5 true and 4.6 false, t = 1.8 88.6 and 7.2, t = 1.7 93.5 and 8.9. Plain BH at 0.10 sits near t = 2.05,
-two-stage BH near t = 2.0 (its smallest detected z: 1.86–2.10, mean 2.00, seeds 10–29), Storey's near
-t = 1.79.
-
-Evaluated and not adopted (bench/results/rappor_detection.txt, row "no screen, LS z"): in a well-determined
-design, skipping the screen and testing the unconstrained weighted LS estimate of every candidate with its
-exact standard error (``decode_bits(method="ls")``). It detects no more true strings at the same BH level
-(the screened refit's standard errors are ≈ 2% smaller; development seeds, Storey's adaptive BH at 0.10: 89.0 true,
-7.7 false against 88.7 and 7.3) and its clipped point estimate has a larger TV; testing the
-simplex-constrained NNLS estimate against the exact LS standard error instead is conservative (null
-P(z > 1.645) measured 0.032) and loses a quarter of the detections. A refit constrained to ``Σ f <= 1`` would
-change nothing: the refit's total is 0.93–0.96. A posterior median (the Bayes rule for absolute error) gave
-a larger TV than the posterior mean (.144 against .140, development seeds), the NPMLE's atom at 0 being
-unidentifiable from small positive frequencies.
-Also evaluated and not adopted (docs/math/estimators.md, "Local false discovery rates and the empirical null";
-bench rows "lfdr …", "empirical null"): ranking by the local fdr of the full LS under the NPMLE prior selects
-the same strings as ranking by z (the standard errors differ by 0.34%), selecting by mean lfdr <= 0.10 is
-anticonservative with the NPMLE's atom at 0 as the null share (it is not identified from small positive
-frequencies: 110.5 true / 34.7 false, seeds 0-9) and, with Storey's null share, the same rule as Storey's
-adaptive BH (87.0 / 9.2 against 87.3 / 8.8), and Efron's empirical null, fitted to z's whose theoretical
-null is exact, absorbs the present strings near 0 and is conservative (53.8 / 1.3).
-A more permissive screen changes little (Zipf regime, seeds 0-2, plain BH 0.10: ``alpha_screen`` 0.05 / 0.2
-/ 0.5 give 76.3 / 73.3 / 75.0 true and 6.0 / 5.0 / 5.3 false); without backward elimination the permissive
-screen keeps ≈ 240 columns and drops to 61.7 true.
-
-``info`` records ``rule`` (``"bonferroni"``/``"bh"``), ``alpha``, ``adaptive`` (the BH procedure that ran:
-``"two-stage"``, ``"storey"`` or ``"none"``: plain BH, Bonferroni, or an underdetermined design), ``lambda``,
-``alpha_screen``, ``selected`` (count after pruning), ``pruned``, ``determined`` (whether a well-determined
-selected set was found), ``lambda_raised`` (number of λ increases), ``null_fraction`` (π̂0: ``1 − r1/S`` of the
-two-stage procedure at ``alpha``, Storey's estimate, or 1 when not estimated),
-``point`` (``"posterior-mean"`` or ``"refit"``) and ``detected_mass`` (the published frequencies of the detected
-strings summed: ``1 − detected_mass`` of the reports is left to undetected candidates and to strings outside
-the list; in the Zipf benchmark, seeds 0–4, two-stage rule: 0.785–0.843, within 0.028 of the true mass of
-the detected strings; the undetected strings hold 0.17–0.21. Storey's rule, earlier record: 0.80–0.85,
-within 0.016, the refit values of its list summing 0.05–0.07 too high).
-Cost: one dense ``S × S`` Gram matrix and FISTA on it (S up to a few thousand); the full LS is one Cholesky
-factorization and inverse of it (O(S³)), the NPMLE an EM over ≈ 160 grid points × S.
+``info`` also records ``rule``, ``alpha``, ``adaptive`` (the procedure that ran: ``"two-stage"``, ``"storey"`` or
+``"none"``), ``lambda``, ``alpha_screen``, ``selected`` (count after pruning), ``pruned``, ``determined`` (a
+well-determined selected set was found), ``lambda_raised`` (number of λ increases), ``null_fraction`` (π̂0, 1 when
+not estimated), ``point`` (``"posterior-mean"`` or ``"refit"``) and ``detected_mass`` (the published frequencies of
+the detected strings summed).
 """
 
 from __future__ import annotations
@@ -203,7 +94,8 @@ def nn_lasso(
     The extrapolated point ``y`` is nonzero only on the supports of the last two iterates (the penalty keeps
     most candidates at 0), so ``G y`` is computed from those columns of ``G`` alone when they are fewer than
     :data:`SPARSE_PRODUCT_SHARE` of them: the same sums without their zero terms (equal up to the order of
-    the additions), at ``|supp y|/S`` of the cost (the n-gram screen of discovery: ≈ 110 of 1,601 columns).
+    the additions), at ``|supp y|/S`` of the cost (docs/math/estimators.md#detection-which-candidates-are-there,
+    "Cost").
     """
     n = g.shape[0]
     x = np.zeros(n) if x0 is None else np.maximum(np.asarray(x0, dtype=np.float64), 0.0)
@@ -267,12 +159,12 @@ def two_stage_step_up(p_values: ArrayLike, q: float) -> tuple[np.ndarray, float]
 
 @dataclass(frozen=True, eq=False)
 class FullDesignFit:
-    """The weighted least squares of *every* candidate at the refit's weights (step 3 of the module docstring),
+    """The weighted least squares of *every* candidate at the refit's weights (step 3 of :func:`detect`),
     computed only when that design is well-determined: ``estimates`` ``β̂ = G⁻¹XᵀWz`` and ``std_errors``
     ``sqrt(diag G⁻¹)`` (absent candidates' ``β̂/se`` are N(0, 1)), and the empirical-Bayes prior fitted to them
     (:func:`~ldpstream.estimators.empirical_bayes.npmle_prior`: support ``grid``, masses ``prior``; ``None``
-    when ``shrink`` is off). Kept for diagnostics and for evaluating other detection rules on the same fit
-    (``bench/rappor_detection.py``); not published."""
+    when ``shrink`` is off). Kept for diagnostics and for evaluating other detection rules on the same fit;
+    not published."""
 
     estimates: np.ndarray
     std_errors: np.ndarray
@@ -299,8 +191,8 @@ class DetectionEstimate(ScoreTestedEstimate):
 
     def null_share(self, alpha: float) -> float:
         """The share of absent candidates the ``"bh"`` rule at level ``alpha`` estimates from these tests:
-        ``m̂0/m`` of the two-stage procedure (computed now, so it follows a window's widened tests), Storey's
-        ``null_fraction``, or 1 for plain BH."""
+        ``m̂0/m`` of the two-stage procedure (computed from these tests, so it follows a window's widened ones),
+        Storey's ``null_fraction``, or 1 for plain BH."""
         if self.adaptive == "two-stage":
             return two_stage_step_up(self.p_values(), alpha)[1]
         return self.null_fraction if self.adaptive == "storey" else 1.0
@@ -391,9 +283,9 @@ def detect(
     docstring). Returns a :class:`DetectionEstimate` over all S candidates (zero for the unselected);
     ``est.significant(alpha, correction)`` is the detected set, also in ``info["detected"]``. ``adaptive``
     (used when the full design is well-determined, step 3): ``"two-stage"`` (Benjamini, Krieger and
-    Yekutieli 2006; ``True`` means the same), ``"storey"`` (BH at ``alpha/π̂0``, Storey's π̂0: the default of
-    the previous release) or ``False`` (plain BH); ``shrink``: empirical-Bayes posterior means as the
-    published points (step 4). With ``adaptive=False, shrink=False``, the decoder of two releases ago.
+    Yekutieli 2006; ``True`` means the same), ``"storey"`` (BH at ``alpha/π̂0``, Storey's π̂0) or ``False``
+    (plain BH); ``shrink``: empirical-Bayes posterior means as the published points (step 4); with
+    ``adaptive=False, shrink=False``, plain BH on the refit values.
     ``ls_interval``: the interval and standard errors of the least squares of all candidates when that design is
     well-determined (False: the refit's, for a caller that uses the selection only; the tests are the same).
     """

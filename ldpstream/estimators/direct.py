@@ -17,7 +17,7 @@ Bonferroni or BH flag agrees with the interval. Standard errors describe the pub
 ``"unbiased"``; for ``"truncate"``, ``"project"`` and ``"mle"`` the linearization on the active set with the
 exact covariance of the sketch (for k-RAPPOR a sandwich: the bits of a report are dependent), and for cells
 at 0 the sd of the censored estimate (docs/math/estimators.md#intervals-of-the-direct-decoders). All closed
-form: a decode with its interval costs at most about 1 ms at k = 256 (bench/intervals_direct.py).
+form (cost: docs/math/estimators.md#standard-errors-of-the-post-processed-estimates).
 """
 
 from __future__ import annotations

@@ -1,49 +1,28 @@
 """Factorizations of the candidate decoders' weighted Gram matrices, kept across decodes
 (docs/math/estimators.md#the-sandwich-from-cached-factors).
 
-The live decoder decodes the same metrics (same mechanism, same candidate list, hence the same design ``Xa``)
-every few seconds. What costs O(P³) in a decode with exact standard errors (``P`` = candidates + "other") is
-``Ga = Xaᵀ W Xa``: its Cholesky factor, its inverse, and the product of the inverse with the meat. ``Ga``
-depends on the design and on the weights ``W``, which come from a pilot fit of the data: they change from one
-refresh to the next, but only a little (counts accumulate), and mostly by a common scale (more reports).
-
-**Reference weights.** The weighted least-squares estimate ``β = Ga⁻¹ Xaᵀ W z`` is unbiased for *any* fixed
-weights, and its exact covariance is the sandwich ``Ga⁻¹ M Ga⁻¹`` with ``M = Xaᵀ W Σ_z W Xa``
-(:mod:`ldpstream.estimators.sandwich`) for those weights; the weights only decide the efficiency. Weights ``W_ref``
-within a factor ``κ`` of the inverse variances ``W`` up to a common scale (``max_i r_i / min_i r_i ≤ κ`` with ``r =
-w / w_ref``) lose at most ``1 − 4κ/(1 + κ)²`` of the efficiency of each linear combination when the cells are
-independent (Kantorovich's inequality applied to ``W^{1/2} W_ref^{-1/2}``): 4% of variance at the default ``κ =
-1.5``; cells of one cohort covary a little (multinomial, bits of one report), so the decode's own weights are not
-exactly optimal either and the two variances differ by at most about that factor either way. So a decode may reuse
-the weights of an earlier decode of the same design, with their ``Ga⁻¹`` and ``B = Xa Ga⁻¹`` (float32), when the
-weights its own fit implies are that close; its estimate is then the least squares with the reference weights, and
-its standard errors the *exact* sandwich for them (:meth:`SandwichMeat.sandwich_diagonal` from ``B``: O((R +
-nnz)·P) instead of O(P³)). The check is made at the reference fit itself (the weights implied by the estimate with
-the reference weights), so a cache hit is decided by the data of the decode, not by its history.
+**Reference weights.** The weighted least squares ``β = Ga⁻¹ Xaᵀ W z`` (``Ga = Xaᵀ W Xa``) is unbiased for any
+fixed weights, with the exact sandwich covariance ``Ga⁻¹ M Ga⁻¹`` for them. A decode of the same design reuses
+an earlier decode's weights ``W_ref`` with their ``Ga⁻¹`` and ``B = Xa Ga⁻¹`` (float32) when the weights its
+own fit at ``W_ref`` implies are within a factor ``κ`` of them up to a common scale (``max r / min r ≤ κ``,
+``r = w / w_ref``; default ``κ = 1.5``, at most ``1 − 4κ/(1 + κ)²`` of efficiency lost). Its estimate is then
+the least squares with ``W_ref`` and its standard errors the exact sandwich for them
+(:meth:`SandwichMeat.sandwich_diagonal` from ``B``: O((R + nnz)·P) instead of O(P³)).
 
 :class:`FactorCache` keeps, per key (the mechanism, the candidate list and the decoder's options), up to
-``per_key`` references (the windows of one metric: ``all``, ``1d``, ``1h`` may need different ones), least
-recently used first out, bounded in bytes overall. Only the exact back end (``S ≤ exact_se_max``) is cached.
+``per_key`` references, least recently used first out, bounded in bytes overall. Only the exact back end
+(``S ≤ exact_se_max``) is cached.
 
-**Information variances** (docs/math/estimators.md#information-variances-from-an-earlier-decode). The O-RR
-maximum likelihood publishes the variances of the observed information restricted to the simplex, ``J⁻¹`` with
-``J = Bᵀ diag(d) B``, ``d = n / m²`` per channel output and ``B`` fixed by the design. If ``d`` lies within
-``[a, b] · d_ref`` cell by cell (the same cells non-zero), ``J`` lies within ``[a, b] · J_ref`` in the Loewner
-order, so every variance lies within ``[1/b, 1/a]`` times its reference value. With ``b/a ≤ κ_I`` (default
-1.04) the cache returns ``var_ref / sqrt(a b)``: each variance within a factor ``sqrt(b/a) ≤ 1.02`` of the
-exact one, each standard error within ``(b/a)^{1/4} − 1 ≤ 1%`` (the bound is returned with it). A refresh of
-a window of many buckets changes ``d`` by far less (a few fresh reports in hundreds per cell).
+**Information variances** (docs/math/estimators.md#information-variances-from-an-earlier-decode): for the
+O-RR maximum likelihood, ``J = Bᵀ diag(d) B`` with ``d = n / m²``; when ``d`` lies within ``[a, b] · d_ref``
+cell by cell and ``b/a ≤ κ_I`` (default 1.04), the cache returns ``var_ref / sqrt(a b)``, each standard error
+within ``(b/a)^{1/4} − 1 ≤ 1%`` of the exact one (the bound is returned with it).
 
 **Sandwich variances of a grown window** (docs/math/estimators.md#sandwich-variances-of-a-grown-window), an
-approximation. A cache hit keeps the reference's ``Ga⁻¹`` and ``B``, so a decode's sandwich variances change
-only through the meat, a plug-in of the window's fit and cohort counts. When the counts a decode is given hold
-every count of an earlier exact computation on the same reference (no cell decreased: the window only gained
-reports) and each cohort's reports grew by at most ``variance_growth`` (default 1%), the earlier variances are
-returned times ``N_ref/N`` (the ``1/N`` law of every variance here) instead of the O((R + nnz)·P) pass, and the
-estimate says so (``info["se_sandwich"] = "reused"``, with the growth). The rest of the plug-in's change over
-such a step, from the fit's, is not bounded in closed form: measured on the refresh benchmark's windows at
-most 0.28% of a standard error (``bench/decoder_refresh.py``; tests/unit/test_warm_decode_shortcuts.py holds it
-within 1% on a grown window). A window that loses a bucket, or grows by more, is computed exactly again.
+approximation: when a decode's counts hold every count of an earlier exact computation on the same reference
+and each cohort's reports grew by at most ``variance_growth`` (default 1%), the earlier variances times
+``N_ref/N`` are returned (``info["se_sandwich"] = "reused"``, with the growth); otherwise they are computed
+exactly.
 """
 
 from __future__ import annotations

@@ -1,43 +1,24 @@
-"""Weighted Gram matrices ``G = Xᵀ diag(w) X`` of sparse hashed designs: solves and ``diag(G⁻¹)``.
+"""Weighted Gram matrices ``G = Xᵀ diag(w) X`` of sparse hashed designs: solves and ``diag(G⁻¹)``
+(docs/math/estimators.md#large-candidate-lists-the-cavity-approximation).
 
 Every candidate decoder needs ``G⁻¹ b`` for a few right-hand sides and the diagonal of ``G⁻¹`` (the
 standard errors). Two back ends, chosen by the number of candidates ``S``:
 
-- ``S <= exact_max`` (default 1024): dense ``G`` (8 MB at S = 1024), Cholesky, and the exact diagonal of
-  ``G⁻¹`` as the column sums of squares of ``L⁻¹``; pseudo-inverse if ``G`` is singular.
-- ``S > exact_max``: ``G`` is never formed (it is dense: at S = 4096, C = 64, k = 128 two candidates share
-  a cell of some cohort with probability ≈ 1 − (1 − 1/k)^C ≈ 0.4). Solves use block conjugate gradients with
-  the Jacobi preconditioner and two sparse products ``Xᵀ(w ⊙ (X V))`` per iteration; memory is O(nnz(X) + S).
+- ``S <= exact_max`` (default 1024): dense ``G``, Cholesky, and the exact diagonal of ``G⁻¹`` as the column
+  sums of squares of ``L⁻¹``; pseudo-inverse if ``G`` is singular.
+- ``S > exact_max``: ``G`` is never formed. Solves use block conjugate gradients with the Jacobi
+  preconditioner and two sparse products ``Xᵀ(w ⊙ (X V))`` per iteration; memory is O(nnz(X) + S).
 
-**Approximate diagonal of ``G⁻¹`` (large S).** Exact ``(G⁻¹)_ss = 1/(G_ss − g_sᵀ G_{−s}⁻¹ g_s)`` needs one
-solve per candidate. We use the cavity (Gaussian belief-propagation) fixed point on the factor graph of
-cells ``i`` (rows) and candidates ``s`` (columns):
+**Approximate diagonal of ``G⁻¹`` (large S)**: the cavity (Gaussian belief-propagation) fixed point on the
+factor graph of cells ``i`` and candidates ``s``,
 
     v_s = 1 / Σ_i  x_is² w_i / (1 + w_i (T_i − x_is² v_s)),      T_i = Σ_t x_it² v_t,
 
-started at ``v_s = 1/G_ss``. Reading: a cell ``i`` measures ``Σ_t x_it p_t`` with noise variance ``1/w_i``;
-for candidate ``s`` the other candidates of the cell act as extra noise of variance ``Σ_{t≠s} x_it² v_t``, so
-the cell's effective precision for ``s`` is ``x_is² / (1/w_i + Σ_{t≠s} x_it² v_t)``. With equal weights and
-``L`` candidates per cell this gives ``v = 1/(w (C − L))``, i.e. the variance inflation ``1/(1 − S/(Ck))`` of
-the Marchenko–Pastur law; unequal weights (heavy hitters' cells are noisier) and unequal cell loads are taken
-per cell. The iteration increases monotonically to the smallest fixed point (it diverges only when the
-design is close to rank deficient, S ≳ Ck; then the dense path is used).
-
-Belief propagation ignores short loops (two candidates sharing cells of several cohorts), which biases
-the variances low by a few percent (≈ 3% at S = 4096, C = 64, k = 128). The bias is removed by calibration:
-``probes`` candidates drawn at random (fixed seed, so decoding is deterministic) get their exact
-``(G⁻¹)_ss`` from one block-CG solve with unit vectors, and all cavity values are multiplied by the mean
-ratio exact/cavity. The probes, and the ``top`` candidates the caller asks for (the largest estimates: the
-ones whose intervals are read), keep their exact values.
-
-Measured against the exact values (tests/statistical/test_estimators_scale.py; O-RR and O-RAPPOR, h = 1,
-C = 64, k = 128, ε = 4, n = 10⁶, Zipf(1.1)), relative error of the standard errors sqrt(v_s):
-S = 1024: at most 1.3%, 0.3% rms (calibration factor 1.008); S = 4096: at most 3.4%, 0.8% rms
-(calibration factor 1.033; uncalibrated cavity SEs are ≈ 1.6% low on average). A relative SE error δ moves
-the coverage of a 95% interval by about 0.23·δ. The sandwich standard errors of the least squares
-(:mod:`ldpstream.estimators.sandwich`) reuse the probes' and ``top``'s exact columns (:attr:`WeightedGram.exact_idx`,
-:attr:`WeightedGram.exact_columns`); with them the same accuracy holds for the sandwich (S = 4096: at most
-3.4%, 0.8% rms, O-RR and O-RAPPOR).
+started at ``v_s = 1/G_ss`` (the dense path when it fails, S ≳ Ck), then calibrated: ``probes`` candidates
+drawn with a fixed seed get their exact ``(G⁻¹)_ss`` from one block-CG solve, and all cavity values are
+multiplied by the mean ratio exact/cavity. The probes and the ``top`` candidates the caller asks for keep
+their exact values, and their exact columns (:attr:`WeightedGram.exact_idx`, :attr:`WeightedGram.exact_columns`)
+serve the sandwich standard errors of :mod:`ldpstream.estimators.sandwich`.
 """
 
 from __future__ import annotations

@@ -220,9 +220,10 @@ def _self_consistent_fit(fit: JointFit, mx: VariableModel | None, my: VariableMo
                          patterns: PairPatterns, shape: tuple[int, int], *, tolerance: float, max_iterations: int,
                          accelerate: bool, frequency_tolerance: float, max_refits: int
                          ) -> tuple[JointFit, VariableLikelihood, VariableLikelihood, PairChannel, int, float, int]:
-    """The fixed point ``f = G p̂(f)`` of docs/math/joint.md#self-consistent-candidate-frequencies for the
-    variables given a model (``None``: that variable's ``f`` stays), by Newton's method on ``G p̂(f) − f``, each
-    refit's EM warm-started from the last table. The Jacobian is ``G ∂p̂/∂f − I`` with
+    """The fixed point ``f = G p̂(f)`` for the variables given a model
+    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default; ``None``: that
+    variable's ``f`` stays), by Newton's method on ``G p̂(f) − f``, each refit's EM warm-started from the last
+    table. The Jacobian is ``G ∂p̂/∂f − I`` with
     ``∂p̂/∂f_V = −J I_θ⁻¹ Jᵀ F_V/(1 − Σf_V)`` (the implicit function theorem on the EM's score equations;
     :func:`~ldpstream.estimators.joint_sandwich.frequency_score_jacobian`). Stops when no frequency differs from
     its margin by ``frequency_tolerance``. Returns the last fit, likelihoods and channel (whose Other laws are
@@ -309,23 +310,23 @@ def estimate_joint(
     Candidate frequencies of the Other rule: a variable's :attr:`JointVariable.frequencies` when given; else the
     least squares against its ``dictionary`` when well-determined; else least squares on the candidates alone
     (docs/math/joint.md#candidate-frequencies-from-the-dictionary). ``self_consistent`` (off by default, an
-    experiment: measured harmful at 16 and 128 bits) then refits the last ones, for hashed bit mechanisms,
+    experiment) then refits the last ones, for hashed bit mechanisms,
     until they equal the fitted table's candidate margins: ``f ← G p̂(f)`` by Newton, EM warm-started, until no
     frequency moves by ``frequency_tolerance`` or after ``max_refits`` refits
-    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment).
+    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default).
 
     Two direct members (k-RR, k-RAPPOR) one of whose Other holds two values or more, each member's categories
     partitioning its alphabet (Other, or every value a candidate), are decoded instead, when
     ``inversion`` (default), by the unbiased inversion of their full alphabets' channels aggregated to the
-    published categories (:mod:`ldpstream.estimators.joint_direct`; docs/math/joint.md#direct-members-the-full-
-    alphabet): no Other law, no EM (``iterations`` 0; ``start`` and the EM's options unused), every cell
-    identified, ``interval_method`` ``"wald-clipped-inversion"``, independence by the Wald test of the interaction
-    contrasts. Likewise, when ``inversion``, two members that both have Other, at least one hashed, each either
-    direct or hashed with a well-determined ``dictionary`` holding its candidates: the per-report least squares
-    against the dictionary (eq. J3; docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
-    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws (the
-    comparison of ``bench/joint_krr_other.py`` and ``bench/joint_hashed_inversion.py``), whose cells rule 2 of
-    :mod:`~ldpstream.estimators.joint_identification` flags.
+    published categories (:mod:`ldpstream.estimators.joint_direct`;
+    docs/math/joint.md#direct-members-the-full-alphabet): no Other law, no EM (``iterations`` 0; ``start`` and
+    the EM's options unused), every cell identified, ``interval_method`` ``"wald-clipped-inversion"``,
+    independence by the Wald test of the interaction contrasts. Likewise, when ``inversion``, two members that
+    both have Other, at least one hashed, each either direct or hashed with a well-determined ``dictionary``
+    holding its candidates: the per-report least squares against the dictionary (eq. J3;
+    docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
+    ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws, whose
+    cells rule 2 of :mod:`~ldpstream.estimators.joint_identification` flags.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")

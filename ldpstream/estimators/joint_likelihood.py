@@ -3,37 +3,27 @@
 For a variable X with candidate values ``v_1..v_S`` and distinct patterns ``u`` (cohort ``c_u``, report
 ``R_u``), this module builds the ``(D, S)`` matrix ``L[u, s] = P(R_u | v_s, c_u)`` and, optionally, an extra
 column ``P(R_u | Other, c_u)`` (Fanti, Pihur, Erlingsson 2016, §4.A–B). Rows are scaled by their largest
-entry (the EM and the information only use ratios within a row); the log of the scale is returned so the
-log-likelihood can be reported exactly.
+entry; the log of the scale is returned so the log-likelihood can be reported exactly.
 
-The true report of every candidate comes from the mechanism's own design matrix ``H`` (``(C·k, S)`` 0/1,
-cohort-major rows, :meth:`~ldpstream.mechanisms.base.Mechanism.design_matrix`; the identity for the direct
-mechanisms k-RR and k-RAPPOR, whose values are alphabet indices):
+The true report of every candidate comes from the mechanism's design matrix ``H`` (``(C·k, S)`` 0/1,
+cohort-major rows, :meth:`~ldpstream.mechanisms.base.Mechanism.design_matrix`):
 
-- symbol mechanisms (k-RR, O-RR): ``P(y | s, c) = hi`` when ``H[c·k + y, s] = 1`` else ``lo``
-  (``response_rates``), read by indexing;
-- bit mechanisms (k-RAPPOR, O-RAPPOR, RAPPOR): with ``t_j = q*`` where ``H[c·k + j, s] = 1`` else ``p*``,
-  ``log P(b | s, c) = Σ_j b_j log t_j + (1 − b_j) log(1 − t_j)``
-  ``= Σ_j [b_j log p* + (1 − b_j) log(1 − p*)] + A·(bᵀH_c)_s + B·(h_{c,s} − (bᵀH_c)_s)``,
-  ``A = log(q*/p*)``, ``B = log((1 − q*)/(1 − p*))``, ``h_{c,s}`` the number of bits candidate s sets in c:
-  one ``(n_c, k) × (k, S)`` matrix product per cohort.
+- symbol mechanisms (k-RR, O-RR): ``P(y | s, c) = hi`` when ``H[c·k + y, s] = 1`` else ``lo``;
+- bit mechanisms (k-RAPPOR, O-RAPPOR, RAPPOR): ``log P(b | s, c) = Σ_j [b_j log p* + (1 − b_j) log(1 − p*)]
+  + A·(bᵀH_c)_s + B·(h_{c,s} − (bᵀH_c)_s)``, ``A = log(q*/p*)``, ``B = log((1 − q*)/(1 − p*))``,
+  ``h_{c,s}`` the number of bits candidate s sets in cohort c.
 
-"Other" (§4.B, the rule of the paper, per cohort c, from the patterns' own per-cohort counts):
-``f_s`` are the candidates' frequencies among all reports (the marginal decoder's, or least squares on the
-patterns' sketch: against the metric's candidate list when well-determined, :func:`dictionary_frequencies`,
-else against the candidates alone, :func:`candidate_frequencies`), ``N_c`` the cohort's reports,
-``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other.
+"Other" (docs/math/joint.md#the-other-category), per cohort c: ``f_s`` are the candidates' frequencies among
+all reports (given, or least squares on the patterns' sketch: :func:`dictionary_frequencies`,
+:func:`candidate_frequencies`), ``N_c^O = N_c (1 − Σ_s f_s)`` the reports left to Other;
 
-- bits: ``t^O_{c,j} = (Y_{c,j} − Σ_s N_c f_s t_{c,j,s}) / N_c^O`` clipped to ``[p*, q*]`` (any mixture of
-  values sets bit j with a probability in that range), and ``P(b | Other, c) = Π_j (t^O)^{b_j}
-  (1 − t^O)^{1 − b_j}``: the paper's product form, which treats the bits as independent given Other (exact
-  for one value, an approximation for a mixture);
+- bits: ``t^O_{c,j} = (Y_{c,j} − Σ_s N_c f_s t_{c,j,s}) / N_c^O`` clipped to ``[p*, q*]``,
+  ``P(b | Other, c) = Π_j (t^O)^{b_j} (1 − t^O)^{1 − b_j}``;
 - symbols: ``P(y | Other, c) = (Y_{c,y} − Σ_s N_c f_s Q(y | s, c)) / N_c^O`` clipped to ``[lo, hi]`` and
-  renormalized over y (exact for a mixture: no independence assumption).
+  renormalized over y.
 
-When fewer than :data:`MIN_OTHER_REPORTS` reports of a cohort are left to Other (the candidates explain
-everything), its likelihood falls back to that of a value hashed uniformly at random (``1/k`` per symbol;
-``t = p* + (q* − p*)·h/k`` per bit, h = the mechanism's hashes, 1 for k-RAPPOR).
+With fewer than :data:`MIN_OTHER_REPORTS` reports of a cohort left to Other, its likelihood is that of a value
+hashed uniformly at random (``1/k`` per symbol; ``t = p* + (q* − p*)·h/k`` per bit).
 """
 
 from __future__ import annotations
@@ -93,7 +83,8 @@ class OtherLaw:
     rates: np.ndarray
     frequencies: np.ndarray
     freq_jacobian: np.ndarray
-    #: ``f`` are the fitted table's own margins (docs/math/joint.md#self-consistent-candidate-frequencies):
+    #: ``f`` are the fitted table's own margins
+    #: (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default):
     #: ``freq_jacobian`` is zero and ``f``'s influence enters the sandwich's bread instead.
     self_consistent: bool = False
 
@@ -323,7 +314,8 @@ class VariableModel:
     """What one variable's likelihoods need that does not depend on the candidate frequencies ``f``: the
     candidates' truth ``(C, k, S)``, the patterns' sketch, and the candidates' log-likelihoods ``(D, S)``
     (built once; :meth:`likelihood` adds the Other column for a given ``f``, so that the self-consistent
-    frequencies of docs/math/joint.md#self-consistent-candidate-frequencies rebuild only that column)."""
+    frequencies (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default) rebuild
+    only that column)."""
 
     mechanism: Any
     values: Sequence[Any]

@@ -99,7 +99,8 @@ def nuisance_terms(channel: PairChannel, p: np.ndarray, counts: np.ndarray,
     """``(corrections, bread_shift)``: the ``(D, r·c)`` corrections of :func:`nuisance_corrections` and, when a
     variable's frequencies are self-consistent (``law.self_consistent``: ``f = G p̂``, the fitted margins), the
     ``(r·c, r·c)`` term ``Σ_V F_V G_V / (1 − Σf_V)`` that ``f``'s dependence on ``p̂`` adds to the bread
-    (docs/math/joint.md#self-consistent-candidate-frequencies); ``None`` when no variable is self-consistent."""
+    (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default);
+    ``None`` when no variable is self-consistent."""
     if all(law is None for law, _, _ in variables):
         return None, None
     table = p.reshape(channel.r, channel.c)

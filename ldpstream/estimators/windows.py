@@ -1,51 +1,28 @@
 """Intervals of a window of several time buckets whose reports repeat from one client
 (docs/math/estimators.md#windows-of-several-buckets-repeated-reports).
 
-A client sends at most one report per metric and bucket; a window of ``B`` buckets then holds up to ``B``
-reports of one client, and with a memoized permanent response those reports are dependent (identical, with
-no instantaneous layer). The decoders assume independent reports, so their standard errors of a window are
-too small by up to ``sqrt(B)``.
+A window of ``B`` buckets holds up to ``B`` reports of one client, dependent under a memoized permanent
+response; this module widens the decoders' intervals by a design effect.
 
-**Model.** Condition on the clients' values (the estimand is the frequency among the window's reports, the
-randomness is the mechanism's). Sketch cell ``j`` (a symbol, or a bit, of one cohort) counts indicators
-``z``. Two reports of one client in different buckets share its permanent response ``u`` (drawn once, with
-first-layer rates ``(q1, p1)``) and differ only by the instantaneous layer (rates ``(q2, p2)``; none: ``q2 = 1,
-p2 = 0``), so their covariance is ``Var E[z | u] = (q2 − p2)² π1 (1 − π1)``, ``π1`` = ``q1`` when the client's
-input sets the cell, else ``p1``. Averaged over the clients (a fraction ``f_j`` of them set the cell,
-estimated from the window's rate ``r_j = lo + (hi − lo) f_j``, ``(hi, lo)`` the mechanism's response rates):
+**Model.** Cell ``j`` (a symbol, or a bit, of one cohort), with ``f_j`` the fraction of clients whose input
+sets it (from the window's rate ``r_j = lo + (hi − lo) f_j``): per-report variance
+``v_j = f_j hi (1 − hi) + (1 − f_j) lo (1 − lo)``, per-client covariance
+``c_j = (q2 − p2)² [f_j q1 (1 − q1) + (1 − f_j) p1 (1 − p1)]`` (first layer ``(q1, p1)``, instantaneous layer
+``(q2, p2)``), ``ρ_j = c_j / v_j`` (cohort-mix term: :func:`_cell_moments`). With the overlap ``φ ∈ [0, 1]``
+(the share of a bucket's reports whose client also reports in another bucket) the design effect is
+``deff_j = 1 + (B − 1) φ ρ_j``, ``B`` the effective number of buckets ``(Σ n_b)² / Σ n_b²``.
 
-- per-report variance ``v_j = f_j hi (1 − hi) + (1 − f_j) lo (1 − lo)``,
-- per-client covariance ``c_j = (q2 − p2)² [f_j q1 (1 − q1) + (1 − f_j) p1 (1 − p1)]``, ``ρ_j = c_j / v_j``
-  (1 for a memoized response without an instantaneous layer, 0 with fresh noise: ``memoize=False``);
-  with several cohorts the mix of values behind a cell is persistent too (:func:`_cell_moments`).
+**Estimating φ**: ``φ̂ = Σ_j (d_j − X²_j) / Σ_j d_j ρ_j`` clamped to [0, 1], with
+``X²_j = Σ_b (x_bj − n_b r_j)² / (n_b v_j)`` and ``d_j`` the cell's buckets with reports − 1; with too few
+degrees of freedom (:data:`MIN_DOF`) the worst case ``φ = 1`` (rule ``"worst-case"``).
 
-How many of a bucket's reports come from clients that also report in another bucket of the window is not
-in the sketches: it is the *overlap* ``φ ∈ [0, 1]`` (the average over pairs of buckets of the fraction of
-shared clients; 1 when every client reports in every bucket, 0 when none reports twice). Then, for ``B``
-equal buckets, ``Var(window count_j) = B N v_j (1 + (B − 1) φ ρ_j)``: the design effect
-``deff_j = 1 + (B − 1) φ ρ_j``.
+**Per value**: ``deff_s`` from the variance-weighted mean ``ρ`` over the cells value ``s`` sets; a Wilson
+interval is recomputed with the effective counts ``x / deff``, ``n / deff``, any other interval and the standard
+errors are widened by ``sqrt(deff)``. **Joint tables** (:func:`joint_design_effect`, :func:`widen_joint`): the
+covariance is multiplied by the largest ``1 + (B − 1) φ`` of the members' designs (the ``ρ = 1`` bound).
 
-**Estimating φ** (one number per window, from all cells): the dispersion of the per-bucket counts about the
-window's rate, ``X²_j = Σ_b (x_bj − n_b r_j)² / (n_b v_j)``, has expectation ``(B − 1)(1 − φ ρ_j)`` (shared
-clients do not move between buckets: identical memoized reports give zero dispersion). So
-``φ̂ = Σ_j (d_j − X²_j) / Σ_j d_j ρ_j`` (``d_j`` = buckets of the cell with reports − 1), clamped to [0, 1].
-With fewer than :data:`MIN_DOF` degrees of freedom the worst case ``φ = 1`` is used (rule ``"worst-case"``).
-``B`` is the effective number of buckets ``(Σ n_b)² / Σ n_b²``.
-
-**Joint tables** of an association's members (:func:`joint_design_effect`, :func:`widen_joint`): a client's
-report pairs repeat like its reports, so the table's covariance is multiplied by the largest
-``1 + (B − 1) φ`` of the members' designs (``ρ = 1``, the bound).
-
-**Per value.** The design effect of value ``s`` uses the variance-weighted mean of ``ρ_j`` over the cells its
-true report sets (the mechanism's design matrix); the published interval is then widened: a score (Wilson)
-interval with the effective counts ``x / deff``, ``n / deff`` (Kish), any other interval and the standard
-errors by ``sqrt(deff)`` about the estimate.
-
-Assumptions, stated with every estimate (:meth:`WindowDesign.assumes`): a client's value does not change
-within the window (a changed value draws a new permanent response: less dependence, conservative) and the
-population's distribution is stationary across the window's buckets (a trend adds dispersion, which reads as
-less overlap: anti-conservative); the clamp of ``φ̂`` at 0 makes the design effect of a window without
-repetition slightly above 1 on average (conservative).
+Every estimate states its assumptions (:meth:`WindowDesign.assumes`): a client's value does not change within
+the window, and the population's distribution is stationary across its buckets.
 """
 
 from __future__ import annotations

@@ -167,8 +167,8 @@ def bernoulli(probability: float, count: int, rng: Randomness, out: np.ndarray |
 
     Large counts are drawn in slices of :data:`_BERNOULLI_SLICE` draws that stay in the CPU cache (about four
     times faster than one pass over megabytes); the law is the same, the draws being independent. A
-    :class:`~ldpstream.mechanisms.randomness.KeyedRandomness` stream is consumed in one pass as it always was,
-    so a memoized permanent response replays identically across versions.
+    :class:`~ldpstream.mechanisms.randomness.KeyedRandomness` stream is consumed in one pass, so a memoized
+    permanent response does not depend on the slice size.
     """
     digits = base256_digits(probability)
     if out is None:

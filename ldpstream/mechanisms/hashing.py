@@ -1,34 +1,28 @@
-"""Stable hashing of values to symbols, Bloom bits and per-cohort permutations.
+"""Stable hashing of values to symbols, Bloom bits and per-cohort permutations
+(docs/math/mechanisms.md#hash-constructions).
 
-Every construction here is a pure function of its documented inputs (cryptographic digests from
-:mod:`hashlib`, fixed byte encodings), so every client and every server compute the same result on any
-machine, process or Python version forever. Python's :func:`hash` (salted per process) and numpy's
-random streams (whose algorithms may change) are never used.
+Every construction is a pure function of its documented inputs (digests from :mod:`hashlib`, fixed byte
+encodings), so every client and server computes the same result on any machine, process or Python version.
+Python's :func:`hash` and numpy's random streams are never used. A ``str`` value is hashed as its UTF-8 bytes,
+a ``bytes`` value as is; a cohort ``c`` (``0 <= c < 2**32``) as ``be32(c)``, 4 bytes big-endian; ``‖`` is
+concatenation.
 
-Value encoding: a ``str`` value is hashed as its UTF-8 bytes, a ``bytes`` value as is. A cohort ``c``
-(0-based, ``0 <= c < 2**32``) is encoded as 4 bytes big-endian, ``be32(c)``, as in Google's RAPPOR.
+RAPPOR / O-RAPPOR Bloom filter
+    * **Google's scheme**, whenever ``k <= 256`` and ``h <= 16``: ``d = MD5(be32(c) ‖ v)``; hash ``i`` sets
+      bit ``d[i] mod k`` (``d[i]`` the i-th digest byte), bit-identical to Google's ``get_bloom_bits``.
+    * **Extension** for ``k > 256`` or ``h > 16``: the byte stream ``E = SHA-256(be32(0) ‖ be32(c) ‖ v) ‖
+      SHA-256(be32(1) ‖ be32(c) ‖ v) ‖ ...`` (as many 32-byte blocks as needed); hash ``i`` sets bit
+      ``uint32_be(E[4i : 4i+4]) mod k`` (modulo bias at most ``k / 2**32``).
 
-Constructions (all bytes are concatenated with ``‖``):
-
-RAPPOR / O-RAPPOR Bloom filter (docs/math/mechanisms.md#hash-constructions)
-    * **Google's scheme**, used whenever ``k <= 256`` and ``h <= 16``: ``d = MD5(be32(c) ‖ v)``;
-      hash ``i`` sets bit ``d[i] mod k`` (``d[i]`` the i-th digest byte). Bit-identical to
-      ``get_bloom_bits`` of Google's reference client.
-    * **Extension** for ``k > 256`` or ``h > 16`` (Google's client refuses these): the byte stream
-      ``E = SHA-256(be32(0) ‖ be32(c) ‖ v) ‖ SHA-256(be32(1) ‖ be32(c) ‖ v) ‖ ...`` (as many 32-byte
-      blocks as needed); hash ``i`` sets bit ``uint32_be(E[4i : 4i+4]) mod k``. The modulo bias is at
-      most ``k / 2**32``. Identical to Google's bits wherever Google's scheme applies, since the
-      extension is only used outside it.
-
-O-RR hash ``HASH_c(s) mod k`` (docs/math/mechanisms.md#hash-constructions)
+O-RR hash ``HASH_c(s) mod k``
     ``uint64_be(SHA-256(b"ldpstream/orr/v1" ‖ be32(c) ‖ v)[0:8]) mod k`` (modulo bias at most
     ``k / 2**64``).
 
 Closed-alphabet permutations ("minimal perfect hash", Kairouz et al. 2016 §5.4)
-    For cohort ``c`` and hash index ``j`` (``j = 0`` for O-RR and for O-RAPPOR's first hash), every
-    symbol ``i`` in ``0..S-1`` gets the key ``uint64_be(SHA-256(b"ldpstream/perm/v1" ‖ be32(c) ‖
-    be32(j) ‖ uint64_be(i))[0:8])``; ``π_{c,j}(i)`` is the rank of ``i``'s key among the S keys
-    (ascending, ties broken by ``i``). It depends on nothing but (c, j, S).
+    For cohort ``c`` and hash index ``j`` (``j = 0`` for O-RR and for O-RAPPOR's first hash), symbol ``i`` in
+    ``0..S-1`` gets the key ``uint64_be(SHA-256(b"ldpstream/perm/v1" ‖ be32(c) ‖ be32(j) ‖
+    uint64_be(i))[0:8])``; ``π_{c,j}(i)`` is the rank of ``i``'s key among the S keys (ascending, ties broken
+    by ``i``).
 """
 
 from __future__ import annotations

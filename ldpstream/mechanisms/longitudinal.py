@@ -13,11 +13,11 @@ Two dataclass fields of those mechanisms choose the configuration (:class:`Memoi
 - ``memoize=True, epsilon_permanent=E`` (E > ε): a permanent response at E, then an instantaneous layer with
   :data:`~ldpstream.mechanisms.randomness.SECURE` randomness at the ε₂ that makes the composition exactly the
   ε channel (:func:`~ldpstream.mechanisms.rates.krr_irr_epsilon`, :func:`~ldpstream.mechanisms.rates.bit_irr_epsilon`):
-  ε_1 = ε, ε_∞ = E, and identical values no longer give identical reports.
+  ε_1 = ε, ε_∞ = E, and the reports of one value differ by the instantaneous noise.
 
-In every configuration one report is distributed exactly as the registry's ε channel, so estimators, the
-simulations (``encode_clients``, ``encode_batch``, ``simulate_sketch``: one report per fresh client, the
-composed channel sampled directly) and the fingerprints of default metrics are unchanged.
+In every configuration one report is distributed exactly as the registry's ε channel, so the estimators and
+simulations (``encode_clients``, ``encode_batch``, ``simulate_sketch``: one report per fresh client, the composed
+channel sampled directly) are those of the ε channel; the default configuration adds nothing to the fingerprint.
 
 **Permanent response.** For channel input ``x`` the permanent response is the mechanism's own sampling code
 (:func:`~ldpstream.mechanisms._common.krr_perturb` or :func:`~ldpstream.mechanisms._common.perturb_bits`) run
@@ -58,8 +58,8 @@ from ldpstream.mechanisms.rates import bit_irr_epsilon, bit_rates, krr_irr_epsil
 #: Domain separation of the permanent response's HMAC messages (version 1 of this construction).
 PRR_DOMAIN = b"ldpstream/permanent-response/v1\x00"
 
-#: The parameter values under which :meth:`Memoizing.longitudinal_parameters` adds nothing (so default metrics
-#: keep the fingerprints they had before these fields existed).
+#: The parameter values under which :meth:`Memoizing.longitudinal_parameters` adds nothing (so a default
+#: metric's fingerprint does not depend on these fields).
 DEFAULT_MEMOIZE = True
 DEFAULT_EPSILON_PERMANENT = None
 _LONGITUDINAL_FIELDS = ("memoize", "epsilon_permanent")

@@ -9,29 +9,23 @@ A client in cohort c encodes a value v as:
    B_i w.p. 1 − f.
 3. Instantaneous randomized response (IRR), every report: S_i = 1 w.p. q if B'_i = 1, p if B'_i = 0.
 
-Effective per-report rates q* = (1 − f/2) q + (f/2) p and p* = (1 − f/2) p + (f/2) q, so one report
-is ε_1-LDP with ε_1 = h ln(q*(1 − p*)/(p*(1 − q*))), and any number of reports of one value by one
-client are ε_∞-LDP with ε_∞ = 2h ln((1 − f/2)/(f/2)).
+Per-report rates q* = (1 − f/2) q + (f/2) p and p* = (1 − f/2) p + (f/2) q; one report is ε_1-LDP with
+ε_1 = h ln(q*(1 − p*)/(p*(1 − q*))), all reports of one value by one client ε_∞-LDP with
+ε_∞ = 2h ln((1 − f/2)/(f/2)). Bit i of a report is the integer bit ``2**i``; :func:`bit_string` prints the
+most significant bit first, like Google's ``bit_string``.
 
-Bit order: bit i of a report is the integer bit ``2**i``; :func:`bit_string` prints the most significant
-bit first, like Google's ``bit_string``.
+Deterministic PRR (:class:`RapporClient`; docs/math/mechanisms.md#deterministic-prr-and-reports-longer-than-32-bits),
+as Google's Python client (``client/python/rappor.py``: ``Encoder._internal_encode_bits``, ``get_prr_masks``):
 
-Deterministic PRR (:class:`RapporClient`), as in Google's current Python client
-(``client/python/rappor.py``: ``Encoder._internal_encode_bits`` and ``get_prr_masks``):
-
-- ``message = be32(bloom)`` (``struct.pack('>L', bloom)``, i.e. Google's ``to_big_endian(bits)``: the
-  Bloom filter as an integer, bit i = 2**i, 4 bytes big-endian); the memo key is thus the Bloom filter.
+- ``message = be32(bloom)`` (the Bloom filter as an integer, bit i = 2**i, 4 bytes big-endian);
 - ``digest = HMAC-SHA256(key=secret, msg=message)``; for bit i < k, ``byte = digest[i]``,
-  ``uniform_i = byte & 0x01``, ``rand128 = byte >> 1``, ``f_mask_i = rand128 < f * 128``.
+  ``uniform_i = byte & 0x01``, ``f_mask_i = (byte >> 1) < f * 128``;
 - ``PRR = (bloom & ~f_mask) | (uniform & f_mask)``.
 
-This is exactly right in distribution only when ``128 f`` is an integer (then P(f_mask_i) = f), so
-:class:`RapporClient` requires it (f = 0.25, 0.5, 0.75, ... all qualify). Google's client stops at
-k = 32 (one digest byte per bit, 4-byte message). **Extension** for k > 32 (ours, stable):
-``message = bloom.to_bytes(ceil(k/8), "big")`` and digest bytes beyond the first 32 come from further
-blocks ``HMAC-SHA256(secret, message ‖ be32(j))`` for j = 1, 2, ... (concatenated in order). For
-k <= 32 nothing changes. The construction was checked against the text of Google's reference client;
-pinned vectors live in ``tests/unit/test_mechanisms_rappor.py``.
+``128 f`` must be an integer (then P(f_mask_i) = f). **Extension** for k > 32 (ours, stable):
+``message = bloom.to_bytes(ceil(k/8), "big")`` and digest bytes beyond the first 32 come from
+``HMAC-SHA256(secret, message ‖ be32(j))`` for j = 1, 2, ..., concatenated; for k <= 32 it is Google's.
+Pinned vectors: ``tests/unit/test_mechanisms_rappor.py``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,26 @@
 """How an association's pair statistic is stored: the consumers' side (report tuples → increments) and the
 decoder's side (stored form → :class:`~ldpstream.estimators.pairs.PairPatterns`). Pure numpy.
+The layout, its figures and the choice of threshold: docs/redis-layout.md#pair-statistics-associations.
 
 Two forms, chosen from the members' mechanisms (:func:`layout_of`):
 
 - **cells**, when every member reports a symbol (k-RR, O-RR) and the product table of shape
   ``(C_1, k_1, …, C_N, k_N)`` has at most :data:`MAX_HASH_CELLS` cells: the tuple ``(cohort_1, y_1, …,
-  cohort_N, y_N)`` is one cell, numbered in C order (``numpy.ravel_multi_index``). Only the cells seen are kept,
-  with their counts (a Redis hash cell → count), so a bucket's statistic never exceeds the table, whatever the
-  number of reports: ≈ 50 bytes a cell seen in Redis, at most ≈ 3 MiB at 2^16 cells (a 16 × 16 k-RR pair: 256
-  cells, about 12 KiB).
+  cohort_N, y_N)`` is one cell, numbered in C order (``numpy.ravel_multi_index``); only the cells seen are
+  kept, with their counts (a Redis hash cell → count).
 - **rows** otherwise: each report tuple is a packed row ``cohort_1 (u16 BE), payload_1, …, cohort_N,
-  payload_N`` (the wire payloads: u32 symbols, bits packed 8 a byte), appended per bucket (to segments); the
+  payload_N`` (the wire payloads: u32 symbols, bits packed 8 a byte), appended per bucket to segments; the
   distinct rows and their counts are found when the statistic is read (``numpy.unique`` over the rows as
-  opaque bytes). For RAPPOR-family members almost every report pair is distinct (the instantaneous noise), so
-  no smaller sufficient statistic exists: a 128-bit × 128-bit pair is 2 + 16 + 2 + 16 = 36 bytes. For symbol
-  pairs over a large table (O-RR × O-RR with 64 cohorts and k = 32: 4·10^6 cells) most cells are seen once per
-  bucket, where a hash costs ≈ 50 bytes a cell and a row 12 bytes a pair; a hash would pay off only past
-  ≈ 4 reports per cell, hence the threshold.
-
-``bench/joint_memory.py`` measures both forms (memory per million pairs, fold and read times).
+  opaque bytes).
 
 Where they live (:mod:`ldpstream.store.keys`): the form is part of the key's name, so one key never holds two
-forms (a change of :data:`MAX_HASH_CELLS`, or consumers of two versions at once, write the new form under a
-new key, and the readers sum both). The cells of a bucket are one key (``cells``); its rows are numbered
-segments (``rows.0``, ``rows.1``, …), each at most ``max_pair_bytes`` (:data:`MAX_PAIR_BYTES` by default, a
-whole number of rows): a batch fills the last segment and spills the rest into the next ones, in the same
-atomic apply, so no bucket ever fills up.
+forms, and readers sum both. The cells of a bucket are one key (``cells``); its rows are numbered segments
+(``rows.0``, ``rows.1``, …), each at most ``max_pair_bytes`` (:data:`MAX_PAIR_BYTES` by default, a whole
+number of rows): a batch fills the last segment and spills the rest into the next ones, in the same atomic
+apply.
 
-Associations of more than two members store whole tuples; the statistic of any two members ``(i, j)`` is
-read from them (:func:`read_patterns` projects each cell or row onto those members: exact, the pair is a
-function of the tuple), so every member pair's joint distribution can be decoded from one statistic. That is
-also the smaller store: a tuple of three 128-bit RAPPOR reports is one 54-byte row, its three pairs would be
-three 36-byte rows.
+Associations of more than two members store whole tuples; the statistic of any two members ``(i, j)`` is read
+from them (:func:`read_patterns` projects each cell or row onto those members, exactly).
 """
 
 from __future__ import annotations

@@ -139,18 +139,15 @@ def discover(
     :func:`edge_level` with ``null_cliques``); ``alpha``: the level of the final detection (stage 6);
     ``pattern``/``predicate``: the semantic filters (stage 5), applied to the unpadded string;
     ``max_candidates``: the most cliques the final decode takes (its Gram matrix is dense), reached by raising
-    the threshold; ``tolerance``: the pair EM's stopping rule (max |Δp|; 1e-5 moves a cell's z by < 0.05 when
-    its standard error is ≥ 0.01, measured); ``extra_candidates``: strings decoded in the final stage whether or not
-    the graph holds them (the live decoder's dictionary of earlier decodes), after the same filters;
+    the threshold; ``tolerance``: the pair EM's stopping rule (max |Δp|); ``extra_candidates``: strings decoded
+    in the final stage whether or not the graph holds them (the live decoder's dictionary of earlier decodes),
+    after the same filters;
     ``pair_starts``: a previous decode's :attr:`DiscoveryResult.pair_tables`: a slot pair whose kept n-grams are
-    the same starts its EM from that table (the live decoder's refresh: fewer iterations to the same stopping rule;
-    measured at 10^6 clients plus 5%, warm and cold tables within 0.003 of each other, a fifth of a cell's
-    standard error).
+    the same starts its EM from that table (the live decoder's refresh: fewer iterations to the same stopping
+    rule).
 
-    The pair threshold's standard errors are the observed-information ones of each pair's EM fit (stage 3): the
-    threshold screens cells for the graph, and the stacked sandwich of the published joint intervals, which adds
-    the noise of the "Other" law, costs a fifth of the decode for a screen whose level is set loosely anyway
-    (measured at 10^6: the same discovered strings, one edge more of 530)."""
+    The pair threshold's standard errors are the observed-information ones of each pair's EM fit (stage 3), not
+    the stacked sandwich of the published joint intervals (docs/math/dictionary.md#where-recovery-stops)."""
     shape, mech = scheme.shape, scheme.ngram
     k = shape.slots
     seconds: dict[str, float] = {}
