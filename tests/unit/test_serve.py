@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from ldpstream.cli import serve as serve_command
 from ldpstream.cli.discover import published_dictionary
 from ldpstream.cli.main import build_parser
-from ldpstream.cli import serve as serve_command
 from ldpstream.cli.serve import TOKEN_ENV, read_token
-from ldpstream.deploy import serve as serve_module
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
+from ldpstream.deploy import serve as serve_module
 from ldpstream.deploy.serve import LiveView, finite, make_server, serve_in_thread, url_of
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.registry import Registry
