@@ -580,10 +580,13 @@ class LiveViewServer(ThreadingHTTPServer):
                     threading.Thread(target=self._serve_connection, args=(connection, address), daemon=True,
                                      name="serve-request").start()
         finally:
-            for connection in [*waiting, *(c for c, _, _ in ready)]:
+            with self._lock:  # connections served from now on are closed by their threads
+                self._stopped.set()
+                returned = [c for c, _, _ in self._returned]
+                self._returned.clear()
+            for connection in [*waiting, *(c for c, _, _ in ready), *returned]:
                 self.shutdown_request(connection)
             selector.close()
-            self._stopped.set()
 
     def _accept(self, selector: selectors.BaseSelector,
                 waiting: dict[socket.socket, tuple[Any, float, float | None]], others: int) -> None:
@@ -610,9 +613,14 @@ class LiveViewServer(ThreadingHTTPServer):
             with self._lock:
                 self._busy -= 1
                 self._deadlines.pop(connection, None)
-                self._returned.append((connection, address, keep))
-            with contextlib.suppress(OSError):
-                self._wake_w.send(b"x")
+                stopped = self._stopped.is_set()
+                if not stopped:
+                    self._returned.append((connection, address, keep))
+            if stopped:
+                self.shutdown_request(connection)
+            else:
+                with contextlib.suppress(OSError):
+                    self._wake_w.send(b"x")
 
     def shutdown(self) -> None:
         """Stop :meth:`serve_forever` and wait until it has (the requests being served finish on their own)."""
