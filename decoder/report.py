@@ -12,8 +12,9 @@ A metric's figure has three panels:
 3. the top values' estimates and their intervals over time (or over n, for a simulation).
 
 An association's figure shows the latest joint table as a heat map, each cell with its estimate and 95%
-interval, the independence test in the title, and the mean cell interval width against n from the joint
-history.
+interval (marked "?" where the cell is not identified, the reasons below the table, as ``ldpstream watch``
+and the web view mark them), the independence test in the title, and the mean cell interval width against n
+from the joint history.
 
 The inputs are what the decoder publishes (:mod:`ldpstream.decoder.published`: ``values`` with
 ``frequency``, ``low_95``, ``high_95``; ``n_reports``; ``snapshot_time``), so a figure needs no Redis: the
@@ -33,6 +34,8 @@ from ldpstream.errors import ParameterError
 
 FORMATS = (".png", ".svg")
 TRUTH_LABEL = "truth (simulation)"
+#: What a "?" on a joint cell means (the words of ldpstream watch).
+UNIDENTIFIED_NOTE = "? not identified, the interval is no promise"
 
 
 def check_output(path: str | Path) -> Path:
@@ -204,10 +207,17 @@ def plot_joint(out: str | Path, latest: Mapping[str, Any], history: Sequence[Map
     image = ax.imshow(table, cmap="viridis", aspect="auto")
     fig.colorbar(image, ax=ax, label="joint frequency")
     bright = table.max(initial=0.0) * 0.6
+    unidentified = unidentified_cells(latest)
     for i in range(table.shape[0]):
         for j in range(table.shape[1]):
-            ax.text(j, i, f"{table[i, j]:.3f}\n[{low[i, j]:.3f}, {high[i, j]:.3f}]", ha="center", va="center",
-                    fontsize=7, color="black" if table[i, j] > bright else "white")
+            mark = "?" if (i, j) in unidentified else ""
+            ax.text(j, i, f"{table[i, j]:.3f}\n[{low[i, j]:.3f}, {high[i, j]:.3f}]{mark}", ha="center",
+                    va="center", fontsize=7, color="black" if table[i, j] > bright else "white")
+    if unidentified:
+        reasons = "; ".join(str(r) for r in latest.get("identification") or [])
+        ax.annotate(f"{UNIDENTIFIED_NOTE}: {reasons}" if reasons else UNIDENTIFIED_NOTE, (0, 0),
+                    xycoords="axes fraction", xytext=(0, -62), textcoords="offset points", fontsize=8,
+                    va="top", wrap=True)
     ax.set_xticks(range(len(columns)), [c[:14] for c in columns], rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [r[:18] for r in rows], fontsize=8)
     ax.set_xlabel(str(latest.get("y", "y")))
@@ -230,6 +240,15 @@ def plot_joint(out: str | Path, latest: Mapping[str, Any], history: Sequence[Map
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def unidentified_cells(joint: Mapping[str, Any]) -> set[tuple[int, int]]:
+    """The cells (row, column) a joint estimate publishes as not identified (none when it has no
+    ``identified`` table, as objects published before the field)."""
+    identified = joint.get("identified")
+    if identified is None:
+        return set()
+    return {(i, j) for i, row in enumerate(identified) for j, known in enumerate(row) if not known}
 
 
 def truth_frequencies(counts: np.ndarray | None, names: Sequence[str]) -> dict[str, float] | None:

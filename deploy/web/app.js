@@ -7,6 +7,8 @@ const POLL_MS = 1000;
 const TOP_VALUES = 24;
 const SVG = "http://www.w3.org/2000/svg";
 const chosenWindow = {};  // name -> the window the reader picked
+const cardWidth = {};  // name -> the width inside its card at the last render, which its chart is laid out to
+const DEFAULT_WIDTH = 640;
 
 function token() {
   const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -68,7 +70,7 @@ function pValue(p) {
   return p < 1e-4 ? p.toExponential(1) : p.toFixed(4);
 }
 
-function marginalView(name, published, truth) {
+function marginalView(name, published, truth, width) {
   const values = published.values.map((v, i) => ({...v, index: i}));
   const truthOf = {};
   if (truth && truth.values) for (const t of truth.values) truthOf[t.value] = t.frequency;
@@ -79,11 +81,17 @@ function marginalView(name, published, truth) {
   const peak = Math.max(1e-9, ...shown.map((v) => Math.max(v.high_95 ?? v.frequency, truthOf[v.value] ?? 0, v.frequency)));
   const step = niceStep(peak / 4);
   const top = Math.min(1, Math.ceil(peak / step) * step) || peak;
-  const labelWidth = 130, numWidth = 170, plotWidth = 420, rowHeight = 20;
-  const width = labelWidth + plotWidth + numWidth, height = rowHeight * shown.length + 24;
+  // Laid out to the card's width: the labels and the numbers keep their room, the bars take the rest. Narrow
+  // cards show the estimate alone (its interval stays drawn as the whisker).
+  const narrow = width < 520;
+  const labelWidth = Math.min(130, Math.round(width * 0.26)), numWidth = narrow ? 56 : 170, rowHeight = 20;
+  const plotWidth = Math.max(60, width - labelWidth - numWidth);
+  width = labelWidth + plotWidth + numWidth;
+  const labelChars = Math.max(4, Math.floor((labelWidth - 10) / 7));
+  const height = rowHeight * shown.length + 24;
   const x = (f) => labelWidth + plotWidth * Math.max(0, f) / top;
-  const svg = el("svg:svg", {width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
-                             "aria-label": `estimates of ${name}`});
+  const svg = el("svg:svg", {class: "chart", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+                             "data-width": width, "aria-label": `estimates of ${name}`});
   svg.append(el("svg:line", {class: "axis", x1: labelWidth, x2: labelWidth, y1: 0, y2: height - 20}));
   for (let f = 0; f <= top + 1e-12; f += step) {
     svg.append(el("svg:line", {class: "axis", x1: x(f), x2: x(f), y1: height - 22, y2: height - 18}));
@@ -94,7 +102,9 @@ function marginalView(name, published, truth) {
     const g = el("svg:g", {class: "value", "data-value": v.value, "data-frequency": v.frequency,
                            "data-low": v.low_95 ?? "", "data-high": v.high_95 ?? "",
                            "data-truth": truthOf[v.value] ?? ""});
-    g.append(el("svg:text", {class: "label", x: labelWidth - 6, y: y + 14}, String(v.value).slice(0, 18)));
+    const label = String(v.value);
+    g.append(el("svg:text", {class: "label", x: labelWidth - 6, y: y + 14},
+                label.length > labelChars ? label.slice(0, labelChars - 1) + "…" : label, el("svg:title", {}, label)));
     g.append(el("svg:rect", {class: "bar", x: labelWidth, y: y + 4, height: rowHeight - 8,
                              width: Math.max(0, x(v.frequency) - labelWidth)}));
     if (v.low_95 !== undefined && v.low_95 !== null) {
@@ -108,7 +118,7 @@ function marginalView(name, published, truth) {
       g.append(el("svg:line", {class: "truth", x1: x(truthOf[v.value]), x2: x(truthOf[v.value]),
                                y1: y + 1, y2: y + rowHeight - 1}, el("svg:title", {}, "truth " + pct(truthOf[v.value], 2))));
     }
-    const interval = (v.low_95 !== undefined && v.low_95 !== null) ? ` [${pct(v.low_95)}, ${pct(v.high_95)}]` : "";
+    const interval = (!narrow && v.low_95 !== undefined && v.low_95 !== null) ? ` [${pct(v.low_95)}, ${pct(v.high_95)}]` : "";
     g.append(el("svg:text", {class: "num", x: labelWidth + plotWidth + 8, y: y + 14}, pct(v.frequency) + interval));
     svg.append(g);
   });
@@ -155,7 +165,7 @@ function jointView(name, joint, truth) {
       const share = joint.table[i][j];
       const level = Math.sqrt(Math.max(0, share) / peak);
       const td = el("td", {"data-row": r, "data-column": c, "data-share": share, "data-low": joint.low_95[i][j],
-                           "data-high": joint.high_95[i][j]},
+                           "data-high": joint.high_95[i][j], "data-identified": String(!unidentified(joint, i, j))},
                     pct(share), el("span", {class: "ci"}, `[${pct(joint.low_95[i][j])}, ${pct(joint.high_95[i][j])}]`
                                    + (unidentified(joint, i, j) ? "?" : "")),
                     expected ? el("span", {class: "t"}, "truth " + pct(expected[i][j])) : null);
@@ -172,7 +182,7 @@ function jointView(name, joint, truth) {
              joint.interval_method === "wald-clipped-inversion" ? " · closed form (no EM)" : ` · EM ${joint.em.iterations} iterations`,
              truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
           el("div", {class: "axis-note"}, "cell = share of clients with that pair of values; each with its 95% interval"),
-          table,
+          el("div", {class: "scroll"}, table),
           (joint.identification || []).length
             ? el("div", {class: "axis-note not-identified"}, "? not identified, the interval is no promise: "
                  + joint.identification.join("; "))
@@ -187,7 +197,7 @@ function jointView(name, joint, truth) {
 
 // The strings found without a dictionary (live, decoded each pass, or stored by discover --publish): the bars,
 // intervals and simulated truth of a marginal, and how the dictionary was found and is kept.
-function dictionaryView(name, dictionary, truth) {
+function dictionaryView(name, dictionary, truth, width) {
   const found = dictionary.discovery || {};
   const waiting = (found.dictionary || []).filter((d) => !d.significant).map((d) => `${d.value} (${d.misses} miss)`);
   const missed = truth && truth.values
@@ -199,7 +209,7 @@ function dictionaryView(name, dictionary, truth) {
              waiting.length ? ` · not significant now: ${waiting.join(", ")}` : "",
              found.retired && found.retired.length ? ` · retired now: ${found.retired.join(", ")}` : "",
              missed.length ? ` · drawn but not found: ${missed.map((t) => `${t.value} (${pct(t.frequency)})`).join(", ")}` : ""),
-          ...marginalView(name, dictionary, truth)];
+          ...marginalView(name, dictionary, truth, width)];
 }
 
 // ---------------------------------------------------------------- the page
@@ -220,8 +230,10 @@ function card(name, windows, truth, now) {
   }
   // The truth adds up everything simulated since it was first published: it matches the window "all" only.
   const shownTruth = window === "all" ? truth : null;
+  const width = cardWidth[name] ?? DEFAULT_WIDTH;
   const body = kind === "joint" ? jointView(name, published, shownTruth)
-    : kind === "dictionary" ? dictionaryView(name, published, shownTruth) : marginalView(name, published, shownTruth);
+    : kind === "dictionary" ? dictionaryView(name, published, shownTruth, width)
+    : marginalView(name, published, shownTruth, width);
   const reports = published.n_reports;
   return el("section", {class: "card", "data-name": name, "data-kind": kind, "data-window": window,
                         "data-n-reports": reports, "data-snapshot-time": published.snapshot_time},
@@ -245,7 +257,17 @@ function render() {
     if (c) cards.push(c);
   }
   content.replaceChildren(...(cards.length ? cards : [el("p", {class: "empty"}, "no estimate published yet: is the decoder running?")]));
+  // The cards' widths follow the page's, not their content's: measured now, a chart laid out to another
+  // width is drawn again to this one.
+  let again = false;
+  for (const c of content.querySelectorAll("section.card")) {
+    const style = getComputedStyle(c);
+    const inner = Math.floor(c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight));
+    if (cardWidth[c.dataset.name] !== inner) { cardWidth[c.dataset.name] = inner; again = true; }
+  }
+  if (again && !rendering) { rendering = true; try { render(); } finally { rendering = false; } }
 }
+let rendering = false;
 
 function renderStatus(status) {
   const ingest = status.ingest || {};
@@ -255,6 +277,14 @@ function renderStatus(status) {
   rateNode.dataset.rate = rate ?? "";
   document.getElementById("lag").textContent = status.partitions && status.partitions.length ? num(ingest.lag) : "–";
   document.getElementById("last-decode").textContent = status.last_decode ? ago(status.last_decode.time, Date.now() / 1000) : "never";
+  // Live while the decoder keeps up: its last decode no older than a few of its intervals (the server says).
+  const decode = status.decode;
+  if (decode && decode.stale) {
+    connection("stale", decode.seconds_ago === null ? "stale: no decode yet"
+      : `stale: last decode ${Math.round(decode.seconds_ago)} s ago (every ${decode.interval} s)`);
+  } else {
+    connection("live", "live");
+  }
   const dead = Object.values(status.dead_letters || {}).reduce((a, b) => a + b, 0);
   document.getElementById("dead-letters").textContent = num(dead);
 }
@@ -272,17 +302,22 @@ async function poll() {
     const updated = document.getElementById("updated");
     updated.textContent = new Date().toLocaleTimeString();
     updated.dataset.time = String(latest.time);
-    connection("live", "live");
+    try {
+      latestStatus = await getJSON("api/status");
+      renderStatus(latestStatus);
+    } catch (error) {
+      document.getElementById("ingest-rate").textContent = "–";
+      connection("live", "live");  // the estimates came; the status did not
+    }
   } catch (error) {
     connection("error", "error: " + error.message);
-  }
-  try {
-    latestStatus = await getJSON("api/status");
-    renderStatus(latestStatus);
-  } catch (error) {
-    document.getElementById("ingest-rate").textContent = "–";
   }
   setTimeout(poll, POLL_MS);
 }
 
+let contentWidth = null;
+new ResizeObserver((entries) => {  // the page's width changed (not its height): the charts follow
+  const width = Math.round(entries[0].contentRect.width);
+  if (width !== contentWidth) { contentWidth = width; render(); }
+}).observe(document.getElementById("content"));
 poll();

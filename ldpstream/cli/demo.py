@@ -219,7 +219,7 @@ def _serve(registry: Registry, store: StatusStore, kafka: KafkaConfig,
     if port < 0:
         return None
     try:
-        server = make_server(LiveView(registry, store, kafka), "127.0.0.1", port)
+        server = make_server(LiveView(registry, store, kafka, decode_interval=1.0), "127.0.0.1", port)
     except OSError as exc:
         print(f"(no live web view: port {port} is taken: {exc}; --serve-port 0 picks a free one)")
         return None

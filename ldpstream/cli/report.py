@@ -11,20 +11,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     report = subparsers.add_parser(
         "report", help="plot a metric's published estimates (PNG or SVG)",
         description="Reads the latest published estimate of NAME and its history from Redis and writes a figure "
-        "(matplotlib; the format follows --out's suffix, .png or .svg): the top values with 95%% intervals, the "
+        "(matplotlib; the format follows --out's suffix, .png or .svg): the top values with 95% intervals, the "
         "true frequencies when a simulation (demo, produce) published them, the mean interval width (and with a "
         "truth the largest error) against the number of reports from the history, and the top values over time. "
-        "Given an association, its joint table as a heat map with intervals and the independence test.")
+        "Given an association, its joint table as a heat map with intervals (a cell marked ? is not identified: "
+        "its interval is no promise) and the independence test.")
     add_service_arguments(report, kafka=False, registry=False)
     report.add_argument("name", metavar="NAME", help="a metric, or an association of two metrics")
-    report.add_argument("--out", required=True, metavar="FILE", help="the figure: FILE.png or FILE.svg")
-    report.add_argument("--window", default="all")
+    report.add_argument("--out", required=True, metavar="FILE", help="the figure: FILE.png or FILE.svg (required)")
+    report.add_argument("--window", default="all", help="the window of the estimate (default all)")
     report.add_argument("--top", type=int, default=20, help="values shown (default 20)")
     report.set_defaults(func=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ldpstream.decoder.report import check_output, plot_joint, plot_metric, truth_frequencies
+    from ldpstream.decoder.report import (
+        UNIDENTIFIED_NOTE,
+        check_output,
+        plot_joint,
+        plot_metric,
+        truth_frequencies,
+        unidentified_cells,
+    )
     from ldpstream.errors import ParameterError
 
     out = check_output(args.out)
@@ -33,6 +41,10 @@ def _report(args: argparse.Namespace) -> int:
     if joint is not None:
         plot_joint(out, joint, store.joint_history(args.name, args.window))
         print(f"wrote {out}: joint table of {args.name} ({args.window}), {joint['n_reports']:,} report pairs")
+        unidentified = unidentified_cells(joint)
+        if unidentified:
+            reasons = "; ".join(str(r) for r in joint.get("identification") or [])
+            print(f"{len(unidentified)} cells marked ?: {UNIDENTIFIED_NOTE[2:]}" + (f": {reasons}" if reasons else ""))
         return 0
     latest = store.latest_estimate(args.name, args.window)
     if latest is None:

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -48,7 +49,7 @@ from ldpstream.kafka import ensure_topics
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 from ldpstream.store import keys as key_schema
-from tests.integration.helpers import topic_reader, wait_for, write_registry
+from tests.integration.helpers import registry_for, topic_reader, wait_for, write_registry
 from tests.published_schema import validate
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -356,6 +357,63 @@ def test_the_serve_command_binds_loopback_and_takes_its_token_from_the_environme
     assert process.returncode == 0  # SIGTERM: a clean shutdown
 
 
+def _closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _health(view: LiveView) -> tuple[tuple[int, Any], tuple[int, Any]]:
+    """/healthz and /readyz of a server over ``view``, asked without a token (status, body) each."""
+    server = make_server(view, "127.0.0.1", 0, TOKEN)
+    serve_in_thread(server)
+    try:
+        answers = []
+        for path in ("healthz", "readyz"):
+            try:
+                with urllib.request.urlopen(url_of(server) + path, timeout=30) as response:
+                    answers.append((response.status, json.loads(response.read())))
+            except urllib.error.HTTPError as error:
+                with error:
+                    answers.append((error.code, json.loads(error.read())))
+        return answers[0], answers[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_readiness_says_whether_redis_and_kafka_answer(kafka_bootstrap: str, redis_url: str):
+    registry = registry_for("test-serve-ready", {"lang": {"id": 1, "mechanism": "krr", "k": 4, "epsilon": 1.0}})
+    ready = LiveView(registry, RedisSketchStore.from_url(redis_url, "test:serve:ready"), KafkaConfig(kafka_bootstrap))
+    assert _health(ready) == ((200, {"alive": True}), (200, {"ready": True, "redis": "ok", "kafka": "ok"}))
+    no_redis = LiveView(registry, RedisSketchStore.from_url(f"redis://127.0.0.1:{_closed_port()}/0", "x"),
+                        KafkaConfig(kafka_bootstrap))
+    alive, readiness = _health(no_redis)
+    assert alive == (200, {"alive": True})
+    assert readiness == (503, {"ready": False, "redis": "unreachable (ConnectionError)", "kafka": "ok"})
+    no_kafka = LiveView(registry, RedisSketchStore.from_url(redis_url, "test:serve:ready"),
+                        KafkaConfig(f"127.0.0.1:{_closed_port()}"))
+    started = time.monotonic()
+    alive, readiness = _health(no_kafka)
+    assert alive[0] == 200 and readiness == (503, {"ready": False, "redis": "ok",
+                                                   "kafka": "unreachable (ConnectionError)"})
+    assert time.monotonic() - started < 10  # the Kafka probe gives up after 2 s
+
+
+def test_the_serve_command_refuses_a_token_file_others_may_read(first_load: Pipeline, tmp_path: Path):
+    token = tmp_path / "token"
+    token.write_text("long-enough-token-0123456789\n")
+    token.chmod(0o644)
+    command = [sys.executable, "-m", "ldpstream", "serve", "--port", "0", "--token-file", str(token),
+               "--registry", str(first_load.registry_file), "--kafka", first_load.kafka, "--redis",
+               first_load.redis_url, "--prefix", first_load.prefix]
+    env = {k: v for k, v in os.environ.items() if k != "LDPSTREAM_SERVE_TOKEN"}
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "may be read by others" in refused.stderr and "chmod o-rwx" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
 # ---------------------------------------------------------------- the browser
 
 
@@ -419,7 +477,8 @@ def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(fi
         assert cells == 5 * 5  # 4 candidates + "Other" on each side
         test_text = browser.execute_script("return document.querySelector('.test').textContent")
         assert "independence test" in test_text and ("p =" in test_text or "p <" in test_text)
-        assert browser.execute_script("return document.getElementById('connection').dataset.state") == "live"
+        wait_for(lambda: browser.execute_script("return document.getElementById('connection').dataset.state")
+                 == "live", 10, "the pill to say live (the status read after the estimates)")
         wait_for(lambda: browser.execute_script("return document.getElementById('lag').textContent") == "0", 30,
                  "the status (lag 0: every report produced was applied)")
         before = _card(browser, "app_language")
@@ -446,3 +505,58 @@ def test_the_page_in_a_real_browser_shows_live_estimates_and_sees_them_change(fi
             shutil.copyfile(shot, os.environ["LDPSTREAM_SCREENSHOT"])
     finally:
         browser.quit()
+
+
+#: Per card with a bar chart: the chart's and its texts' boxes against the card's inner box and the viewport.
+_FIT = """
+return [...document.querySelectorAll("section.card")].filter((c) => c.querySelector("svg")).map((c) => {
+  const box = c.getBoundingClientRect(), style = getComputedStyle(c);
+  const left = box.left + parseFloat(style.paddingLeft) - 1, right = box.right - parseFloat(style.paddingRight) + 1;
+  const chart = c.querySelector("svg").getBoundingClientRect();
+  const texts = [...c.querySelectorAll("svg text")].map((t) => t.getBoundingClientRect());
+  return {name: c.dataset.name, chart: [chart.left, chart.right], inner: [left, right], card: box.right,
+          viewport: document.documentElement.clientWidth, texts: texts.length,
+          outside: texts.filter((t) => t.left < left || t.right > right).length};
+});
+"""
+
+
+@pytest.mark.browser
+def test_every_bar_chart_fits_its_card_at_1400_and_500_px(first_load: Pipeline):
+    browser = _browser()
+    try:
+        browser.get(first_load.url + "#token=" + TOKEN)
+        wait_for(lambda: (_card(browser, "app_language") or {}).get("nReports") is not None, 60, "the first decode")
+        for width in (1400, 500):
+            browser.set_window_size(width, 1200)
+            time.sleep(1.5)  # a resize and a poll: the charts are laid out again
+            cards = browser.execute_script(_FIT)
+            assert {c["name"] for c in cards} >= {"app_language", "font", "os", "word", "urls"}, cards
+            for c in cards:
+                assert c["texts"] > 0 and c["outside"] == 0, (width, c)
+                assert c["inner"][0] <= c["chart"][0] and c["chart"][1] <= c["inner"][1], (width, c)
+                assert c["card"] <= c["viewport"] + 0.5, (width, c)
+    finally:
+        browser.quit()
+
+
+@pytest.mark.browser
+def test_the_live_pill_turns_stale_when_the_last_decode_is_older_than_three_intervals(first_load: Pipeline):
+    store = RedisSketchStore.from_url(first_load.redis_url, first_load.prefix + ":stale")
+    server = make_server(LiveView(first_load.registry, store, None, decode_interval=1.0), "127.0.0.1", 0, TOKEN)
+    serve_in_thread(server)
+    browser = _browser()
+    pill = "const p = document.getElementById('connection'); return [p.dataset.state, p.textContent]"
+    try:
+        store.record_decode([])
+        browser.get(url_of(server) + "#token=" + TOKEN)
+        wait_for(lambda: browser.execute_script(pill)[0] == "live", 30, "the pill to say live")
+        wait_for(lambda: browser.execute_script(pill)[0] == "stale", 30, "the pill to turn stale (3 intervals: 3 s)")
+        assert "last decode" in browser.execute_script(pill)[1]
+        store.record_decode([])  # the decoder is back
+        wait_for(lambda: browser.execute_script(pill)[0] == "live", 30, "the pill to say live again")
+    finally:
+        browser.quit()
+        server.shutdown()
+        server.server_close()
+        store.client.delete(key_schema.last_decode_key(first_load.prefix + ":stale"))

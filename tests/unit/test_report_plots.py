@@ -85,6 +85,22 @@ def test_joint_figure_shows_the_table_with_intervals_and_the_test(tmp_path):
         assert label in text, label
 
 
+def test_the_joint_figure_marks_the_cells_not_identified_as_watch_does(tmp_path):
+    from ldpstream.decoder.watch import render_joint
+
+    table = np.array([[0.3, 0.1], [0.2, 0.4]])
+    joint = {"association": "lang_by_os", "x": "lang", "y": "os", "window": "all", "n_reports": 5000,
+             "snapshot_time": 0.0, "interval_method": "wald", "rows": ["en", "Other"], "columns": ["ios", "Other"],
+             "table": table.tolist(), "low_95": (table - 0.02).tolist(), "high_95": (table + 0.02).tolist(),
+             "identified": [[True, True], [True, False]], "identification": ["Other x Other rests on a model"],
+             "independence": {"method": "likelihood-ratio", "statistic": 812.5, "df": 1, "p_value": 1e-12}}
+    text = plot_joint(tmp_path / "j.svg", joint, []).read_text()
+    assert "[0.380, 0.420]?" in text and "[0.280, 0.320]?" not in text  # only the Other x Other cell
+    note = "? not identified, the interval is no promise: Other x Other rests on a model"
+    assert note in text and note in render_joint(joint, now=0.0)
+    assert "]?" not in plot_joint(tmp_path / "k.svg", {**joint, "identified": [[True] * 2] * 2}, []).read_text()
+
+
 def test_other_formats_are_refused(tmp_path):
     history = _history(np.random.default_rng(3))
     with pytest.raises(ParameterError, match=r"\.png or \.svg"):

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,13 +19,15 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from ldpstream.cli import serve as serve_command
 from ldpstream.cli.discover import published_dictionary
 from ldpstream.cli.main import build_parser
 from ldpstream.cli.serve import TOKEN_ENV, read_token
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
+from ldpstream.deploy import serve as serve_module
 from ldpstream.deploy.serve import LiveView, finite, make_server, serve_in_thread, url_of
-from ldpstream.errors import ParameterError
+from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore
 from tests.published_schema import FILES, validate, validator
@@ -31,7 +36,7 @@ from tests.unit.joint_feed import JointFeeder
 
 NOW, OLD, RECENT = joint.NOW, joint.OLD, joint.RECENT
 
-TOKEN = "unit-test-token"
+TOKEN = "unit-test-token-0123456789"
 
 
 @pytest.fixture
@@ -208,19 +213,177 @@ def test_the_status_counts_the_reports_and_measures_the_ingest_rate_between_samp
 def test_the_token_comes_from_a_file_or_the_environment_never_the_command_line(tmp_path: Path, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert read_token(None) is None
-    monkeypatch.setenv(TOKEN_ENV, "from-env")
-    assert read_token(None) == "from-env"
+    monkeypatch.setenv(TOKEN_ENV, "from-the-environment")
+    assert read_token(None) == "from-the-environment"
     secret = tmp_path / "token"
-    secret.write_text("from-file\n")
-    assert read_token(secret) == "from-file"
+    secret.write_text("from-a-file-0123456789\n")
+    secret.chmod(0o600)
+    assert read_token(secret) == "from-a-file-0123456789"
     secret.write_text("  \n")
     with pytest.raises(ParameterError, match="empty"):
         read_token(secret)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--token", "x"])
     args = build_parser().parse_args(["serve"])
-    assert args.addr == "127.0.0.1"
+    assert args.addr == "127.0.0.1" and args.decode_interval == 10.0
 
+
+def test_a_token_file_others_may_read_and_a_short_token_are_refused(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    secret = tmp_path / "token"
+    secret.write_text("long-enough-token-0123456789\n")
+    secret.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"may be read by others .*chmod o-rwx"):
+        read_token(secret)
+    secret.chmod(0o640)  # its group may read it (Kubernetes mounts secrets 0440)
+    assert read_token(secret) == "long-enough-token-0123456789"
+    secret.write_text("x\n")
+    with pytest.raises(ParameterError, match=f"{secret}: the bearer token has 1 bytes, it needs at least 16"):
+        read_token(secret)
+    monkeypatch.setenv(TOKEN_ENV, "fifteen-bytes!!")
+    with pytest.raises(ParameterError, match=r"\$LDPSTREAM_SERVE_TOKEN: the bearer token has 15 bytes"):
+        read_token(None)
+    monkeypatch.setenv(TOKEN_ENV, "sixteen-bytes!!!")
+    assert read_token(None) == "sixteen-bytes!!!"
+    with pytest.raises(ParameterError, match="at least 16"):
+        make_server(LiveView(joint.make_registry(), InMemorySketchStore()), "127.0.0.1", 0, "short")
+
+
+def test_the_command_states_the_limits_of_the_server():
+    for name in ("MIN_TOKEN_BYTES", "MAX_CONNECTIONS", "HEAD_TIMEOUT", "IDLE_TIMEOUT", "STALE_INTERVALS"):
+        assert getattr(serve_command, name) == getattr(serve_module, name), name
+
+
+# ---------------------------------------------------------------- connections: limits on real sockets
+
+
+@pytest.fixture
+def limited(registry, store) -> Iterator[tuple[str, int, serve_module.LiveViewServer]]:
+    """A server with small limits: 4 requests at once, heads within 1 s, idle keep-alive closed after 1 s."""
+    server = make_server(LiveView(registry, store, None, status_every=0.0), "127.0.0.1", 0, TOKEN,
+                         max_connections=4, head_timeout=1.0, idle_timeout=1.0)
+    serve_in_thread(server)
+    try:
+        yield "127.0.0.1", server.server_address[1], server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_after(sock: socket.socket, within: float = 10.0) -> float:
+    """Seconds until the peer closes ``sock`` (reading and dropping what it sends); ``within`` if it does not."""
+    start = time.monotonic()
+    sock.settimeout(0.1)
+    while time.monotonic() - start < within:
+        try:
+            if not sock.recv(65536):
+                break
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+    return time.monotonic() - start
+
+
+def answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The head and body of one answer read from ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
+
+
+def request(host: str, port: int, path: str, token: str | None = TOKEN) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n".encode()
+
+
+def test_connections_waiting_for_a_request_hold_no_thread_and_requests_are_served_four_at_once(limited):
+    host, port, _ = limited
+    before = threading.active_count()
+    idle = [socket.create_connection((host, port)) for _ in range(20)]
+    stuck = [socket.create_connection((host, port)) for _ in range(20)]
+    try:
+        for sock in stuck:
+            sock.sendall(b"GET /api/status HTTP/1.1\r\n")  # a head that never ends: each holds a thread
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 4
+        time.sleep(1.5)  # past the head limit: every one of them closed
+        assert threading.active_count() - before <= 0
+        with socket.create_connection((host, port)) as sock:
+            sock.sendall(request(host, port, "/api/status"))
+            assert answer(sock)[0].startswith(b"HTTP/1.1 200")
+        for sock in idle + stuck:
+            assert closed_after(sock, within=0.5) < 0.5
+    finally:
+        for sock in idle + stuck:
+            sock.close()
+
+
+def test_a_head_that_trickles_in_is_cut_at_the_limit(limited):
+    host, port, _ = limited
+    with socket.create_connection((host, port)) as sock:
+        start = time.monotonic()
+        sock.settimeout(0.2)
+        closed = False
+        for byte in request(host, port, "/api/status"):
+            try:
+                sock.sendall(bytes([byte]))
+                if sock.recv(65536) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed and 0.9 <= time.monotonic() - start < 2.5
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_limit(limited):
+    host, port, _ = limited
+    with socket.create_connection((host, port)) as sock:
+        for _ in range(2):  # kept alive between requests
+            sock.sendall(request(host, port, "/api/status"))
+            head, _ = answer(sock)
+            assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
+        assert 0.9 <= closed_after(sock) < 2.5
+
+
+def test_a_missing_or_wrong_token_is_answered_401_at_once_and_the_connection_closed(limited):
+    host, port, _ = limited
+    for token in (None, "wrong-token-0123456789"):
+        with socket.create_connection((host, port)) as sock:
+            start = time.monotonic()
+            sock.sendall(request(host, port, "/api/estimates", token))
+            head, _ = answer(sock)
+            assert head.startswith(b"HTTP/1.1 401") and b"Connection: close" in head
+            assert closed_after(sock) < 0.5 and time.monotonic() - start < 0.5
+
+
+def test_health_and_readiness_need_no_token(served):
+    url, _ = served
+    status, _, body = get(url + "healthz", token=None)
+    assert status == 200 and json.loads(body) == {"alive": True}
+    status, _, body = get(url + "readyz", token=None)
+    assert status == 200 and json.loads(body) == {"ready": True, "redis": "ok"}  # no Kafka: Redis only
+
+
+def test_the_status_calls_a_decode_older_than_three_intervals_stale(registry, service, store):
+    clock = Clock(NOW)
+    view = LiveView(registry, store, None, status_every=0.0, decode_interval=5.0, clock=clock)
+    assert view.status()["decode"] == {"interval": 5.0, "stale_after": 15.0, "seconds_ago": None, "stale": True}
+    store.record_decode([], when=NOW)
+    clock.now = NOW + 14.0
+    assert view.status()["decode"]["stale"] is False
+    clock.now = NOW + 145.0
+    decode = view.status()["decode"]
+    assert decode["stale"] is True and decode["seconds_ago"] == 145.0
 
 
 def test_a_published_dictionary_is_served_by_its_schema(served, store):
