@@ -1,25 +1,10 @@
 """``ldpstream serve``: the live web view and its JSON API, on the standard library's threading HTTP server.
 
-What it serves (``docs/web-view.md`` says more; the estimate objects follow ``docs/schema/``):
-
-``GET /api/estimates``
-    ``{"metrics": {"<name>": {"<window>": <the object the decoder publishes>}}, "truth": {...}, "time": ...}``
-    for every metric (the marginal estimate), every association (the joint estimate) and every window that has
-    one now (a discovery metric's: its live dictionary, schema ``dictionary/2``), then every dictionary
-    ``ldpstream discover --publish NAME`` stored (the same form, window ``all``). ``truth``, keyed by metric or
-    association, holds what a simulation (``ldpstream produce``, ``ldpstream demo``) drew, marked
-    ``"kind": "truth"``; it is absent for real clients, whose values nobody knows.
-``GET /api/metrics/<name>``
-    The same shape for one metric, association or dictionary (404 for any other name).
-``GET /api/status``
-    What ``ldpstream status --json`` prints, plus ``ingest``: the reports counted per second over the last
-    seconds (per metric and in all) and the summed lag of the partitions.
-``GET /healthz``, ``GET /readyz``
-    Served without the token: ``/healthz`` 200 while the process serves; ``/readyz`` 200 when Redis and Kafka
-    answer, else 503, each with a short JSON body naming what does not answer.
-``GET /`` (and ``/app.js``, ``/style.css``)
-    The page: static files shipped in the package (``ldpstream/deploy/web``), no build step. It polls the API
-    every second.
+What it serves: ``GET /api/estimates`` (every metric's, association's and dictionary's published object, by
+window, with the simulation's truth where one was drawn), ``GET /api/metrics/<name>`` (one of them),
+``GET /api/status`` (``ldpstream status --json`` plus the ingest rate and lag), ``GET /healthz`` and
+``GET /readyz`` (without the token), and the page (``/``, ``/app.js``, ``/style.css``, shipped in the package).
+The API and its objects: ``docs/web-view.md#the-api`` and ``docs/schema/``.
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a bearer token (read from a file or from the
 environment by the command, never from its command line) every ``/api/`` request must carry
