@@ -4,15 +4,17 @@ over TLS with ACL users, one credential per role, beside the plain stack, from t
 
 Everything lives under ``<stack dir>/secure`` (mode 700):
 
-- ``tls/``: a certificate authority made here (``ca.pem``; its key never leaves the folder) and the servers'
-  certificate for ``127.0.0.1`` and ``localhost``, signed by it (``openssl``, Debian's package);
+- ``tls/``: a certificate authority made here (``ca.pem``; its key never leaves the folder), the servers'
+  certificate for ``127.0.0.1`` and ``localhost``, and the Kafka broker's certificate for its controller
+  listener (:data:`BROKER_KEYSTORE`), signed by it (``openssl``, Debian's package);
 - ``secrets/``: random passwords (mode 600), ``kafka-<user>-password`` for the SCRAM users of
   :data:`KAFKA_USERS` and ``redis-<user>-password`` for the Redis ACL users of :data:`REDIS_USERS`;
 - ``kafka/``: a KRaft broker whose client listener is ``SASL_SSL`` with ``SCRAM-SHA-512`` only, under the
   ``StandardAuthorizer`` (no ACL, no access; ``admin`` is the super user, the broker's own identity): the
   ``admin`` user is created when the storage is formatted (its password through a Java argument file, never
   on a command line), the role users and :data:`KAFKA_ACLS` through the Admin API at every start; its
-  controller listener is plaintext on 127.0.0.1, inside the one process;
+  controller listener, on 127.0.0.1, is SSL and admits only the broker's own certificate
+  (:func:`controller_listener_properties`);
 - ``redis/``: ``redis-server`` with ``port 0`` (no plaintext port) and ``tls-port``, ``user default off`` (no
   anonymous access) and the ACL users of :func:`redis_acl_rules`;
 - ``ldpstream.toml``: the operator's configuration (Kafka ``admin``, Redis ``admin``), and ``producer.toml``,
@@ -218,30 +220,64 @@ def _openssl(*args: str) -> None:
         raise ServiceError(f"openssl {args[0]} failed: {result.stderr.strip()[-500:]}")
 
 
+#: The broker's identity on its KRaft controller listener (SSL, ``ssl.client.auth=required``): the common name
+#: of its certificate (:func:`make_broker_certificate`), mapped to the principal ``User:kafka-broker``, a super
+#: user (the broker registers with its own controller through that listener).
+BROKER_PRINCIPAL = "kafka-broker"
+BROKER_KEYSTORE = f"{BROKER_PRINCIPAL}-keystore.pem"
+
+
+def _sign(tls_dir: Path, name: str, subject: str, extensions: str) -> tuple[Path, Path]:
+    """A new key ``<name>.key`` and certificate ``<name>.pem`` of ``subject`` with ``extensions`` (an openssl
+    extension file's text), signed by the CA in ``tls_dir``; the key is 0600."""
+    key, csr, cert = tls_dir / f"{name}.key", tls_dir / f"{name}.csr", tls_dir / f"{name}.pem"
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+             "-subj", subject)
+    ext = tls_dir / f"{name}.ext"
+    ext.write_text(extensions)
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls_dir / "ca.pem"), "-CAkey", str(tls_dir / "ca.key"),
+             "-CAcreateserial", "-out", str(cert), "-days", "825", "-sha256", "-extfile", str(ext))
+    os.chmod(key, 0o600)
+    return cert, key
+
+
+def _server_extensions(hosts: tuple[str, ...]) -> str:
+    names = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
+    return (f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n")
+
+
 def make_certificates(tls_dir: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> None:
-    """A CA (``ca.pem``, ``ca.key``) and a server certificate for ``hosts`` signed by it (``server.pem``,
-    ``server.key``; ``server-keystore.pem`` is both, the form Kafka's PEM keystore reads). Kept when present."""
+    """A CA (``ca.pem``, ``ca.key``), a server certificate for ``hosts`` signed by it (``server.pem``,
+    ``server.key``; ``server-keystore.pem`` is both, the form Kafka's PEM keystore reads), and the broker's
+    controller certificate (:func:`make_broker_certificate`). Each kept when present."""
     tls_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(tls_dir, 0o700)
-    if (tls_dir / "server-keystore.pem").exists():
-        return
-    ca_key, ca = tls_dir / "ca.key", tls_dir / "ca.pem"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
-             "-days", "3650", "-subj", "/CN=ldpstream local CA", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    key, csr, cert = tls_dir / "server.key", tls_dir / "server.csr", tls_dir / "server.pem"
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-             "-subj", f"/CN={hosts[-1]}")
-    names = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
-    extensions = tls_dir / "server.ext"
-    extensions.write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
-                          "keyUsage=critical,digitalSignature,keyEncipherment\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-out", str(cert), "-days", "825", "-sha256", "-extfile", str(extensions))
-    (tls_dir / "server-keystore.pem").write_text(key.read_text() + cert.read_text())
+    ca = tls_dir / "ca.pem"
+    if not (tls_dir / "server-keystore.pem").exists():
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tls_dir / "ca.key"), "-out",
+                 str(ca), "-days", "3650", "-subj", "/CN=ldpstream local CA", "-addext",
+                 "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        cert, key = _sign(tls_dir, "server", f"/CN={hosts[-1]}", _server_extensions(hosts))
+        (tls_dir / "server-keystore.pem").write_text(key.read_text() + cert.read_text())
+    make_broker_certificate(tls_dir, hosts)
     for path in tls_dir.iterdir():
         os.chmod(path, 0o600)
     os.chmod(ca, 0o644)
+
+
+def make_broker_certificate(tls_dir: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> Path:
+    """The Kafka broker's certificate for its controller listener, signed by the CA in ``tls_dir``: common name
+    :data:`BROKER_PRINCIPAL`, for ``hosts`` (the listener's server side) and for client authentication (the
+    broker's connection to its controller), as one PEM keystore (key and certificate), :data:`BROKER_KEYSTORE`.
+    Its own key, which no other server holds (Redis has the server certificate's). Kept when present."""
+    keystore = tls_dir / BROKER_KEYSTORE
+    if not keystore.exists():
+        cert, key = _sign(tls_dir, BROKER_PRINCIPAL, f"/CN={BROKER_PRINCIPAL}", _server_extensions(hosts))
+        _write_private(keystore, key.read_text() + cert.read_text())
+        for path in (key, cert, tls_dir / f"{BROKER_PRINCIPAL}.csr", tls_dir / f"{BROKER_PRINCIPAL}.ext"):
+            path.unlink()
+    return keystore
 
 
 def make_client_certificate(tls_dir: Path, name: str) -> tuple[Path, Path]:
@@ -250,15 +286,10 @@ def make_client_certificate(tls_dir: Path, name: str) -> tuple[Path, Path]:
     ``tls-auth-clients yes`` or a Kafka listener with ``ssl.client.auth=required``."""
     if not name.replace("-", "").isalnum():
         raise ConfigError(f"client certificate name {name!r}: letters, digits and '-' only")
-    key, csr, cert = tls_dir / f"{name}.key", tls_dir / f"{name}.csr", tls_dir / f"{name}.pem"
-    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-             "-subj", f"/CN={name}")
-    extensions = tls_dir / f"{name}.ext"
-    extensions.write_text("extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(tls_dir / "ca.pem"), "-CAkey", str(tls_dir / "ca.key"),
-             "-CAcreateserial", "-out", str(cert), "-days", "825", "-sha256", "-extfile", str(extensions))
-    os.chmod(key, 0o600)
-    return cert, key
+    if name == BROKER_PRINCIPAL:
+        raise ConfigError(f"client certificate name {name!r}: the broker's own identity (a super user)")
+    return _sign(tls_dir, name, f"/CN={name}",
+                 "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n")
 
 
 def _password(path: Path) -> str:
@@ -412,11 +443,24 @@ def kafka_answers(cfg: SecureStackConfig, timeout: float = 3.0) -> bool:
 
 
 def authorizer_properties() -> list[str]:
-    """The broker's authorizer: KRaft's ``StandardAuthorizer``, nothing allowed without an ACL, ``admin`` the
-    super user; ``ANONYMOUS`` too, the principal of the plaintext controller listener (bound to 127.0.0.1 or
-    the container's network), through which the broker registers with its own controller."""
+    """The broker's authorizer: KRaft's ``StandardAuthorizer``, nothing allowed without an ACL; super users
+    ``admin`` (the operator, and the broker's identity on its SASL_SSL listener) and :data:`BROKER_PRINCIPAL`
+    (the broker's certificate on its controller listener: :func:`controller_listener_properties`)."""
     return ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            f"super.users=User:{ADMIN};User:ANONYMOUS", "allow.everyone.if.no.acl.found=false"]
+            f"super.users=User:{ADMIN};User:{BROKER_PRINCIPAL}", "allow.everyone.if.no.acl.found=false"]
+
+
+def controller_listener_properties(keystore: str, truststore: str) -> list[str]:
+    """The KRaft controller listener ``CONTROLLER``: SSL that requires a certificate of the CA (``truststore``),
+    the broker's own (``keystore``, :func:`make_broker_certificate`) on both sides (the combined broker's
+    connection to its controller reads the listener's settings too). Its common name maps to the principal
+    ``User:kafka-broker`` (:data:`BROKER_PRINCIPAL`); any other certificate keeps its whole DN (``User:CN=...``),
+    which no ACL names. Without a certificate of the CA, no connection."""
+    prefix = "listener.name.controller."
+    return [f"{prefix}ssl.client.auth=required",
+            f"{prefix}ssl.keystore.type=PEM", f"{prefix}ssl.keystore.location={keystore}",
+            f"{prefix}ssl.truststore.type=PEM", f"{prefix}ssl.truststore.location={truststore}",
+            f"{prefix}ssl.principal.mapping.rules=RULE:^CN={BROKER_PRINCIPAL}$/{BROKER_PRINCIPAL}/,DEFAULT"]
 
 
 def _format_storage(cfg: SecureStackConfig, libs: Path, properties: Path) -> None:
@@ -458,15 +502,17 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
             f'password="{admin_password}";')
     _write_private(properties, "\n".join([
         *kept,
-        "# secured: clients and the broker itself speak SASL_SSL with SCRAM-SHA-512, under ACLs",
+        "# secured: clients and the broker itself speak SASL_SSL with SCRAM-SHA-512, under ACLs; the controller",
+        "# listener SSL with the broker's certificate only",
         f"listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port},CONTROLLER://127.0.0.1:{cfg.controller_port}",
         f"advertised.listeners=SASL_SSL://127.0.0.1:{cfg.kafka_port}",
-        "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
         "inter.broker.listener.name=SASL_SSL",
         f"sasl.enabled.mechanisms={SASL_MECHANISM}",
         f"sasl.mechanism.inter.broker.protocol={SASL_MECHANISM}",
         f"listener.name.sasl_ssl.{SASL_MECHANISM.lower()}.sasl.jaas.config={jaas}",
         *authorizer_properties(),
+        *controller_listener_properties(str(tls / BROKER_KEYSTORE), str(tls / "ca.pem")),
         "ssl.keystore.type=PEM", f"ssl.keystore.location={tls / 'server-keystore.pem'}",
         "ssl.truststore.type=PEM", f"ssl.truststore.location={tls / 'ca.pem'}",
         # a SASL_SSL listener ignores the broker-wide ssl.client.auth: only the listener's own setting counts

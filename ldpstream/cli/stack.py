@@ -30,14 +30,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     certs = actions.add_parser(
         "secrets", help="make a CA, a server certificate and passwords for a secured deployment",
         description="Writes into FOLDER (mode 700) ca.pem, ca.key, server.pem, server.key, server-keystore.pem "
-        "(key and certificate, Kafka's PEM keystore) for --hosts, and random passwords kafka-USER-password "
+        "(key and certificate, Kafka's PEM keystore) and kafka-broker-keystore.pem (the Kafka broker's own, for "
+        "its controller listener) for --hosts, and random passwords kafka-USER-password "
         "(admin, producer, consumer, decoder) and redis-USER-password (the same users): what "
         "deploy/compose.secure.yaml and deploy/k8s-secure mount. Files are 0640 of the group 10001 (the image's) "
         "when it may be given, ca.key 0600. Existing files are kept. For production, use your own PKI and secret "
         "store.")
     certs.add_argument("folder", help="where to write them, e.g. deploy/secrets")
     certs.add_argument("--hosts", default="kafka,redis,localhost,127.0.0.1",
-                       help="names and addresses the server certificate is valid for (comma-separated)")
+                       help="names and addresses the server certificates are valid for (comma-separated)")
     certs.set_defaults(func=_run_secrets)
     engine = actions.add_parser(
         "engine", help="a private Docker engine (Debian's dockerd) with its own data root and socket",

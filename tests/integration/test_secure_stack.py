@@ -4,7 +4,8 @@ certificates made by :mod:`ldpstream.deploy.secure`): the whole pipeline through
 own configuration file and credentials; what a role may not do is refused (a producer reads no estimates and no
 sketches, writes no estimates; a consumer writes no estimates; a decoder writes no sketches); refused clients
 (no credentials, wrong ones, an unknown CA) end in one line and a non-zero exit; no password ever reaches an
-output or a command line.
+output or a command line; the KRaft controller listener serves its admin APIs to the broker's certificate
+alone.
 
 The stack is started when it does not answer (about 10 s); ``LDPSTREAM_STACK_DIR`` and
 ``LDPSTREAM_STACK_SECURE_*_PORT`` move it, as for ``ldpstream stack``.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from ldpstream.config import KafkaConfig, RedisConfig, ServiceConfig
 from ldpstream.deploy import secure
+from ldpstream.deploy.stack import StackConfig, ensure_kafka_jars
 from ldpstream.errors import ServiceError
 from ldpstream.kafka import ensure_topics
 from ldpstream.testing import start_local, unavailable
@@ -241,6 +245,97 @@ def test_stack_status_shows_the_secured_services_and_the_configuration_to_export
         assert f"LDPSTREAM_CONFIG={stack.role_config_file(role)}" in result.stdout
     assert oct(stack.secrets_dir.stat().st_mode & 0o777) == "0o700"
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in stack.secrets_dir.iterdir())
+
+
+#: A Java Admin client of the controller listener (``bootstrap.controllers``, KIP-919; librdkafka has none): for
+#: each ``name=properties-file`` argument, one line ``name describe_cluster=R create_acls=R``, R ``ok`` or the
+#: exception's class (an ACL it creates it deletes again).
+_CONTROLLER_ADMIN = """
+import java.io.FileReader;
+import java.util.List;
+import java.util.Properties;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.common.acl.*;
+import org.apache.kafka.common.resource.*;
+
+public class ControllerAdmin {
+    static String outcome(Exception e) {
+        return (e.getCause() != null ? e.getCause() : e).getClass().getSimpleName();
+    }
+    public static void main(String[] args) throws Exception {
+        for (int i = 1; i < args.length; i++) {
+            String[] named = args[i].split("=", 2);
+            Properties props = new Properties();
+            try (FileReader in = new FileReader(named[1])) { props.load(in); }
+            props.put("bootstrap.controllers", args[0]);
+            props.put("request.timeout.ms", "4000");
+            props.put("default.api.timeout.ms", "6000");
+            try (Admin admin = Admin.create(props)) {
+                String describe, create;
+                try { admin.describeCluster().clusterId().get(); describe = "ok"; }
+                catch (Exception e) { describe = outcome(e); }
+                AclBinding acl = new AclBinding(
+                    new ResourcePattern(ResourceType.TOPIC, "controller-probe", PatternType.LITERAL),
+                    new AccessControlEntry("User:controller-probe", "*", AclOperation.READ, AclPermissionType.ALLOW));
+                try {
+                    admin.createAcls(List.of(acl)).all().get();
+                    admin.deleteAcls(List.of(acl.toFilter())).all().get();
+                    create = "ok";
+                } catch (Exception e) { create = outcome(e); }
+                System.out.println(named[0] + " describe_cluster=" + describe + " create_acls=" + create);
+            }
+        }
+    }
+}
+"""
+
+
+def _controller_admin(stack: secure.SecureStackConfig, folder: Path,
+                      clients: dict[str, dict[str, str]]) -> dict[str, tuple[str, str]]:
+    """What each client (name: its Java client settings) gets from the controller listener: the outcomes of
+    DescribeCluster and CreateAcls (``ok`` or the exception's class), from :data:`_CONTROLLER_ADMIN` run by
+    Java's source launcher on the broker's jars."""
+    java = shutil.which("java")
+    listed = subprocess.run([java, "--list-modules"], capture_output=True, text=True, check=False).stdout \
+        if java else ""
+    if "jdk.compiler" not in listed:
+        unavailable("a JDK (java with jdk.compiler) runs the controller's Java Admin client")
+    source = folder / "ControllerAdmin.java"
+    source.write_text(_CONTROLLER_ADMIN)
+    argv = []
+    for name, settings in clients.items():
+        (folder / f"{name}.properties").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        argv.append(f"{name}={folder / f'{name}.properties'}")
+    libs = ensure_kafka_jars(StackConfig.from_env())
+    result = subprocess.run([str(java), "-cp", f"{libs}/*", str(source), f"127.0.0.1:{stack.controller_port}",
+                             *argv], capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = re.findall(r"^(\S+) describe_cluster=(\w+) create_acls=(\w+)$", result.stdout, re.MULTILINE)
+    return {name: (describe, create) for name, describe, create in found}
+
+
+def test_the_controller_listener_serves_admin_apis_to_the_brokers_certificate_alone(stack, tmp_path):
+    other_ca = tmp_path / "ca"  # the same CA, signing a certificate of another name
+    other_ca.mkdir()
+    for name in ("ca.pem", "ca.key"):
+        shutil.copy(stack.tls_dir / name, other_ca / name)
+    cert, key = secure.make_client_certificate(other_ca, "operator")
+    (other_ca / "operator-keystore.pem").write_text(key.read_text() + cert.read_text())
+    trust = {"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(stack.ca)}
+    outcomes = _controller_admin(stack, tmp_path, {
+        "plaintext": {},
+        "tls-without-certificate": trust,
+        "another-certificate-of-the-ca": {**trust, "ssl.keystore.type": "PEM",
+                                          "ssl.keystore.location": str(other_ca / "operator-keystore.pem")},
+        "the-brokers-certificate": {**trust, "ssl.keystore.type": "PEM",
+                                    "ssl.keystore.location": str(stack.tls_dir / secure.BROKER_KEYSTORE)},
+    })
+    # no TLS: the listener does not answer; TLS without a certificate: the handshake is refused
+    assert set(outcomes["plaintext"]) <= {"TimeoutException", "SslAuthenticationException"}, outcomes
+    assert set(outcomes["tls-without-certificate"]) <= {"TimeoutException", "SslAuthenticationException"}, outcomes
+    # a certificate of the CA connects as User:CN=operator, which may do nothing there
+    assert outcomes["another-certificate-of-the-ca"] == ("ClusterAuthorizationException",) * 2, outcomes
+    assert outcomes["the-brokers-certificate"] == ("ok", "ok"), outcomes
 
 
 def _free_ports(count: int) -> list[int]:

@@ -20,6 +20,7 @@ import yaml
 from ldpstream.config import ServiceConfig
 from ldpstream.deploy import secure
 from ldpstream.deploy.secure import make_secrets
+from ldpstream.errors import ConfigError
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -93,6 +94,35 @@ def test_compose_secure_ships_the_kafka_acls_and_redis_users_of_the_secured_stac
     users = dict(re.findall(r"printf 'user %s on >%s %s\\n' (\w+) \"[^\"]+\" \\\n\s+'([^']+)'", redis))
     assert users == secure.redis_acl_rules("ldp")
     assert "user default off" in redis and "&*" not in redis and "+@all" not in users["consumer"]
+
+
+def test_compose_secure_controller_listener_admits_the_brokers_certificate_alone():
+    services = yaml.safe_load((DEPLOY / "compose.secure.yaml").read_text())["services"]
+    kafka = services["kafka"]["command"][0].replace("$$", "$")  # as the container's shell reads it
+    lines = kafka.splitlines()
+    listener = secure.controller_listener_properties(f"$s/{secure.BROKER_KEYSTORE}", "$s/ca.pem")
+    assert all(line.strip() in {x.strip() for x in lines} for line in listener), listener
+    protocols = next(x for x in lines if x.strip().startswith("listener.security.protocol.map="))
+    assert "CONTROLLER:SSL" in protocols and "PLAINTEXT" not in protocols
+    assert "ANONYMOUS" not in kafka and f"User:{secure.BROKER_PRINCIPAL}" in kafka
+    assert secure.BROKER_KEYSTORE in services["kafka"]["secrets"]
+    assert not any(secure.BROKER_KEYSTORE in services[name].get("secrets", []) for name in services if name != "kafka")
+    # the healthcheck reaches the controller with the broker's certificate, which the command writes for it
+    health = services["kafka"]["healthcheck"]["test"][1]
+    assert "--bootstrap-controller" in health and "--command-config /tmp/controller.properties" in health
+    assert f"ssl.keystore.location=$s/{secure.BROKER_KEYSTORE}" in kafka and "> /tmp/controller.properties" in kafka
+
+
+def test_the_brokers_controller_certificate_is_its_own_for_server_and_client(secrets_dir):
+    keystore = secrets_dir / secure.BROKER_KEYSTORE
+    assert keystore.stat().st_mode & 0o777 == 0o640
+    text = subprocess.run(["openssl", "x509", "-noout", "-subject", "-ext", "subjectAltName,extendedKeyUsage",
+                           "-in", str(keystore)], capture_output=True, text=True, check=True).stdout
+    assert f"CN = {secure.BROKER_PRINCIPAL}" in text or f"CN={secure.BROKER_PRINCIPAL}" in text, text
+    assert "DNS:kafka" in text and "TLS Web Server Authentication" in text and "TLS Web Client Authentication" in text
+    assert keystore.read_text() != (secrets_dir / "server-keystore.pem").read_text()  # Redis holds the server key
+    with pytest.raises(ConfigError, match="the broker's own identity"):
+        secure.make_client_certificate(secrets_dir, secure.BROKER_PRINCIPAL)
 
 
 def test_compose_cluster_points_ldpstream_at_a_cluster_url():
