@@ -1,6 +1,6 @@
 """The integration fixtures (``services``, ``kafka_bootstrap``, ``redis_url``, ``key_prefix``,
 ``fresh_topic``, ``service_config``) come from the :mod:`ldpstream.testing` plugin, which the package
-registers with pytest; see the README's "Tests" section.
+registers with pytest; see docs/development.md, "Tests".
 
 ldpstream's own tests start the local stack when nothing else is configured (``LDPSTREAM_SERVICES=local``) and
 stop at the end what the session started, unless ``LDPSTREAM_KEEP_STACK=1``."""

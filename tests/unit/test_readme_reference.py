@@ -1,5 +1,6 @@
-"""The README's command reference names every command the CLI has (nested ones on their parent's row), and its
-registry example is a valid registry entry, and its Tests section has a line for every test tier."""
+"""docs/cli.md's command reference names every command the CLI has (nested ones on their parent's row); the
+README's registry example is a valid registry entry, its Tests section has a line for every test tier, it stays a
+front door (at most 15 KB) and its links resolve."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 from ldpstream.cli import build_parser
 from ldpstream.registry import Registry
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CLI_DOC = ROOT / "docs" / "cli.md"
 
 
-def _section(title: str) -> str:
-    text = README.read_text()
+def _section(title: str, page: Path = README) -> str:
+    text = page.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end]
@@ -32,7 +35,7 @@ def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> 
 
 
 def test_every_command_is_in_the_reference():
-    rows = [line for line in _section("Command reference").splitlines() if line.startswith("| `ldpstream ")]
+    rows = [line for line in _section("Command reference", CLI_DOC).splitlines() if line.startswith("| `ldpstream ")]
     names = [re.match(r"\| `ldpstream ([^`]*)`", row).group(1).replace("\\|", "|").split() for row in rows]
     commands = _commands(build_parser())
     assert len(commands) > 20
@@ -41,7 +44,7 @@ def test_every_command_is_in_the_reference():
         ok = any(len(words) >= len(command) and all(
             part in words[i].split("|") for i, part in enumerate(command)) for words in names)
         has_children = any(c[:len(command)] == command and len(c) > len(command) for c in commands)
-        assert ok or has_children, f"`ldpstream {' '.join(command)}` is missing from the README's command reference"
+        assert ok or has_children, f"`ldpstream {' '.join(command)}` is missing from docs/cli.md's command reference"
 
 
 def test_the_registry_example_of_adding_a_metric_is_valid():
@@ -61,3 +64,10 @@ def test_every_test_tier_is_a_declared_marker_with_a_line_in_the_readme():
     for tier in TIERS:
         assert tier in declared, f"the tier {tier} is not a declared marker"
         assert f"python -m pytest -m {tier} " in block, f"the README's Tests section has no line for {tier}"
+
+
+def test_the_readme_is_a_front_door_whose_links_resolve():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.encode()) <= 15_000
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / target).exists(), f"the README links to {target}, which does not exist"
