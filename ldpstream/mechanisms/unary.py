@@ -5,7 +5,7 @@ is k-RAPPOR's ``(1, k + 1)`` (docs/math/mechanisms.md#k-rappor, #oue, #subset-se
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from ldpstream.mechanisms._common import (
     one_hot_input,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import DecoderFamily
+from ldpstream.mechanisms.base import BitMechanism, DecoderFamily
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 
 
@@ -23,22 +23,12 @@ class UnaryEncoding(ABC):
     """The one-hot channel input, one encode through ``encode_batch``, and the aggregate sketch of independent bits
     (bit j of a report set with probability q* when j = x, p* otherwise). Listed first among the bases, before the
     longitudinal mixin, :class:`~ldpstream.mechanisms.base.DirectEncoding` and
-    :class:`~ldpstream.mechanisms.base.BitMechanism`. Subclasses give ``encode_batch``, ``q_star`` and ``p_star``;
-    one whose bits are not independent given x overrides :meth:`simulate_sketch`."""
+    :class:`~ldpstream.mechanisms.base.BitMechanism`. Subclasses give ``encode_batch`` and BitMechanism's ``q_star``
+    and ``p_star``; one whose bits are not independent given x overrides :meth:`simulate_sketch`."""
 
     cohorts: ClassVar[int] = 1
     decoder_family: ClassVar[DecoderFamily] = "direct_bits"
     k: int
-
-    @property
-    @abstractmethod
-    def q_star(self) -> float:
-        """P(bit x set | x)."""
-
-    @property
-    @abstractmethod
-    def p_star(self) -> float:
-        """P(bit j set | x), j ≠ x."""
 
     @abstractmethod
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
@@ -62,4 +52,5 @@ class UnaryEncoding(ABC):
         """
         rng = ensure_generator(rng)
         true_counts = population_by_cohort(counts, 1, self.k, rng)
-        return bit_sketch_from_true_counts(true_counts, true_counts.sum(axis=1), self.q_star, self.p_star, rng)
+        q_star, p_star = cast(BitMechanism, self).response_rates  # (q*, p*): the subclass is a BitMechanism
+        return bit_sketch_from_true_counts(true_counts, true_counts.sum(axis=1), q_star, p_star, rng)
