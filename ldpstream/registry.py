@@ -146,28 +146,24 @@ DEFAULT_DISCOVERY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
 MAX_DISCOVERY_NGRAMS = 2**16
 #: Most members of one association (the report format carries the member count in a byte).
 MAX_ASSOCIATION_MEMBERS = 8
-#: Mechanisms the joint decoder's channels model (docs/math/joint.md); the optimal mechanisms of issue 15 (OUE, SS,
-#: HR, O-OUE, CMS, HCMS) are refused as association members until it models theirs.
-JOINT_MECHANISMS = ("krr", "krappor", "orr", "orappor", "rappor")
+#: Mechanisms the joint decoder's channels model (docs/math/joint.md): those whose class says it may be a member
+#: (:attr:`~ldpstream.mechanisms.base.Mechanism.joint_member`); the others are refused as association members until
+#: it models theirs.
+JOINT_MECHANISMS: tuple[str, ...] = tuple(name for name, cls in MECHANISMS.items() if cls.joint_member)
 #: Mechanisms that can carry a discovery metric's reports (docs/math/dictionary.md, "Which mechanisms"): the
 #: hashed bit-vector families of :data:`JOINT_MECHANISMS`, whose reports the n-gram detection and the final
-#: decode test against any candidate list and whose pairs the joint EM decodes.
-DISCOVERY_MECHANISMS = ("rappor", "orappor")
-#: Why the other mechanisms cannot carry them.
-_DISCOVERY_REFUSALS = {
-    "krappor": "k-RAPPOR keeps one bit per value of a closed alphabet, and the full string has none (|Σ|^M values)",
-    "krr": "k-RR sends one symbol of a closed alphabet, and the full string has none (|Σ|^M values); the n-gram "
-           "detection tests bit reports",
-    "orr": "O-RR sends symbols, and the n-gram detection (screen, refit, test) and the final decode test bit "
-           "reports",
-}
+#: decode test against any candidate list and whose pairs the joint EM decodes
+#: (:attr:`~ldpstream.mechanisms.base.Mechanism.discovery_carrier`).
+DISCOVERY_MECHANISMS: tuple[str, ...] = tuple(name for name, cls in MECHANISMS.items() if cls.discovery_carrier)
 
 
 def discovery_mechanism_error(name: str) -> str | None:
     """``None`` when mechanism ``name`` can carry a discovery metric's reports, else why not."""
     if name in DISCOVERY_MECHANISMS:
         return None
-    why = _DISCOVERY_REFUSALS.get(name, f"{name!r} is not one of the joint decoder's bit-vector mechanisms")
+    cls = MECHANISMS.get(name)
+    why = (cls.discovery_refusal if cls is not None else None) or \
+        f"{name!r} is not one of the joint decoder's bit-vector mechanisms"
     return (f"mechanism {name!r} cannot carry n-gram and full-string reports: {why}; use one of "
             f"{', '.join(DISCOVERY_MECHANISMS)}")
 def check_name(kind: str, name: object) -> str:

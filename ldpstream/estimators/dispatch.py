@@ -14,7 +14,7 @@ from ldpstream.errors import ParameterError
 
 from .candidates import decode_bits, decode_orr
 from .detection import detect
-from .direct import estimate_krappor, estimate_krr, estimate_unary
+from .direct import estimate_krr, estimate_unary
 from .estimate import Estimate
 from .factor_cache import FactorCache
 
@@ -76,9 +76,7 @@ def _decode_direct_symbol(arr: np.ndarray, mechanism: Any, method: str, **option
 
 
 def _decode_direct_bits(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
-    if mechanism.name == "krappor":
-        return estimate_krappor(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
-    # OUE, subset selection: the same unary decoder at the mechanism's own margin rates
+    # k-RAPPOR (estimate_krappor), OUE, subset selection: the unary decoder at the mechanism's own margin rates
     return estimate_unary(arr, mechanism.q_star, mechanism.p_star, method, kind=mechanism.name,  # type: ignore[arg-type]
                           info={"epsilon": mechanism.epsilon}, **options)
 

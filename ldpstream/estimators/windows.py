@@ -72,9 +72,9 @@ def persistence_rates(mechanism: Any) -> tuple[float, float, float, float] | Non
     A mechanism this module does not know is treated as memoized without an instantaneous layer (the worst
     case for intervals)."""
     hi, lo = mechanism.response_rates
-    if getattr(mechanism, "name", None) == "rappor":
-        half = float(mechanism.f) / 2.0
-        return 1.0 - half, half, float(mechanism.q), float(mechanism.p)
+    own = getattr(mechanism, "persistence_rates", None)  # RAPPOR: its PRR and IRR
+    if own is not None:
+        return (float(own[0]), float(own[1]), float(own[2]), float(own[3]))
     layers = getattr(mechanism, "layers", None)
     if layers is None:
         return float(hi), float(lo), 1.0, 0.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,6 +41,12 @@ from ldpstream.mechanisms.randomness import Randomness
 from ldpstream.mechanisms.rates import krr_rates
 
 ReportKind = Literal["symbol", "bits"]
+
+#: The values a mechanism encodes: "closed" = the symbols ``0..k-1`` themselves (k = S, no hashing, one cohort:
+#: k-RR, k-RAPPOR, OUE, SS, HR); "either" = hashed into cohorts, an open alphabet of str/bytes or a closed one
+#: (``support = S``: O-RR, O-RAPPOR, O-OUE, CMS, HCMS); "open" = str/bytes hashed by Google's Bloom filter only
+#: (RAPPOR).
+AlphabetKind = Literal["closed", "either", "open"]
 
 #: How a sketch is decoded: "direct" = the channel is inverted over the closed alphabet ``0..k-1`` (k-RR,
 #: k-RAPPOR); "candidates" = regression against the design matrix of a candidate list or of a closed alphabet
@@ -88,6 +94,23 @@ class Mechanism(ABC):
     #: Whether simulating or encoding a population needs a per-cohort table of the value list
     #: (:meth:`value_table`): hashed mechanisms do, k-RR and k-RAPPOR do not.
     needs_value_table: ClassVar[bool] = True
+    #: Which values it encodes (see :data:`AlphabetKind`): how simulations build its alphabet.
+    alphabet: ClassVar[AlphabetKind]
+    #: Whether the joint decoder models its channel, so that it may be a member of an association
+    #: (:data:`ldpstream.registry.JOINT_MECHANISMS`; docs/math/joint.md).
+    joint_member: ClassVar[bool] = False
+    #: Whether it can carry a discovery metric's n-gram and full-string reports
+    #: (:data:`ldpstream.registry.DISCOVERY_MECHANISMS`; docs/math/dictionary.md, "Which mechanisms").
+    discovery_carrier: ClassVar[bool] = False
+    #: Why it cannot carry them, when there is more to say than that it is not a carrier.
+    discovery_refusal: ClassVar[str | None] = None
+    #: The parameters the tuner chooses on :meth:`tuning_grid` (``()``: none, k = S; ``None``: not tuned).
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = None
+    #: Parameters the mechanism fixes (name, value) that a simulation's options may not set otherwise.
+    fixed_parameters: ClassVar[tuple[tuple[str, int], ...]] = ()
+    #: Whether the tuner searches its grid in two phases (every k at moderate C, then C doubling for the best k:
+    #: O-RR, whose grid reaches thousands of cohorts) instead of point by point.
+    staged_cohort_search: ClassVar[bool] = False
 
     #: Output width: number of symbols (symbol mechanisms) or of bits (bit mechanisms).
     k: int
@@ -98,6 +121,40 @@ class Mechanism(ABC):
     #: k-RAPPOR, O-RR, O-RAPPOR) declare it as a dataclass field; RAPPOR derives it from (h, f, p, q)
     #: with a property. (An abstract property here would shadow the dataclass field.)
     epsilon: float
+
+    @classmethod
+    @abstractmethod
+    def examples(cls) -> tuple[Self, ...]:
+        """Small instances, the first the canonical one, that together cover the mechanism's alphabets (open and
+        closed where it has both): what :mod:`ldpstream.mechanisms.checks` runs on. Small enough that the whole
+        report space can be enumerated (at most a few thousand outputs per value)."""
+
+    @classmethod
+    def example(cls) -> Self:
+        """The first of :meth:`examples`."""
+        return cls.examples()[0]
+
+    @classmethod
+    def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:
+        """The grid of :attr:`tuning_parameters` that the tuner searches for an alphabet of ``support`` values
+        (closed or open) and ``n`` reports (:mod:`ldpstream.mechanisms.tuning`). The base has none."""
+        raise ParameterError(f"no grid for {cls.name}")
+
+    def hashing_twin(self) -> Mechanism:
+        """A mechanism whose value table and design matrix are this one's (through :meth:`table_of_twin`), so that
+        simulations cache one table for both: the mechanism itself unless it hashes exactly as another one."""
+        return self
+
+    def table_of_twin(self, table: np.ndarray) -> np.ndarray:
+        """This mechanism's value table given the :meth:`value_table` of its :meth:`hashing_twin`."""
+        return table
+
+    @abstractmethod
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """The exact channel ``(S, C·W)``: row s is the law of one report (cohort c, output o; column ``c·W + o``)
+        of a fresh client holding value s of ``table`` (a :meth:`value_table`; ``None`` for a direct mechanism).
+        W is :attr:`sketch_width` for symbol reports and ``2**k`` for bit reports (output o has bit j
+        ``(o >> j) & 1``). Enumerates every output: for small mechanisms (:meth:`examples`)."""
 
     @property
     def epsilon_inf(self) -> float:
@@ -201,6 +258,13 @@ class SymbolMechanism(Mechanism):
         totals: np.ndarray = np.asarray(sketch).sum(axis=1)
         return totals
 
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """k-RR on the value's cell of each cohort (its :meth:`design_matrix` row), the cohort uniform: P((c, y) | s)
+        = hi/C when y is s's cell in c, lo/C otherwise (:attr:`response_rates`)."""
+        hi, lo = self.response_rates
+        cells = self.design_matrix(table).toarray().T.astype(bool)  # (S, C·k)
+        return np.where(cells, hi, lo) / self.cohorts
+
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         cohorts = np.asarray(cohorts, dtype=np.int64)
         reports = np.asarray(reports, dtype=np.int64)
@@ -235,6 +299,19 @@ class BitMechanism(Mechanism):
     def reports_per_cohort(self, sketch: np.ndarray) -> np.ndarray:
         return np.asarray(sketch)[:, 0]
 
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """Independent bit flips of the value's true bits in each cohort (its :meth:`design_matrix` rows), the
+        cohort uniform: P((c, o) | s) = Π_j (q* or 1 − q* where bit j is true, p* or 1 − p* where not) / C."""
+        truth = self.design_matrix(table).toarray().T.astype(bool)  # (S, C·k)
+        S, k = truth.shape[0], self.k
+        outputs = (np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1 == 1  # (2^k, k)
+        blocks = []
+        for c in range(self.cohorts):
+            true_bits = truth[:, c * k:(c + 1) * k][:, None, :]
+            one = np.where(true_bits, self.q_star, self.p_star)
+            blocks.append(np.where(outputs[None, :, :], one, 1.0 - one).prod(axis=2) / self.cohorts)
+        return np.concatenate(blocks, axis=1).reshape(S, self.cohorts * 2**k)
+
     def sketch(self, cohorts: np.ndarray, reports: np.ndarray) -> np.ndarray:
         return sum_bits(cohorts, reports, self.cohorts)
 
@@ -244,6 +321,8 @@ class DirectEncoding(ABC):
     ``0..k-1`` themselves, so no value table; every report is in cohort 0. Listed before the family base."""
 
     needs_value_table: ClassVar[bool] = False
+    alphabet: ClassVar[AlphabetKind] = "closed"
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = ()
     k: int
 
     def design_matrix(self, candidates_or_table: Any = None) -> sp.csr_matrix:
@@ -277,6 +356,8 @@ class DirectEncoding(ABC):
 class HashedEncoding(ABC):
     """The device hooks of a hashed mechanism with cohorts (O-RR, O-RAPPOR, RAPPOR): values are indices into a
     per-cohort value table, cohorts are drawn with the randomness. Listed before the family base."""
+
+    alphabet: ClassVar[AlphabetKind] = "either"
 
     @abstractmethod
     def encode(self, value: Any, cohort: int | None = None) -> tuple[int, Any]:

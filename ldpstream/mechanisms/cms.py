@@ -23,6 +23,18 @@ class CountMeanSketch(ORappor):
     """CMS: ``cohorts`` hash functions into ``k`` buckets at ``epsilon`` (``hashes`` must stay 1)."""
 
     name: ClassVar[str] = "cms"
+    joint_member: ClassVar[bool] = False
+    discovery_carrier: ClassVar[bool] = False
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = ("k", "cohorts")
+    fixed_parameters: ClassVar[tuple[tuple[str, int], ...]] = (("hashes", 1),)
+
+    @classmethod
+    def examples(cls) -> tuple[CountMeanSketch, ...]:
+        return (cls(k=4, epsilon=1.5, cohorts=2), cls(k=4, epsilon=1.5, cohorts=3, support=6))
+
+    def hashing_twin(self) -> ORappor:
+        """The one-hash O-RAPPOR of the same (k, C, support): CMS hashes as it does."""
+        return ORappor(k=self.k, epsilon=self.epsilon, cohorts=self.cohorts, hashes=1, support=self.support)
 
     def __post_init__(self) -> None:
         super().__post_init__()

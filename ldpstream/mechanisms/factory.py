@@ -22,18 +22,21 @@ from ldpstream.mechanisms.oue import OUE, HashedOUE
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.mechanisms.subset import SubsetSelection
 
-#: Mechanism name (the ``"mechanism"`` key) → class.
+#: Mechanism name (the ``"mechanism"`` key) → class: the one list of the mechanisms. Everything else (simulations,
+#: the tuner, the registry, the decoders, the conformance suite :mod:`ldpstream.mechanisms.checks`) reads it and asks
+#: each class what it needs (:class:`~ldpstream.mechanisms.base.Mechanism`'s class attributes), so a new mechanism is
+#: its module plus one line here. The order is the one commands list them in: the direct mechanisms of a closed
+#: alphabet before the hashed ones, within each the older first.
 MECHANISMS: dict[str, type[Mechanism]] = {
     KRR.name: KRR,
     KRappor.name: KRappor,
     ORR.name: ORR,
     ORappor.name: ORappor,
     Rappor.name: Rappor,
-    # optimal mechanisms (issue 15; docs/math/mechanisms.md)
     OUE.name: OUE,
-    HashedOUE.name: HashedOUE,
     SubsetSelection.name: SubsetSelection,
     HadamardResponse.name: HadamardResponse,
+    HashedOUE.name: HashedOUE,
     CountMeanSketch.name: CountMeanSketch,
     HadamardCountMeanSketch.name: HadamardCountMeanSketch,
 }

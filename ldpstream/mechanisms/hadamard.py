@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms import tuning
 from ldpstream.mechanisms._common import (
     as_index_array,
     bernoulli,
@@ -109,6 +110,14 @@ class HadamardResponse(PermanentOnly, DirectEncoding, SymbolMechanism):
     def __post_init__(self) -> None:
         check_mechanism_fields(self, k_max=2**31 - 1)
         self.check_longitudinal()
+
+    @classmethod
+    def examples(cls) -> tuple[HadamardResponse, ...]:
+        return (cls(k=5, epsilon=1.5),)
+
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`channel` (one cohort; ``table`` ignored)."""
+        return self.channel()
 
     @property
     def order(self) -> int:
@@ -197,6 +206,8 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
 
     name: ClassVar[str] = "hcms"
     decoder_family: ClassVar[DecoderFamily] = "candidates_hadamard"
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = ("k", "cohorts")
+    fixed_parameters: ClassVar[tuple[tuple[str, int], ...]] = (("hashes", 1),)
 
     k: int
     epsilon: float
@@ -204,6 +215,35 @@ class HadamardCountMeanSketch(PermanentOnly, HashedEncoding, SymbolMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
+
+    @classmethod
+    def examples(cls) -> tuple[HadamardCountMeanSketch, ...]:
+        return (cls(k=4, epsilon=1.5, cohorts=2), cls(k=4, epsilon=1.5, cohorts=3, support=6))
+
+    @classmethod
+    def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:
+        """:func:`~ldpstream.mechanisms.tuning.bloom_grid` with one hash (the cohorts are the hash functions)."""
+        return tuning.bloom_grid(support, closed, n, (1,))
+
+    def hashing_twin(self) -> ORappor:
+        """:attr:`hashing`: its buckets are that O-RAPPOR's one-hash Bloom bits."""
+        return self.hashing
+
+    def table_of_twin(self, table: np.ndarray) -> np.ndarray:
+        """The ``(C, S)`` buckets: the one bit of each ``(C, S, 1)`` Bloom filter."""
+        return np.ascontiguousarray(table[:, :, 0])
+
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """P((c, 2l + b) | s) = (1/C)(1/k)(e^ε/(e^ε + 1) when b is the sign of H[u, l] for s's bucket u in c, else
+        1/(e^ε + 1))."""
+        buckets = self._table(table)
+        q = self.response_rates[0]
+        S = buckets.shape[1]
+        plus = hadamard_sign(buckets[:, :, None], np.arange(self.k)[None, None, :])  # (C, S, k)
+        out = np.empty((self.cohorts, S, self.k, 2))
+        out[..., 1] = np.where(plus, q, 1 - q)
+        out[..., 0] = np.where(plus, 1 - q, q)
+        return (out / (self.cohorts * self.k)).transpose(1, 0, 2, 3).reshape(S, self.cohorts * 2 * self.k)
 
     def __post_init__(self) -> None:
         check_mechanism_fields(self, k_max=2**30)

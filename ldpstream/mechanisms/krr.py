@@ -49,11 +49,19 @@ class KRR(Memoizing, DirectEncoding, SymbolMechanism):
     name: ClassVar[str] = "krr"
     cohorts: ClassVar[int] = 1  # type: ignore[misc]
     decoder_family: ClassVar[DecoderFamily] = "direct_symbol"
+    joint_member: ClassVar[bool] = True
+    discovery_refusal: ClassVar[str | None] = (
+        "k-RR sends one symbol of a closed alphabet, and the full string has none (|Σ|^M values); the n-gram "
+        "detection tests bit reports")
 
     k: int
     epsilon: float
     memoize: bool = True
     epsilon_permanent: float | None = None
+
+    @classmethod
+    def examples(cls) -> tuple[KRR, ...]:
+        return (cls(k=5, epsilon=1.5),)
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The symbol itself (one cohort)."""

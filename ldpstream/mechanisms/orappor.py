@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms import hashing
+from ldpstream.mechanisms import hashing, tuning
 from ldpstream.mechanisms._common import (
     as_index_array,
     bit_sketch_from_true_counts,
@@ -94,6 +94,9 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
 
     name: ClassVar[str] = "orappor"
     decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
+    joint_member: ClassVar[bool] = True
+    discovery_carrier: ClassVar[bool] = True
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = ("k", "cohorts", "hashes")
 
     k: int
     epsilon: float
@@ -102,6 +105,17 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
+
+    @classmethod
+    def examples(cls) -> tuple[ORappor, ...]:
+        return (cls(k=4, epsilon=1.5, cohorts=2, hashes=2), cls(k=4, epsilon=1.5, cohorts=3, hashes=1, support=6))
+
+    @classmethod
+    def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:
+        """:func:`~ldpstream.mechanisms.tuning.bloom_grid` with h ∈ {1, 2} (one hash only when
+        :attr:`fixed_parameters` fixes it)."""
+        fixed = dict(cls.fixed_parameters).get("hashes")
+        return tuning.bloom_grid(support, closed, n, (1, 2) if fixed is None else (fixed,))
 
     def channel_input(self, value: Any, cohort: int) -> np.ndarray:
         """The value's ``(k,)`` bool Bloom filter in ``cohort`` (the row of :meth:`bloom_table`)."""

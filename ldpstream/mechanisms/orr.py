@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms import hashing
+from ldpstream.mechanisms import hashing, tuning
 from ldpstream.mechanisms._common import (
     as_index_array,
     check_int,
@@ -50,6 +50,11 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
 
     name: ClassVar[str] = "orr"
     decoder_family: ClassVar[DecoderFamily] = "candidates_symbol"
+    joint_member: ClassVar[bool] = True
+    discovery_refusal: ClassVar[str | None] = (
+        "O-RR sends symbols, and the n-gram detection (screen, refit, test) and the final decode test bit reports")
+    tuning_parameters: ClassVar[tuple[str, ...] | None] = ("k", "cohorts")
+    staged_cohort_search: ClassVar[bool] = True
 
     k: int
     epsilon: float
@@ -57,6 +62,15 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     support: int | None = None
     memoize: bool = True
     epsilon_permanent: float | None = None
+
+    @classmethod
+    def examples(cls) -> tuple[ORR, ...]:
+        return (cls(k=4, epsilon=1.5, cohorts=3), cls(k=4, epsilon=1.5, cohorts=3, support=6))
+
+    @classmethod
+    def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:
+        """:func:`~ldpstream.mechanisms.tuning.symbol_grid`."""
+        return tuning.symbol_grid(support, closed, n)
 
     def channel_input(self, value: Any, cohort: int) -> int:
         """The value's symbol in ``cohort``: ``π_c(s) mod k`` (closed) or ``HASH_c(s) mod k`` (open), the

@@ -18,44 +18,35 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ldpstream.mechanisms._common import (
-    as_index_array,
-    bernoulli,
-    bit_sketch_from_true_counts,
-    ensure_generator,
-    one_hot_input,
-    perturb_bits,
-    population_by_cohort,
-)
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
+from ldpstream.mechanisms._common import as_index_array, bernoulli, perturb_bits
+from ldpstream.mechanisms.base import BitMechanism, DirectEncoding
 from ldpstream.mechanisms.longitudinal import PermanentOnly
 from ldpstream.mechanisms.orappor import ORappor
-from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.randomness import Randomness
 from ldpstream.mechanisms.rates import oue_rates
+from ldpstream.mechanisms.unary import UnaryEncoding
 
 #: Bits drawn at a time by :meth:`OUE.encode_batch` (bounds memory for large batches).
 _CHUNK_BITS = 1 << 24
 
 
 @dataclass(frozen=True)
-class OUE(PermanentOnly, DirectEncoding, BitMechanism):
+class OUE(UnaryEncoding, PermanentOnly, DirectEncoding, BitMechanism):
     """OUE over the alphabet ``0..k-1``: k bits, q* = 1/2, p* = 1/(e^ε + 1) (module docstring).
 
     ``memoize``: a real client reports the same permanent response for a value (default) or fresh noise each
     time (:class:`~ldpstream.mechanisms.longitudinal.PermanentOnly`)."""
 
     name: ClassVar[str] = "oue"
-    cohorts: ClassVar[int] = 1  # type: ignore[misc]
-    decoder_family: ClassVar[DecoderFamily] = "direct_bits"
 
     k: int
     epsilon: float
     memoize: bool = True
     epsilon_permanent: float | None = None
 
-    def channel_input(self, value: Any, cohort: int) -> np.ndarray:
-        """The one-hot ``(k,)`` bool vector of the symbol (one cohort)."""
-        return one_hot_input(value, self.k)
+    @classmethod
+    def examples(cls) -> tuple[OUE, ...]:
+        return (cls(k=5, epsilon=1.5),)
 
     @property
     def q_star(self) -> float:
@@ -71,11 +62,6 @@ class OUE(PermanentOnly, DirectEncoding, BitMechanism):
         """Flip ``(n, k)`` one-hot vectors: P(1 | true 1) = 1/2, P(1 | true 0) = 1/(e^ε + 1)."""
         return perturb_bits(inputs, self.q_star, self.p_star, rng)
 
-    def encode(self, x: int) -> np.ndarray:
-        """Privatize one symbol with :data:`SECURE` randomness; returns ``(k,)`` bool."""
-        bits: np.ndarray = self.encode_batch(np.asarray([x]), SECURE)[0]
-        return bits
-
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
         """Privatize a batch of symbols with ``rng``; returns ``(n, k)`` bool."""
         symbols = as_index_array("x", x, self.k)
@@ -90,13 +76,6 @@ class OUE(PermanentOnly, DirectEncoding, BitMechanism):
             block[np.arange(block.shape[0]), symbols[start:start + rows]] = bernoulli(self.q_star, block.shape[0], rng)
         return out
 
-    def simulate_sketch(self, counts: Any, rng: np.random.Generator, table: np.ndarray | None = None) -> np.ndarray:
-        """``(1, k+1)`` sketch, exact in distribution: bit j is set in Binomial(counts[j], q*) +
-        Binomial(n − counts[j], p*) reports (bits are independent given x); ``table`` is ignored."""
-        rng = ensure_generator(rng)
-        true_counts = population_by_cohort(counts, 1, self.k, rng)
-        return bit_sketch_from_true_counts(true_counts, true_counts.sum(axis=1), self.q_star, self.p_star, rng)
-
 
 @dataclass(frozen=True)
 class HashedOUE(PermanentOnly, ORappor):
@@ -105,6 +84,16 @@ class HashedOUE(PermanentOnly, ORappor):
     decoders like O-RAPPOR."""
 
     name: ClassVar[str] = "ooue"
+    joint_member: ClassVar[bool] = False
+    discovery_carrier: ClassVar[bool] = False
+
+    @classmethod
+    def examples(cls) -> tuple[HashedOUE, ...]:
+        return (cls(k=4, epsilon=1.5, cohorts=2, hashes=2), cls(k=4, epsilon=1.5, cohorts=3, hashes=1, support=6))
+
+    def hashing_twin(self) -> ORappor:
+        """The O-RAPPOR of the same (k, C, h, support): O-OUE hashes as it does."""
+        return ORappor(k=self.k, epsilon=self.epsilon, cohorts=self.cohorts, hashes=self.hashes, support=self.support)
 
     @property
     def q_star(self) -> float:

@@ -59,7 +59,7 @@ from ldpstream.mechanisms._common import (
     population_by_cohort,
     to_value_list,
 )
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, HashedEncoding
+from ldpstream.mechanisms.base import AlphabetKind, BitMechanism, DecoderFamily, HashedEncoding
 from ldpstream.mechanisms.orappor import check_bloom_table, true_bit_counts
 from ldpstream.mechanisms.randomness import SECURE, Randomness
 from ldpstream.mechanisms.rates import rappor_rates
@@ -131,6 +131,9 @@ class Rappor(HashedEncoding, BitMechanism):
 
     name: ClassVar[str] = "rappor"
     decoder_family: ClassVar[DecoderFamily] = "candidates_bits"
+    alphabet: ClassVar[AlphabetKind] = "open"
+    joint_member: ClassVar[bool] = True
+    discovery_carrier: ClassVar[bool] = True
 
     k: int
     hashes: int
@@ -138,6 +141,10 @@ class Rappor(HashedEncoding, BitMechanism):
     p: float
     q: float
     f: float
+
+    @classmethod
+    def examples(cls) -> tuple[Rappor, ...]:
+        return (cls(k=6, hashes=2, cohorts=2, p=0.25, q=0.75, f=0.5),)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k", check_int("k", self.k, 1))
@@ -159,6 +166,13 @@ class Rappor(HashedEncoding, BitMechanism):
             "q": self.q,
             "f": self.f,
         }
+
+    @property
+    def persistence_rates(self) -> tuple[float, float, float, float]:
+        """``(1 − f/2, f/2, q, p)``: the rates of a bit's permanent response and of the instantaneous layer on it
+        (:func:`ldpstream.estimators.windows.persistence_rates`)."""
+        half = float(self.f) / 2.0
+        return 1.0 - half, half, float(self.q), float(self.p)
 
     @property
     def q_star(self) -> float:

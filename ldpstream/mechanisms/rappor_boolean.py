@@ -70,6 +70,10 @@ class RapporBoolean(BitMechanism):
         for name in ("p", "q", "f"):
             object.__setattr__(self, name, check_probability(name, getattr(self, name)))
 
+    @classmethod
+    def examples(cls) -> tuple[RapporBoolean, ...]:
+        return (cls(cohorts=2, p=0.25, q=0.75, f=0.5),)
+
     def bit(self) -> Rappor:
         """The same channel as a one-bit, one-hash :class:`~ldpstream.mechanisms.rappor.Rappor`."""
         return Rappor(k=1, hashes=1, cohorts=self.cohorts, p=self.p, q=self.q, f=self.f)

@@ -12,6 +12,7 @@ With d = 1 the mechanism is k-RR.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -24,13 +25,13 @@ from ldpstream.mechanisms._common import (
     check_int,
     check_mechanism_fields,
     ensure_generator,
-    one_hot_input,
     population_by_cohort,
 )
-from ldpstream.mechanisms.base import BitMechanism, DecoderFamily, DirectEncoding
+from ldpstream.mechanisms.base import BitMechanism, DirectEncoding
 from ldpstream.mechanisms.longitudinal import PermanentOnly
-from ldpstream.mechanisms.randomness import SECURE, Randomness
+from ldpstream.mechanisms.randomness import Randomness
 from ldpstream.mechanisms.rates import optimal_subset_size, subset_rates
+from ldpstream.mechanisms.unary import UnaryEncoding
 
 #: Cells drawn at a time by :func:`subset_bits` (bounds memory for large batches).
 _CHUNK_CELLS = 1 << 22
@@ -147,15 +148,13 @@ def subset_sketch_from_true_counts(
 
 
 @dataclass(frozen=True)
-class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
+class SubsetSelection(UnaryEncoding, PermanentOnly, DirectEncoding, BitMechanism):
     """Subset selection over ``0..k-1`` at ``epsilon``, subsets of ``subset_size`` symbols (default: the risk
     minimizer, :func:`~ldpstream.mechanisms.rates.optimal_subset_size`). Reports are ``(k,)`` bool.
 
     ``memoize``: as :class:`~ldpstream.mechanisms.longitudinal.PermanentOnly`."""
 
     name: ClassVar[str] = "ss"
-    cohorts: ClassVar[int] = 1  # type: ignore[misc]
-    decoder_family: ClassVar[DecoderFamily] = "direct_bits"
 
     k: int
     epsilon: float
@@ -169,6 +168,20 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
             object.__setattr__(self, "subset_size", check_int("subset_size", self.subset_size, 1, self.k - 1))
         self.check_longitudinal()
 
+    @classmethod
+    def examples(cls) -> tuple[SubsetSelection, ...]:
+        return (cls(k=5, epsilon=1.5, subset_size=2), cls(k=6, epsilon=0.5))
+
+    def report_channel(self, table: np.ndarray | None = None) -> np.ndarray:
+        """P(S | x) = e^ε/Z when x ∈ S, 1/Z otherwise, for the d-subsets S (output o: bit j set iff j ∈ S), with
+        Z = C(k − 1, d − 1) e^ε + C(k − 1, d); 0 for the outputs of another size. ``table`` is ignored."""
+        k, d = self.k, self.d
+        members = (np.arange(2**k)[:, None] >> np.arange(k)[None, :]) & 1 == 1  # (2^k, k)
+        size_d = members.sum(axis=1) == d
+        z = math.comb(k - 1, d - 1) * math.exp(self.epsilon) + math.comb(k - 1, d)
+        weight = np.where(members.T, math.exp(self.epsilon), 1.0) / z  # (k, 2^k)
+        return np.where(size_d[None, :], weight, 0.0)
+
     @property
     def bits_per_report(self) -> int:
         """Every report sets exactly d bits (the consumers refuse others as out of range)."""
@@ -178,10 +191,6 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
     def d(self) -> int:
         """The subset size in use."""
         return self.subset_size if self.subset_size is not None else optimal_subset_size(self.k, self.epsilon)
-
-    def channel_input(self, value: Any, cohort: int) -> np.ndarray:
-        """The one-hot ``(k,)`` bool vector of the symbol (so the memo is keyed like k-RAPPOR's)."""
-        return one_hot_input(value, self.k)
 
     @property
     def q_star(self) -> float:
@@ -199,11 +208,6 @@ class SubsetSelection(PermanentOnly, DirectEncoding, BitMechanism):
         if inputs.ndim != 2 or not np.all(inputs.sum(axis=1) == 1):
             raise ParameterError("subset selection privatizes one-hot vectors")
         return subset_bits(np.argmax(inputs, axis=1), self.k, self.d, self.q_star, rng)
-
-    def encode(self, x: int) -> np.ndarray:
-        """Privatize one symbol with :data:`SECURE` randomness; returns ``(k,)`` bool."""
-        bits: np.ndarray = self.encode_batch(np.asarray([x]), SECURE)[0]
-        return bits
 
     def encode_batch(self, x: Any, rng: Randomness) -> np.ndarray:
         """Privatize a batch of symbols with ``rng``; returns ``(n, k)`` bool with d bits set per row."""

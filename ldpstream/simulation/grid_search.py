@@ -2,20 +2,21 @@
 
 Docs: docs/math/tuning.md, "Search and selection".
 
-Grids (:func:`grid`): O-RR ``k ∈ {2, 3, 4, 5, 6, 8, 16, …}`` up to S (closed) or 2S (open), ``C`` powers of two up
-to :func:`max_cohorts` (4096, and at most n/100), identifiable points only (``C(k − 1) + 1 >= S``: each cohort's k
-responses sum to 1). O-RAPPOR and O-OUE: ``k ∈ {16, …, 4096}`` (closed: up to S), ``C ∈ {1, …, 64}``,
-``h ∈ {1, 2}``, ``k·C >= S``; CMS and HCMS the same with h = 1 (one hash per cohort). On an open alphabet
-``C >= 2``: with a single cohort two candidates whose hashes collide (birthday-likely: ~S²/(2k) pairs) can never be
-told apart.
+Grids (:func:`grid`: each mechanism's :meth:`~ldpstream.mechanisms.base.Mechanism.tuning_grid`, built by
+:mod:`ldpstream.mechanisms.tuning`): O-RR ``k ∈ {2, 3, 4, 5, 6, 8, 16, …}`` up to S (closed) or 2S (open), ``C``
+powers of two up to :func:`max_cohorts` (4096, and at most n/100), identifiable points only (``C(k − 1) + 1 >= S``:
+each cohort's k responses sum to 1). O-RAPPOR and O-OUE: ``k ∈ {16, …, 4096}`` (closed: up to S),
+``C ∈ {1, …, 64}``, ``h ∈ {1, 2}``, ``k·C >= S``; CMS and HCMS the same with h = 1 (one hash per cohort). On an
+open alphabet ``C >= 2``: with a single cohort two candidates whose hashes collide (birthday-likely: ~S²/(2k)
+pairs) can never be told apart.
 
 Search (:func:`ranked_predictions`): every point is ranked by :func:`ldpstream.simulation.error_model.predict`
-under the :func:`~ldpstream.simulation.error_model.criterion` of the decoder. O-RR is searched in two
-phases: every k with C ≤ :data:`PHASE1_COHORTS` (and up to 8× its smallest identifiable C: small k are
-ill-conditioned there), then C doubles for the 3 best k while each doubling improves the prediction by
-≥ 1% (at ε = 0.5 the best points are k = 3..5 with C = 2048..4096, as the paper found: more cohorts help at
-low ε). The model cannot rank points closer than ~1%: among those the cheapest (smallest sketch k·C·h,
-:func:`cost`) comes first.
+under the :func:`~ldpstream.simulation.error_model.criterion` of the decoder. O-RR (its
+:attr:`~ldpstream.mechanisms.base.Mechanism.staged_cohort_search`) is searched in two phases: every k with
+C ≤ :data:`PHASE1_COHORTS` (and up to 8× its smallest identifiable C: small k are ill-conditioned there), then C
+doubles for the 3 best k while each doubling improves the prediction by ≥ 1% (at ε = 0.5 the best points are
+k = 3..5 with C = 2048..4096, as the paper found: more cohorts help at low ε). The model cannot rank points closer
+than ~1%: among those the cheapest (smallest sketch k·C·h, :func:`cost`) comes first.
 
 Speed (n = 10^6, S = 256, 2 shared cores): the O-RR hash tables dominate a cold start; they are cached per
 process (:mod:`ldpstream.simulation.hash_tables`), largest C first so that smaller tables are slices.
@@ -30,63 +31,22 @@ from typing import Any
 import numpy as np
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.factory import MECHANISMS
+from ldpstream.mechanisms.tuning import MAX_COHORTS, max_cohorts, orr_identifiable
 from ldpstream.simulation.error_model import criterion, predict
 from ldpstream.simulation.setups import hashed_setup
 
-
-def _powers(lo: int, hi: int) -> list[int]:
-    """The powers of two in ``lo..hi``."""
-    out, v = [], 1
-    while v <= hi:
-        if v >= lo:
-            out.append(v)
-        v *= 2
-    return out
-
-
-#: Families searched on O-RAPPOR's grid of powers of two: O-RAPPOR and O-OUE (k, C, h), and Apple's count-mean
-#: sketch and its Hadamard form (k buckets, C hash functions, one hash each).
-BLOOM_GRIDS: tuple[str, ...] = ("orappor", "ooue", "cms", "hcms")
-#: Largest cohort count searched (and never more than n/100, so that a cohort holds ~100 reports).
-MAX_COHORTS = 4096
-#: Phase 1 of the O-RR search covers C up to this (all k); phase 2 doubles C further for the best k.
+#: Phase 1 of the staged search (O-RR) covers C up to this (all k); phase 2 doubles C further for the best k.
 PHASE1_COHORTS = 256
 
 
-def max_cohorts(n: int | None) -> int:
-    """The largest C searched for a population of ``n`` (a power of two, at most :data:`MAX_COHORTS`)."""
-    cap = MAX_COHORTS if n is None else min(MAX_COHORTS, max(2, int(n) // 100))
-    return 1 << (cap.bit_length() - 1)
-
-
-def orr_identifiable(k: int, cohorts: int, support: int) -> bool:
-    """Whether O-RR can identify S candidates: each cohort gives k − 1 independent equations (its k
-    responses sum to one), plus the total, so ``C(k − 1) + 1 >= S`` is needed."""
-    return cohorts * (k - 1) + 1 >= support
-
-
 def grid(name: str, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:
-    """The parameter grid searched for a hashed mechanism (module docstring)."""
-    S = support
-    c_min = 1 if closed else 2  # open alphabet, one cohort: two candidates with equal hashes never separate
-    c_max = max(c_min, max_cohorts(n))
-    if name == "orr":
-        k_max = S if closed else 2 * S
-        ks = sorted({k for k in (2, 3, 4, 5, 6) if k <= k_max} | set(_powers(8, k_max)))
-        return [
-            {"k": k, "cohorts": C} for k in ks for C in _powers(c_min, c_max) if orr_identifiable(k, C, S)
-        ]
-    if name in BLOOM_GRIDS:
-        k_max = S if closed else 4096
-        # a closed alphabet smaller than 16 symbols gets the largest power of two within it (k·C ≥ S below)
-        ks = _powers(16, k_max) or _powers(2, k_max)[-1:]
-        if name in ("cms", "hcms"):  # one hash per cohort (Apple's sketches): the cohorts are the hash functions
-            return [{"k": k, "cohorts": C} for k in ks for C in _powers(c_min, min(64, c_max)) if k * C >= S]
-        return [
-            {"k": k, "cohorts": C, "hashes": h}
-            for k in ks for C in _powers(c_min, min(64, c_max)) for h in (1, 2) if k * C >= S
-        ]
-    raise ParameterError(f"no grid for {name}")
+    """The parameter grid searched for mechanism ``name``: its
+    :meth:`~ldpstream.mechanisms.base.Mechanism.tuning_grid` (module docstring)."""
+    cls = MECHANISMS.get(name)
+    if cls is None:
+        raise ParameterError(f"no grid for {name}")
+    return cls.tuning_grid(support, closed, n)
 
 
 def cost(params: dict[str, Any]) -> int:
@@ -130,7 +90,7 @@ def ranked_predictions(
         points = [pt for pt in points if all(v is None or pt.get(f, 1) == v for f, v in want.items())]
         if not points:
             pt = {"k": k or support, "cohorts": cohorts or 1}
-            if name in ("orappor", "ooue"):
+            if "hashes" in (MECHANISMS[name].tuning_parameters or ()):
                 pt["hashes"] = hashes or 1
             points = [pt]
 
@@ -142,7 +102,7 @@ def ranked_predictions(
             "predicted_l1_projected": pred["l1_projected"], "criterion": pred[key],
         }
 
-    if fixed or name != "orr":
+    if fixed or not MECHANISMS[name].staged_cohort_search:
         # largest C first, so that the smaller tables are slices of the larger ones (see hash_tables)
         out = [evaluate(pt) for pt in sorted(points, key=lambda pt: -pt["cohorts"])]
     else:
@@ -183,3 +143,6 @@ def ranked_predictions(
     cheapest = min(near, key=lambda d: (cost(d), d["criterion"]))
     out.remove(cheapest)
     return [cheapest, *out]
+
+
+__all__ = ["MAX_COHORTS", "PHASE1_COHORTS", "cost", "grid", "max_cohorts", "orr_identifiable", "ranked_predictions"]

@@ -26,6 +26,7 @@ import numpy as np
 
 from ldpstream.distributions import empirical_distribution, sample_counts
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.factory import MECHANISMS
 from ldpstream.simulation.error_model import REFERENCES, criterion, predict
 from ldpstream.simulation.grid_search import cost, ranked_predictions
 from ldpstream.simulation.losses import LOSSES
@@ -147,8 +148,10 @@ def families(closed: bool) -> tuple[str, ...]:
     """Mechanism families usable on a closed / open alphabet: the hashed ones (O-RR, O-RAPPOR, O-OUE, CMS,
     HCMS) on both, searched over their grids (:func:`~ldpstream.simulation.grid_search.grid`); on a closed one
     also the direct mechanisms k-RR, k-RAPPOR, OUE, subset selection and Hadamard response."""
-    hashed = ("orr", "orappor", "ooue", "cms", "hcms")
-    return ("krr", "krappor", "oue", "ss", "hr", *hashed) if closed else hashed
+    tuned = [name for name, cls in MECHANISMS.items() if cls.tuning_parameters is not None]
+    hashed = tuple(name for name in tuned if MECHANISMS[name].alphabet != "closed")
+    direct = tuple(name for name in tuned if MECHANISMS[name].alphabet == "closed")
+    return (*direct, *hashed) if closed else hashed
 
 
 def tune(

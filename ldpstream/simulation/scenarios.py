@@ -14,7 +14,7 @@ import numpy as np
 
 from ldpstream.distributions import candidate_strings
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms.factory import make_mechanism
+from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
 from ldpstream.simulation.grid_search import ranked_predictions
 from ldpstream.simulation.setups import (
     DIRECT_MECHANISMS,
@@ -53,6 +53,7 @@ def build_setup(
     name = name.lower()
     if name not in MECHANISM_NAMES:
         raise ParameterError(f"unknown mechanism {name!r}; expected one of {MECHANISM_NAMES}")
+    kind = MECHANISMS[name]
     S = int(support)
     if S < 2:
         raise ParameterError(f"support must be >= 2, got {support}")
@@ -63,25 +64,27 @@ def build_setup(
             raise ParameterError(f"{name} has no cohorts or hashes")
         mech = make_mechanism({"mechanism": name, "k": S, "epsilon": require_epsilon(epsilon)})
         return Setup(name, mech, S, True)
-    if name == "rappor":
+    if kind.alphabet == "open":  # RAPPOR
         if closed:
-            raise ParameterError("rappor hashes strings with Google's Bloom filter: it has no closed alphabet")
+            raise ParameterError(f"{name} hashes strings with Google's Bloom filter: it has no closed alphabet")
         h = 2 if hashes is None else hashes
         kk = k if k is not None else max(8, 1 << (S - 1).bit_length())
         C = 32 if cohorts is None else cohorts
         if p is None and q is None and f is None:
             pp, qq, ff = rappor_rates_for_epsilon(require_epsilon(epsilon), h)
         elif p is None or q is None:
-            raise ParameterError("rappor: give --epsilon, or --p and --q (and optionally --f)")
+            raise ParameterError(f"{name}: give --epsilon, or --p and --q (and optionally --f)")
         else:
             pp, qq, ff = float(p), float(q), float(f or 0.0)
-        mech = make_mechanism({"mechanism": "rappor", "k": kk, "hashes": h, "cohorts": C, "p": pp, "q": qq, "f": ff})
+        mech = make_mechanism({"mechanism": name, "k": kk, "hashes": h, "cohorts": C, "p": pp, "q": qq, "f": ff})
         cands = candidate_strings(S)
         return Setup(name, mech, S, False, mech.value_table(cands), cands)
     eps = require_epsilon(epsilon)
-    if name in ("cms", "hcms") and hashes not in (None, 1):
-        raise ParameterError(f"{name} hashes each value once per cohort (hashes = 1)")
-    if k is None or cohorts is None or (name in ("orappor", "ooue") and hashes is None):
+    given = {"hashes": hashes}
+    for key, value in kind.fixed_parameters:
+        if given.get(key) not in (None, value):
+            raise ParameterError(f"{name} fixes {key} = {value}")
+    if k is None or cohorts is None or ("hashes" in (kind.tuning_parameters or ()) and hashes is None):
         dist_p = np.full(S, 1.0 / S) if dist is None else dist
         n_pred = 10**6 if n is None else n
         best = ranked_predictions(

@@ -39,13 +39,8 @@ from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
 from ldpstream.simulation.hash_tables import cached_table
 
-#: Mechanism names accepted by :func:`ldpstream.simulation.scenarios.build_setup`.
-MECHANISM_NAMES: tuple[str, ...] = (
-    "krr", "krappor", "orr", "orappor", "rappor", "oue", "ss", "hr", "ooue", "cms", "hcms"
-)
-#: Hashed mechanisms whose value tables come straight from the mechanism, not the O-RR / O-RAPPOR table cache:
-#: O-OUE, CMS, HCMS (searched on their grids like O-RAPPOR: :func:`ldpstream.simulation.grid_search.grid`).
-GIVEN_HASHED: tuple[str, ...] = ("ooue", "cms", "hcms")
+#: Mechanism names accepted by :func:`ldpstream.simulation.scenarios.build_setup`: every one of the factory.
+MECHANISM_NAMES: tuple[str, ...] = tuple(MECHANISMS)
 
 
 def is_direct(mechanism: Mechanism | type[Mechanism]) -> bool:
@@ -159,23 +154,24 @@ class Setup:
 def hashed_setup(
     name: str, epsilon: float, support: int, closed: bool, k: int, cohorts: int, hashes: int | None
 ) -> Setup:
-    """The :class:`Setup` of an ``orr`` or ``orappor`` with every parameter given (``hashes`` only for
-    ``orappor``, default 1); the hash table comes from :func:`ldpstream.simulation.hash_tables.cached_table`."""
+    """The :class:`Setup` of a hashed mechanism (O-RR, O-RAPPOR, O-OUE, CMS, HCMS) with every parameter given
+    (``hashes`` only for those that tune it, default 1); the hash table comes from
+    :func:`ldpstream.simulation.hash_tables.cached_table`, through the mechanism's
+    :meth:`~ldpstream.mechanisms.base.Mechanism.hashing_twin` (O-OUE, CMS and HCMS hash as an O-RAPPOR, whose table
+    and design the cache then holds once for all four: the tuner searches the same grid points for them)."""
     spec: dict[str, Any] = {"mechanism": name, "k": k, "epsilon": epsilon, "cohorts": cohorts}
-    if name in ("orappor", "ooue"):
+    if "hashes" in (MECHANISMS[name].tuning_parameters or ()):
         spec["hashes"] = 1 if hashes is None else int(hashes)
     if closed:
         spec["support"] = support
     mech = make_mechanism(spec)
     cands = None if closed else candidate_strings(support)
-    if name in GIVEN_HASHED:
-        # O-OUE and CMS hash exactly as O-RAPPOR with the same (k, C, h), and HCMS's buckets are O-RAPPOR's
-        # one-hash Bloom bits: their tables and designs are O-RAPPOR's, from the cache (the tuner searches
-        # the same grid points for all four).
-        bloom = make_mechanism({**spec, "mechanism": "orappor", "hashes": spec.get("hashes", 1)})
-        table, design = cached_table(bloom, hashes=spec.get("hashes", 1), support=support, candidates=cands)
-        if name == "hcms":
-            table = np.ascontiguousarray(table[:, :, 0])
-        return Setup(name, mech, support, closed, table, cands, design)
-    table, design = cached_table(mech, hashes=spec.get("hashes"), support=support, candidates=cands)
-    return Setup(name, mech, support, closed, table, cands, design)
+    twin = mech.hashing_twin()
+    table, design = cached_table(twin, hashes=_hashes(twin), support=support, candidates=cands)
+    return Setup(name, mech, support, closed, mech.table_of_twin(table), cands, design)
+
+
+def _hashes(mechanism: Mechanism) -> int | None:
+    """The mechanism's h, if it has one."""
+    hashes = mechanism.parameters().get("hashes")
+    return None if hashes is None else int(hashes)

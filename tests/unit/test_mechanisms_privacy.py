@@ -21,6 +21,7 @@ def test_krr_channel_is_tight_epsilon_ldp(k, epsilon):
     assert q.shape == (k, k)
     np.testing.assert_allclose(q.sum(axis=1), 1.0, rtol=1e-12)
     assert max_log_ratio(q) == pytest.approx(epsilon, rel=RTOL)
+    np.testing.assert_allclose(KRR(k, epsilon).report_channel(), q, rtol=1e-12)  # what the conformance suite reads
 
 
 def orr_report_channel(m: ORR, values: list) -> np.ndarray:
@@ -40,6 +41,7 @@ def test_orr_report_channel_over_cohorts_and_support_is_tight_epsilon_ldp(k, coh
     values = list(range(support)) if support else [f"value-{i}" for i in range(40)]
     channel = orr_report_channel(m, values)
     np.testing.assert_allclose(channel.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(m.report_channel(m.value_table(None if m.closed else values)), channel, rtol=1e-12)
     assert max_log_ratio(channel) == pytest.approx(epsilon, rel=RTOL)
 
 

@@ -62,6 +62,7 @@ def test_oue_channel_is_tight_epsilon_ldp(k, epsilon):
     assert max_log_ratio(channel) == pytest.approx(epsilon, rel=RTOL)
     m = OUE(k, epsilon)
     assert (m.q_star, m.p_star) == pytest.approx((0.5, 1 / (math.exp(epsilon) + 1)), rel=1e-15)
+    np.testing.assert_allclose(m.report_channel(), channel, rtol=1e-12)  # what the conformance suite reads
 
 
 def test_oue_reports_follow_that_channel():
@@ -81,6 +82,7 @@ def test_hashed_oue_report_channel_is_tight_epsilon_ldp(epsilon):
     rows = [bit_vector_channel(np.eye(4, dtype=bool)[table[c, :, 0]], m.q_star, m.p_star) / 3 for c in range(3)]
     channel = np.concatenate(rows, axis=1)
     np.testing.assert_allclose(channel.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(m.report_channel(m.value_table(None)), channel, rtol=1e-12)
     assert max_log_ratio(channel) == pytest.approx(epsilon, rel=RTOL)
 
 
@@ -110,6 +112,9 @@ def test_subset_selection_channel_is_tight_and_rates_are_its_margins(k, d, epsil
     member = np.array([[j in s for j in range(k)] for s in subsets], dtype=float)  # (subsets, k)
     margins = channel @ member  # P(j ∈ S | x)
     m = SubsetSelection(k, epsilon, subset_size=d)
+    codes = [sum(1 << j for j in s) for s in subsets]  # the report channel's columns: bit j set iff j ∈ S
+    np.testing.assert_allclose(m.report_channel()[:, codes], channel, rtol=1e-12)
+    np.testing.assert_allclose(np.delete(m.report_channel(), codes, axis=1), 0.0)
     np.testing.assert_allclose(np.diag(margins), m.q_star, rtol=1e-12)
     np.testing.assert_allclose(margins[~np.eye(k, dtype=bool)], m.p_star, rtol=1e-12)
 
@@ -185,6 +190,7 @@ def test_hcms_report_channel_is_tight_epsilon_ldp(epsilon):
     m = HadamardCountMeanSketch(k=8, epsilon=epsilon, cohorts=3, support=10)
     channel = hcms_channel(m)
     np.testing.assert_allclose(channel.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(m.report_channel(), channel, rtol=1e-12)
     assert max_log_ratio(channel) == pytest.approx(epsilon, rel=RTOL)
 
 
