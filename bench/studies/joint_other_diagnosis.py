@@ -28,7 +28,7 @@ Modes (what the Other rule of ``joint_likelihood`` is given; docs/math/joint.md#
 - ``refineN``: ``ls``, then N times: f ← the fitted table's margins, Other rebuilt, EM warm-started (the
   sandwich of ``ls``: what was measured before the fixed point was shipped).
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_other_diagnosis.py --bits 32 --hashes 2``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.studies.joint_other_diagnosis --bits 32 --hashes 2``
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
     true_rates = ps + (qs - ps) * (every[:, :, 5:] @ z[5:]) / z[5:].sum()
     shipped = jl.other_bit_rates
     if mode == "oracle":
-        jl.other_bit_rates = lambda *a, **kw: true_rates  # type: ignore[assignment]
+        jl.other_bit_rates = lambda *a, **kw: true_rates
     freq = z[:5].tolist() if mode in ("oracle", "oracle_f") else None
     rng = np.random.default_rng(seed)
     err, cov, zs, refits, sources, kept = [], [], [], [], [], []
@@ -96,7 +96,7 @@ def run(bits: int, hashes: int, cohorts: int, trials: int, n: int, mode: str, se
             zs.append((est.table - truth) / est.std_error)
             kept.append(est.identified_mask())
     finally:
-        jl.other_bit_rates = shipped  # type: ignore[assignment]
+        jl.other_bit_rates = shipped
     e, c, zz, ok = np.array(err), np.array(cov), np.array(zs), np.array(kept).reshape(trials, -1)
     per = c.reshape(trials, -1).mean(axis=1)
     ident = (c.reshape(trials, -1) & ok).sum(axis=1)[ok.any(axis=1)] / ok.sum(axis=1)[ok.any(axis=1)]

@@ -24,7 +24,7 @@ for the strings case at 100,000 clients).
 
 Run::
 
-    PYTHONPATH=. python bench/decode_assoc.py --clients 100000 --seed 1 --coverage-seeds 20
+    python -m bench.accuracy.decode_assoc --clients 100000 --seed 1 --coverage-seeds 20
 
 ``--coverage-seeds S`` adds, per case, the coverage of ours' 95% cell intervals over S seeds of
 ``--coverage-clients`` clients (default 40,000), with the mean and sd of the cells' z-scores.
@@ -36,6 +36,7 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ def google_other_probs(counts: np.ndarray, design: np.ndarray, proportion: np.nd
     reduced = np.maximum(counts - np.column_stack([np.full(m, top.sum()), expected]), 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         props = reduced[:, 1:] / reduced[:, :1]
-    return np.nan_to_num(np.clip(props, 0, 1), nan=0.0, posinf=0.0)
+    out: np.ndarray = np.nan_to_num(np.clip(props, 0, 1), nan=0.0, posinf=0.0)
+    return out
 
 
 def google_cond_prob(bits: np.ndarray, cohorts: np.ndarray, design: np.ndarray, qs: float, ps: float,
@@ -84,7 +86,8 @@ def google_cond_prob(bits: np.ndarray, cohorts: np.ndarray, design: np.ndarray, 
     if other is not None:
         o = other[cohorts]
         out = np.column_stack([out, np.prod(np.where(bits > 0, o, 1 - o), axis=1)])
-    return out
+    result: np.ndarray = out
+    return result
 
 
 def google_em(c1: np.ndarray, c2: np.ndarray, max_iter: int = 1000, eps: float = 1e-6) -> tuple[np.ndarray, int]:
@@ -142,6 +145,7 @@ def simulate_case(kind: str, n: int, rng: np.random.Generator, workdir: Path) ->
     written to ``workdir``: the simulation, its files, the second variable, its value names and the
     ``rappor decode-assoc`` arguments that decode the files."""
     domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
+    cands: dict[str, Sequence[str]]
     if kind == "bool":
         second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
         names2, joint, cands = ["FALSE", "TRUE"], JOINT_BOOL, {"domain": DOMAINS[:4]}
@@ -236,7 +240,7 @@ if __name__ == "__main__":
     opts = parse()
     _k, _h, _m = (int(v) for v in opts.domain_params.split(","))
     PARAMS = ParamsFile(k=_k, h=_h, m=_m, p=0.25, q=0.75, f=0.5)
-    print(f"python bench/decode_assoc.py --clients {opts.clients} --seed {opts.seed} --cases {opts.cases} "
+    print(f"python -m bench.accuracy.decode_assoc --clients {opts.clients} --seed {opts.seed} --cases {opts.cases} "
           f"--coverage-seeds {opts.coverage_seeds} --coverage-clients {opts.coverage_clients} "
           f"--domain-params {opts.domain_params}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {os.cpu_count()} CPUs; "

@@ -25,7 +25,7 @@ Other, the candidates' frequencies from the whole 100-value dictionary (the live
 no longer share a symbol; the association still biases the EM (docs: coverage 0.920 at 4·10^5), and this
 statistic has nothing to see.
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_other_gof.py --n 100000,400000,1000000``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.studies.joint_other_gof --n 100000,400000,1000000``
 (``--rho``, ``--trials``, ``--y-prefix``)
 """
 
@@ -67,7 +67,7 @@ def matching_statistic(pat: PairPatterns, mech: ORR, var: JointVariable, var_y: 
     match = same & (pat.reports_x == pat.reports_y)
     observed = float(pat.counts[match].sum())
     expected = float(pairs_in @ m.reshape(C, k).sum(axis=1))
-    return (observed - expected) / np.sqrt(expected)
+    return float((observed - expected) / np.sqrt(expected))
 
 
 def run(n: int, rho: float, args: argparse.Namespace) -> None:

@@ -2,14 +2,14 @@
 again after ``--fresh`` more reports, cold (the decoder's default start) and warm (``start=`` the first
 decode's estimate, as the decoder service passes it), in one run.
 
-Setups as ``bench/decoder_refresh.py``: O-RR (k = 32, 64 cohorts), O-RAPPOR (k = 128, 16 cohorts, one hash),
+Setups as ``bench/perf/decoder_refresh.py``: O-RR (k = 32, 64 cohorts), O-RAPPOR (k = 128, 16 cohorts, one hash),
 RAPPOR (k = 128, two hashes, 32 cohorts, Google's p, q, f), Zipf(1.1) over 64 and 1024 candidates, 26 buckets
 of 20,000 reports. Printed per setup and method: iterations and CPU seconds of each decode, the largest
 disagreement of the two points in standard errors, and (``mle``) the log-likelihood of the warm point minus the
 cold one's (positive: the warm stop is nearer the maximum). docs/math/estimators.md, "Warm starts of the
 iterative decoders".
 
-Usage: python bench/warm_start.py [--reports 20000] [--fresh 200] [--seed 0]
+Usage: python -m bench.studies.warm_start [--reports 20000] [--fresh 200] [--seed 0]
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import cast
 
 import numpy as np
 
+from bench.harness import command_line
 from ldpstream.distributions import parse_distribution, sample_counts
 from ldpstream.estimators import estimate
 from ldpstream.registry import Registry
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = {f"{family}_{S}": {"id": i + 1, **table, "candidates": [f"v{s}" for s in range(S)]}
                for i, (family, table, S) in enumerate((f, t, S) for f, t in SETUPS.items() for S in (64, 1024))}
     registry = Registry.from_dict({"metrics": metrics})
-    print("# " + " ".join(["python", "bench/warm_start.py", *(argv if argv is not None else sys.argv[1:])]))
+    print("# " + command_line("bench.studies.warm_start", argv))
     print(f"{'setup':<14} {'method':<6} {'cold it':>8} {'cold s':>8} {'warm it':>8} {'warm s':>8} "
           f"{'max|Δ|/SE':>10} {'Δℓ nats':>10}")
     for name, metric in registry.metrics.items():
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def sketch(n: int, buckets: int, mech: object = mech, dist: np.ndarray = dist,
                    table: object = table) -> np.ndarray:
-            total = np.int64(0)
+            total: np.ndarray | np.int64 = np.int64(0)
             for _ in range(buckets):
                 counts = sample_counts(dist, n, rng)
                 total = total + np.asarray(mech.simulate_sketch(counts, rng, table=table),  # type: ignore[attr-defined]
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         after = before + sketch(args.fresh, 1)
         for method in ("nnls", "mle"):
             first = estimate(before, mech, method, candidates=candidates)
-            start = np.append(first.frequencies, first.residual)
+            start = np.append(first.frequencies, cast(float, first.residual))
             t = time.process_time()
             cold = estimate(after, mech, method, candidates=candidates)
             t_cold = time.process_time() - t

@@ -1,5 +1,5 @@
 """A discovery metric live: Redis memory per million clients and the live decoder's pass, on the URL experiment's
-setting (``bench/discover.py``: 100 URL-like strings, Zipf(1), M = 12 in bigrams, 6 slots and 15 slot pairs,
+setting (``bench/accuracy/discover.py``: 100 URL-like strings, Zipf(1), M = 12 in bigrams, 6 slots and 15 slot pairs,
 total ε = 4.39 split ε/3 per report, 128-bit RAPPOR, h = 2, 32 cohorts).
 
 ``--n`` simulated clients (seeded; simulation only) each produce the discovery record the SDK sends (two n-gram
@@ -15,7 +15,7 @@ the real Redis (one partition, one time bucket, a fresh key prefix) exactly as a
 
 Run on the local stack, with a Redis database of your own (the script deletes only the keys under its prefix)::
 
-    LDPSTREAM_REDIS=redis://127.0.0.1:36379/4 python bench/discover_live.py --n 1000000
+    LDPSTREAM_REDIS=redis://127.0.0.1:36379/4 python -m bench.perf.discover_live --n 1000000
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import redis
 from prometheus_client import CollectorRegistry
 
+from bench.harness import DATA
 from ldpstream.consumers.fold import fold_messages
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
@@ -42,7 +42,7 @@ from ldpstream.producers.publisher import DeliveryStats, ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import PartitionBatch, RedisSketchStore
 
-STRINGS = Path(__file__).resolve().parent / "data" / "urls100.txt"
+STRINGS = DATA / "urls100.txt"
 #: Records per consumer batch (the consumer's default batch size).
 BATCH = 20_000
 
@@ -63,8 +63,8 @@ class Collected(ReportPublisher):
     def flush(self, timeout: float | None = None) -> DeliveryStats:
         return self.stats
 
-    def poll(self, timeout: float = 0.0) -> int:
-        return 0
+    def poll(self, timeout: float = 0.0) -> None:
+        return None
 
 
 def main() -> None:

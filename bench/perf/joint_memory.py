@@ -18,7 +18,7 @@ compare-and-set per batch, members' sketches and the pair statistic together. Th
 Run on the local stack (``ldpstream stack up``), or point ``LDPSTREAM_REDIS`` elsewhere (use a database of
 your own: the script deletes only the keys under its fresh prefix)::
 
-    python bench/joint_memory.py --pairs 1000000
+    python -m bench.perf.joint_memory --pairs 1000000
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import os
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import redis
@@ -89,7 +90,7 @@ def fold_rate(messages: list[bytes], now: int, batch: int) -> float:
     return len(messages) / (time.perf_counter() - started)
 
 
-def memory(client: redis.Redis, key: str) -> int:
+def memory(client: Any, key: bytes | str) -> int:
     return int(client.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0") or 0)
 
 
@@ -102,7 +103,7 @@ def main() -> None:
     parser.add_argument("--max-pair-bytes", type=int, default=MAX_PAIR_BYTES,
                         help="the most one rows segment holds (smaller: see the cost of spilling into segments)")
     args = parser.parse_args()
-    client = redis.Redis.from_url(args.redis)
+    client: Any = redis.Redis.from_url(args.redis)
     now = int(time.time())
     scale = 1_000_000 / args.pairs
     print(f"{args.pairs:,} pairs per association, consumer batches of {args.batch:,} one-record messages, rows "

@@ -28,7 +28,7 @@ BLAS threads: the S × S factorizations are small; on a shared 2-core machine mu
 slowed them ~50× (threads spinning against other processes), so this script defaults
 OPENBLAS_NUM_THREADS / OMP_NUM_THREADS to 1 (set them explicitly to override).
 
-Usage: python bench/figure3.py [--full] [--trials 10] [--seed 0] [--tune-trials 4] [--mle-budget 60]
+Usage: python -m bench.accuracy.figure3 [--full] [--trials 10] [--seed 0] [--tune-trials 4] [--mle-budget 60]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from bench.harness import command_line  # noqa: E402
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts  # noqa: E402
 from ldpstream.simulation.losses import l1  # noqa: E402
 from ldpstream.simulation.recommend import tune  # noqa: E402
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                     "0 (default): parameters minimize the predicted error, as in the paper")
     ap.add_argument("--mle-budget", type=float, default=60.0, help="max seconds of MLE per (ε, configuration)")
     args = ap.parse_args(argv)
-    print("# command: " + " ".join(["python", "bench/figure3.py", *(argv if argv is not None else sys.argv[1:])]))
+    print("# command: " + command_line("bench.accuracy.figure3", argv))
     print(f"# n={args.n} S={args.support} geometric θ=1/(1+S/5); trials={args.trials}, seed={args.seed}, "
           f"tune-trials={args.tune_trials}, tune rel-tol={args.rel_tol:g}, mle-budget={args.mle_budget:g} s; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {os.cpu_count()} CPUs")

@@ -18,7 +18,7 @@ counted in Redis equal the reports Kafka acknowledged to the producer, metric by
 Printed: the samples, the achieved rates, lag and memory at start and end, the exact-count check. ``--plot
 FILE.png`` draws lag and memory over time (matplotlib, when installed).
 
-    python bench/soak.py --duration 600 --rate 20000 --plot bench/results/soak.png | tee bench/results/soak.txt
+    python -m bench.perf.soak --duration 600 --rate 20000 --plot bench/results/soak.png | tee bench/results/soak.txt
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.harness import ROOT
 from ldpstream.config import ServiceConfig
 from ldpstream.kafka import ensure_topics
 from ldpstream.registry import Registry
@@ -167,8 +169,8 @@ def soak() -> int:
     producers = {}
     for name in list(registry.metrics):
         producers[name] = subprocess.Popen(
-            [sys.executable, __file__, "--produce", name, str(clients), str(per_metric), str(args.per_message)],
-            env=env, stdout=subprocess.PIPE, stderr=logs["producer"], text=True)
+            [sys.executable, "-m", "bench.perf.soak", "--produce", name, str(clients), str(per_metric),
+             str(args.per_message)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=logs["producer"], text=True)
         _CHILDREN.append(producers[name])
     started = time.monotonic()
     probe = Consumer(config.kafka.probe(f"soak-probe-{run_id}"))
@@ -188,14 +190,14 @@ def soak() -> int:
                       None if last is None else time.time() - float(last["time"]))
 
     run = Run()
-    print(f"# python bench/soak.py --duration {args.duration:g} --rate {args.rate:g} --per-message "
+    print(f"# python -m bench.perf.soak --duration {args.duration:g} --rate {args.rate:g} --per-message "
           f"{args.per_message} --metrics {args.metrics} --consumers {args.consumers} --partitions "
           f"{args.partitions} --decode-interval {args.decode_interval:g}")
     print(f"# Kafka {config.kafka.bootstrap}, Redis {config.redis.safe_url}, topic {topic}, logs in {folder}")
     names = [*procs, *(f"producer-{n}" for n in producers)]
     print(f"{'t s':>6} {'lag msgs':>9} {'applied':>11} {'decode age s':>12} " +
           " ".join(f"{n + ' MiB':>18}" for n in names), flush=True)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     drained_at = None
     while True:
         s = sample()

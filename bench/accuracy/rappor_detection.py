@@ -26,7 +26,7 @@ noise comes from numpy).
 
 Run (about 1-3 minutes per seed and regime on one core)::
 
-    PYTHONPATH=. python bench/rappor_detection.py --seeds 0 1 2 3 4 --files --out bench/results/rappor_detection.txt
+    python -m bench.accuracy.rappor_detection --seeds 0 1 2 3 4 --files --out bench/results/rappor_detection.txt
 
 ``*`` marks detect's default (Benjamini–Hochberg at q = 0.10, adaptive to the share of absent candidates by
 the two-stage procedure of Benjamini, Krieger and Yekutieli 2006, empirical-Bayes posterior means as points,
@@ -78,7 +78,8 @@ REGIMES: dict[str, dict[str, Any]] = {
 def true_distribution(regime: str, n_true: int) -> np.ndarray:
     if regime == "zipf":
         w = 1.0 / np.arange(1, n_true + 1)
-        return w / w.sum()
+        zipf: np.ndarray = w / w.sum()
+        return zipf
     r = optimize.brentq(lambda r: 0.05 * (1 - r**n_true) / (1 - r) - 1, 0.5, 0.999999)
     return np.asarray(0.05 * r ** np.arange(n_true))
 
@@ -316,7 +317,7 @@ def run_one(regime: str, seed: int) -> dict[str, dict[str, float]]:
     if regime == "zipf":  # well-determined design only
         decoders["no screen, LS z/bh 0.10"] = no_screen
         for name, rule in EVALUATED_RULES.items():
-            decoders[name] = lambda rule=rule: rule(detect(sketch, X, mech.q_star, mech.p_star))
+            decoders[name] = lambda rule=rule: rule(detect(sketch, X, mech.q_star, mech.p_star))  # type: ignore[misc]
     for name, fn in decoders.items():
         t0 = time.perf_counter()
         est, mask = fn()
@@ -434,7 +435,7 @@ def main() -> None:
     lines.append(f"wall time {time.perf_counter() - t_start:.0f} s")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
-            f.write("$ PYTHONPATH=. python bench/rappor_detection.py " + " ".join(
+            f.write("$ python -m bench.accuracy.rappor_detection " + " ".join(
                 ["--seeds", *map(str, args.seeds), "--regimes", *args.regimes]
                 + (["--files", "--file-clients", str(args.file_clients), "--file-seeds",
                     *map(str, args.file_seeds or args.seeds[:1])] if args.files else []))

@@ -19,7 +19,7 @@ sample (comparable magnitudes: the ℓ1 of pure-ldp on its subset is scaled by s
 The closing summary puts k-RR and k-RAPPOR side by side, with ldpstream's time split into encoding
 (``encode_batch``), sketching (``sketch``: bincount / bit sums) and estimation.
 
-Usage: python bench/vs_pure_ldp.py [--n 1000000] [--epsilon 2] [--seed 0]
+Usage: python -m bench.perf.vs_pure_ldp [--n 1000000] [--epsilon 2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from bench.harness import command_line
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_values
 from ldpstream.estimators.direct import estimate_krappor, estimate_krr
 from ldpstream.mechanisms.krappor import KRappor
@@ -39,7 +40,8 @@ from ldpstream.mechanisms.krr import KRR
 from ldpstream.simulation.losses import l1
 
 
-def ours(kind: str, values: np.ndarray, k: int, eps: float, seed: int, chunk: int) -> tuple[np.ndarray, float, dict]:
+def ours(kind: str, values: np.ndarray, k: int, eps: float, seed: int,
+         chunk: int) -> tuple[np.ndarray, float, dict[str, float]]:
     """Encode + sketch + estimate; returns (estimate, total seconds, seconds per phase)."""
     rng = np.random.default_rng(seed)
     phases = {"encode": 0.0, "sketch": 0.0, "estimate": 0.0}
@@ -119,9 +121,9 @@ def same_estimator_check(kind: str, values: np.ndarray, k: int, eps: float, seed
         for r in reports.tolist():
             server.aggregate(r)
     else:
-        mech = KRappor(k, eps)
-        bits = mech.encode_batch(values, rng)
-        ours_est = estimate_krappor(mech.sketch(np.zeros(len(values), dtype=np.int64), bits), eps, "unbiased")
+        unary = KRappor(k, eps)
+        bits = unary.encode_batch(values, rng)
+        ours_est = estimate_krappor(unary.sketch(np.zeros(len(values), dtype=np.int64), bits), eps, "unbiased")
         server = UEServer(eps, k, use_oue=False, index_mapper=ident)
         for row in bits.astype(np.int64):
             server.aggregate(row)
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pure-n-krr", type=int, default=100_000)
     ap.add_argument("--pure-n-krappor", type=int, default=20_000)
     args = ap.parse_args(argv)
-    print("# command: " + " ".join(["python", "bench/vs_pure_ldp.py", *(argv if argv is not None else sys.argv[1:])]))
+    print("# command: " + command_line("bench.perf.vs_pure_ldp", argv))
     print(f"# {os.cpu_count()} CPUs (shared); ldpstream single process, numpy Generator seeded")
     k, n, eps = args.k, args.n, args.epsilon
     p = parse_distribution("geometric", k)

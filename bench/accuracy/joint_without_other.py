@@ -7,7 +7,7 @@ renormalized to 1 (``collapse(..., other=False)``). Printed per mechanism: the t
 ``--trials`` draws and the mean error, for both fits, with the largest absolute mean error and its Monte Carlo
 standard error. The statistical test ``tests/statistical/test_joint_em.py`` asserts the same contrast.
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_without_other.py --trials 5``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.accuracy.joint_without_other --trials 5``
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ decoder at commit 81108f7 (Wald intervals from the unbiased estimator's SE; MLE 
 the same process so both run on the same sketches under the same load. The last column is the time of a
 refresh of 100 metrics at that k (100 × ours).
 
-    python bench/intervals_direct.py [--repeats 30]
+    python -m bench.perf.intervals_direct [--repeats 30]
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.harness import ROOT
 from ldpstream.estimators import estimate_krappor, estimate_krr
 from ldpstream.estimators.direct import krr_channel
 from ldpstream.mechanisms.rates import bit_rates
@@ -32,9 +32,8 @@ METHODS = ("unbiased", "truncate", "project", "mle")
 
 def previous_module() -> Any:
     """The direct-decoder module as it was at commit PREVIOUS, imported inside ldpstream.estimators."""
-    root = Path(__file__).resolve().parents[1]
     src = subprocess.run(
-        ["git", "-C", str(root), "show", f"{PREVIOUS}:ldpstream/estimators/direct.py"],
+        ["git", "-C", str(ROOT), "show", f"{PREVIOUS}:ldpstream/estimators/direct.py"],
         check=True, capture_output=True, text=True,
     ).stdout
     mod = types.ModuleType("ldpstream.estimators._direct_previous")
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     prev = previous_module()
     rng = np.random.default_rng(0)
     eps, n = args.epsilon, args.n
-    print(f"# python bench/intervals_direct.py --repeats {args.repeats} --epsilon {eps} --n {n}")
+    print(f"# python -m bench.perf.intervals_direct --repeats {args.repeats} --epsilon {eps} --n {n}")
     print(f"{'decoder':8} {'k':>4} {'method':9} {'ours ms':>9} {'previous ms':>12} {'100 metrics s':>14}")
     for dec in ("krr", "krappor"):
         for k in (8, 32, 64, 128, 256):

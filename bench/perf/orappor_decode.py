@@ -11,7 +11,7 @@ multi-threaded BLAS it can exceed wall time) are both reported, so that load fro
 shared machine (wall ≫ CPU/threads) can be told apart from cost. ``--mechanism orr`` benchmarks O-RR
 (k symbols) on the same population instead.
 
-Usage: python bench/orappor_decode.py [--methods project,nnls,ls,mle] [--epsilon 4] [--n 1000000]
+Usage: python -m bench.perf.orappor_decode [--methods project,nnls,ls,mle] [--epsilon 4] [--n 1000000]
                                       [--mechanism orappor|orr] [--repeat 1]
 """
 
@@ -25,6 +25,7 @@ import tracemalloc
 
 import numpy as np
 
+from bench.harness import command_line
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts
 from ldpstream.estimators.candidates import decode_orappor, decode_orr
 from ldpstream.mechanisms.orappor import ORappor
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanism", choices=("orappor", "orr"), default="orappor")
     ap.add_argument("--repeat", type=int, default=1, help="decode this many times, report the fastest")
     args = ap.parse_args(argv)
-    print("# " + " ".join(["python", "bench/orappor_decode.py", *(argv if argv is not None else sys.argv[1:])]))
+    print("# " + command_line("bench.perf.orappor_decode", argv))
     S, C, k = args.support, args.cohorts, args.k
     mech: ORappor | ORR
     if args.mechanism == "orr":

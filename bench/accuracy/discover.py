@@ -13,7 +13,7 @@ decoding (``tracemalloc``) beside the memory of the aggregate it reads.
 BLAS threads: set to 1 unless ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` are set (on the shared 2-core
 machine threaded BLAS is several times slower).
 
-Usage: python bench/discover.py [--n 1000000] [--dist zipf:1 geometric step:10] [--seed 0] [--length 12]
+Usage: python -m bench.accuracy.discover [--n 1000000] [--dist zipf:1 geometric step:10] [--seed 0] [--length 12]
 [--mechanism rappor|orappor]
 """
 
@@ -27,15 +27,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 
+from bench.harness import DATA
 from ldpstream.distributions import parse_distribution
 from ldpstream.estimators.discovery import StringShape, bit_scheme, decode_full, discover
 from ldpstream.simulation.discovery import simulate_collection
 
-STRINGS = Path(__file__).resolve().parent / "data" / "urls100.txt"
+STRINGS = DATA / "urls100.txt"
 TLDS = ["com", "org", "net", "io", "de", "fr"]
 SYLLABLES = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
 

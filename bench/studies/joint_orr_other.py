@@ -24,7 +24,7 @@ variables) and ``--y-prefix w`` (Y's values are other strings, so the same hidde
 same symbol in X and Y; the association of the *indices* stays). ``--n`` changes the sample size (a
 finite-sample effect shrinks with n; a model error does not).
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_orr_other.py`` (``--modes``, ``--rho``,
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.studies.joint_orr_other`` (``--modes``, ``--rho``,
 ``--y-prefix``, ``--n``, ``--trials``, ``--per-cell``).
 """
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, mode: str) -> None:
             zs.append((est.table - truth) / est.std_error)
             kept.append(est.identified_mask())
     finally:
-        jl.other_symbol_rates = shipped  # type: ignore[assignment]
+        jl.other_symbol_rates = shipped
     e, c, zz, ok = np.array(err), np.array(cov), np.array(zs), np.array(kept)
     per = c.reshape(args.trials, -1).mean(axis=1)
     some = ok.reshape(args.trials, -1).any(axis=1)

@@ -9,7 +9,7 @@ interaction contrasts, which uses the published covariance: the stacked sandwich
 p-value of its p-values against uniform, the share of p-values below 0.05 and 0.01, and the mean statistic
 (its reference, χ²(25), has mean 25).
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_independence.py [--bits 32] [--trials 200]``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.accuracy.joint_independence [--bits 32] [--trials 200]``
 """
 
 from __future__ import annotations

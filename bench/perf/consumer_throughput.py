@@ -14,12 +14,12 @@ reports are left out of the count, so group-join and fetch warm-up are excluded 
 run spans many batches.
 Run on the local stack (``ldpstream stack up``) or point ``LDPSTREAM_KAFKA``/``LDPSTREAM_REDIS`` elsewhere::
 
-    python bench/consumer_throughput.py --reports 1000000 --per-message 100
+    python -m bench.perf.consumer_throughput --reports 1000000 --per-message 100
 
 ``--also-redis URL`` runs ours a second time, on the same messages, into another Redis (e.g. the local stack's
 Redis Cluster, ``--also-redis redis+cluster://127.0.0.1:36501``), and prints its rate beside the first::
 
-    python bench/consumer_throughput.py --reports 300000 --also-redis redis+cluster://127.0.0.1:36501
+    python -m bench.perf.consumer_throughput --reports 300000 --also-redis redis+cluster://127.0.0.1:36501
 
 ``--no-index-cache`` adds, beside each of ours, the same consumer whose store adds every index entry with
 every batch (``RedisSketchStore(remember_index=False)``, the behaviour before the store remembered the entries
@@ -56,7 +56,7 @@ def bare_loop(bootstrap: str, topic: str, messages: int, batch: int) -> tuple[in
     while seen < messages:
         got = consumer.consume(batch, 1.0)
         for message in got:
-            nbytes += len(message.value())
+            nbytes += len(message.value() or b"")
         seen += len(got)
         if got and not first:
             started, first = time.perf_counter(), seen
@@ -103,7 +103,7 @@ def main() -> None:
     config = ServiceConfig.load()
     bootstrap, redis_url = config.kafka.bootstrap, config.redis.url
 
-    print(f"# python bench/consumer_throughput.py --reports {args.reports} --per-message {args.per_message} "
+    print(f"# python -m bench.perf.consumer_throughput --reports {args.reports} --per-message {args.per_message} "
           f"--partitions {args.partitions} --batch {args.batch} --k {args.k}"
           + (f" --also-redis {args.also_redis}" if args.also_redis else "")
           + (" --no-index-cache" if args.no_index_cache else ""))

@@ -14,7 +14,7 @@ SEs, and the mean standard error of the cells relative to the baseline's.
 A bias that stays while the SEs shrink as n^{-1/2} makes coverage fall with n: the EM's signature. The inversion
 is unbiased (linear in the counts), so its coverage should stay at 0.95 at every n.
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_krr_other.py --n 100000,400000,1000000``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.studies.joint_krr_other --n 100000,400000,1000000``
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ sandwich.
 Wall time (``perf_counter``) and process CPU time are both printed: on the shared 2-core machine wall ≫ CPU
 means load from other jobs, not cost.
 
-Usage: python bench/joint_em.py [--n 1000000] [--bits 128] [--cohorts 64] [--seed 1]
+Usage: python -m bench.perf.joint_em [--n 1000000] [--bits 128] [--cohorts 64] [--seed 1]
 """
 
 from __future__ import annotations

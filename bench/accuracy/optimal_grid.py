@@ -22,7 +22,8 @@ item, against pure-LDP's OUE and HR and multi-freq-ldpy's SS (numba; compiled be
 side run ``--repeats`` times, alternating, medians reported with the range of the paired ratios (the machine
 is shared: a median of alternating runs is what a change in load disturbs least).
 
-Usage: python bench/optimal_grid.py [--ks 2 8 64 256 4096] [--epsilons 0.5 1 2 4 8] [--no-external] [--speed-only]
+Usage: python -m bench.accuracy.optimal_grid [--ks 2 8 64 256 4096] [--epsilons 0.5 1 2 4 8] [--no-external]
+       [--speed-only]
        [--repeats 7]
 """
 
@@ -53,11 +54,14 @@ HASHED = ("orr", "orappor", "ooue", "cms", "hcms")
 def distribution(k: int) -> np.ndarray:
     theta = 1 / (1 + k / 5)
     p = theta * (1 - theta) ** np.arange(k)
-    return p / p.sum()
+    normalized: np.ndarray = p / p.sum()
+    return normalized
 
 
 def mechanism(name: str, k: int, eps: float) -> Mechanism:
-    return {"krr": KRR, "krappor": KRappor, "oue": OUE, "ss": SubsetSelection, "hr": HadamardResponse}[name](k, eps)
+    cls = {"krr": KRR, "krappor": KRappor, "oue": OUE, "ss": SubsetSelection, "hr": HadamardResponse}[name]
+    mech: Mechanism = cls(k, eps)
+    return mech
 
 
 def measure(decode: Any, simulate: Any, p: np.ndarray, n: int, trials: int, rng: np.random.Generator
@@ -78,7 +82,8 @@ def ours(name: str, k: int, eps: float, p: np.ndarray, n: int, trials: int, seed
                    p, n, trials, rng)
 
 
-def tuned(k: int, eps: float, p: np.ndarray, n: int, trials: int, seed: int) -> tuple[str, dict, float, float]:
+def tuned(k: int, eps: float, p: np.ndarray, n: int, trials: int,
+          seed: int) -> tuple[str, dict[str, Any], float, float]:
     fams = (*DIRECT, *HASHED) if k <= 256 else DIRECT
     res = tune(eps, k, n, p, closed=True, decoder="unbiased", trials=0, loss="l2sq", mechanisms=fams)
     rec = res.recommended
@@ -199,7 +204,7 @@ def speed(k: int, eps: float, n_ours: int, n_ext: int, repeats: int
             sk = np.zeros((1, m.sketch_width), dtype=np.int64)
             for i in range(0, n_ours, chunk):
                 v = values[i:i + chunk]
-                sk += m.sketch(np.zeros(len(v), dtype=np.int64), m.encode_batch(v, rng))
+                sk += m.sketch(np.zeros(len(v), dtype=np.int64), m.encode_batch(v, rng))  # type: ignore[attr-defined]
             estimate(sk, m, "unbiased")
 
         ours_runs, theirs_runs = [], []

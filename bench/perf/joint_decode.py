@@ -4,7 +4,7 @@ pass cost before associations).
 For each pair of members (k-RR × k-RR, whose pair statistic is a sparse table of cells; RAPPOR with 24
 candidates × k-RAPPOR, whose statistic is the packed report pairs), ``--n`` simulated clients' version-2
 records are folded as a consumer folds them and applied to Redis (one compare-and-set per chunk; no Kafka:
-the consumer's cost is ``bench/consumer_throughput.py``'s). Then two decoder passes (``DecoderService.run_once``,
+the consumer's cost is ``bench/perf/consumer_throughput.py``'s). Then two decoder passes (``DecoderService.run_once``,
 window ``all``): the first starts the joint EM from a uniform table, the second warm from the first's. Printed
 per pass: each member's marginal decode (snapshot, estimate, design effect), and the association's joint
 decode split into reading the pairs from Redis, building the likelihoods, the EM (iterations) and the rest
@@ -13,7 +13,7 @@ decode split into reading the pairs from Redis, building the likelihoods, the EM
 Wall time (``perf_counter``) on the shared 2-core machine: with other jobs running, numpy's threaded BLAS can
 be several times slower than one thread (set ``OPENBLAS_NUM_THREADS=1`` to compare).
 
-Usage: LDPSTREAM_REDIS=redis://127.0.0.1:36379/5 python bench/joint_decode.py [--n 200000] [--seed 1]
+Usage: LDPSTREAM_REDIS=redis://127.0.0.1:36379/5 python -m bench.perf.joint_decode [--n 200000] [--seed 1]
 """
 
 from __future__ import annotations

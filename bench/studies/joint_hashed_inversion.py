@@ -12,7 +12,7 @@ coverage of the 36 cells (cluster SE), of the cells published as identified and 
 Other × Other mean error (MC SE) and its coverage, the largest |mean error| in MC SEs, how often the table was
 projected onto the simplex, the mean SE relative to the EM's, CPU per decode.
 
-Run: ``OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/joint_hashed_inversion.py --mechanism orr``
+Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.studies.joint_hashed_inversion --mechanism orr``
 (``--n 100000,400000,1000000`` by default; ``--y-prefix w``; ``--mechanism rappor``)
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def run(n: int, args: argparse.Namespace) -> None:
     vy = JointVariable(mech, names_y[:5], dictionary=names_y)
     rng = np.random.default_rng(args.seed)
     names = args.estimators.split(",")
-    out: dict[str, dict[str, list[object]]] = {m: {"cov": [], "err": [], "se": [], "id": [], "proj": []}
+    out: dict[str, dict[str, list[Any]]] = {m: {"cov": [], "err": [], "se": [], "id": [], "proj": []}
                                                for m in names}
     seconds = {m: 0.0 for m in names}
     for _ in range(args.trials):

@@ -19,19 +19,21 @@ simulated exactly in distribution (:meth:`~ldpstream.mechanisms.orappor.ORappor.
   same truth, and ``[0,0]``: the share of the summed sketch's intervals clipped wholly to [0, 0] before
   widening (where the window needs the interval's unclipped centre to reproduce one bucket's interval).
 
-    OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/orappor_coverage.py [--trials 2000] [--clients 2000,5000,...]
+    OPENBLAS_NUM_THREADS=1 python -m bench.accuracy.orappor_coverage [--trials 2000] [--clients 2000,5000,...]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
+from typing import cast
 
 import numpy as np
 
+from bench.harness import command_line
 from ldpstream.decoder.published import decode_sketch, decode_window
 from ldpstream.estimators.candidates import decode_bits
+from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.registry import Registry
 
 Z95 = 1.959963984540054
@@ -44,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--clients", default="2000,5000,20000,100000")
     args = ap.parse_args(argv)
-    print("# " + " ".join(["python", "bench/orappor_coverage.py", *(argv if argv is not None else sys.argv[1:])]))
+    print("# " + command_line("bench.accuracy.orappor_coverage", argv))
     metric = Registry.from_dict({"metrics": {"m": {"id": 1, "bucket_seconds": 3600, **SPEC}}})["m"]
-    mech = metric.mechanism
+    mech = cast(ORappor, metric.mechanism)
     X = mech.design_matrix(None)
     S = X.shape[1]
     p = np.linspace(2.0, 1.0, S)
