@@ -33,229 +33,31 @@ With ``--workers 1,2``: instead, ours only (reuse on), with each number of decod
 refresh then the warm ones, wall and CPU time including the worker processes' (their ``process_time`` over the
 pass).
 
-Usage: python bench/decoder_refresh.py [--before main] [--before-reuse] [--reports 20000] [--fresh 200] [--warm 3]
-                                       [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
-                                       [--candidate-methods project,nnls,mle,ls] [--workers 1,2]
+Usage: python -m bench.perf.decoder_refresh [--before main] [--before-reuse] [--reports 20000] [--fresh 200] [--warm 3]
+                                              [--redis redis://127.0.0.1:36379/4] [--stores memory,redis]
+                                              [--candidate-methods project,nnls,mle,ls] [--workers 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tarfile
-import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench.harness import ROOT, before_after, before_tree, command_line, git_short, run_worker, stamp
 
-WORKER = r"""
-import json, sys, time, statistics
-import numpy as np
-from ldpstream.registry import Registry
-from ldpstream.store.contract import ALL_TIME, PartitionBatch, SketchKey
-from ldpstream.distributions import parse_distribution, sample_counts
-from ldpstream.decoder.service import DecoderService
-
-cfg = json.loads(sys.argv[1])
-try:
-    from ldpstream.estimators.dispatch import factor_cache
-except ImportError:  # a tree without the factor cache
-    factor_cache = None
-
-SIZES = [64, 128, 256, 512, 1024]
-DIRECT = ["project", "mle", "unbiased", "truncate"]
-CANDIDATE = cfg["candidate_methods"]
-EPS = [0.5, 1.0, 2.0, 4.0]
-metrics = {}
-for i in range(100):
-    family = ["krr", "krappor", "orr", "orappor", "rappor"][i % 5]
-    j = i // 5
-    table = {"id": i + 1, "mechanism": family, "windows": ["all", "1d", "1h"], "bucket_seconds": 3600}
-    if family == "krr":
-        table.update(k=[8, 16, 32, 64, 256][j % 5], epsilon=EPS[j % 4], estimator=DIRECT[j % 4])
-    elif family == "krappor":
-        table.update(k=[8, 16, 32, 64, 128][j % 5], epsilon=EPS[j % 4], estimator=DIRECT[j % 4])
-    else:
-        S = SIZES[j % 5]
-        table["candidates"] = [f"m{i}-value-{s}" for s in range(S)]
-        table["estimator"] = CANDIDATE[(j // 5) % len(CANDIDATE)]
-        if family == "orr":
-            table.update(k=32, epsilon=2.0, cohorts=64)
-        elif family == "orappor":
-            table.update(k=128, epsilon=2.0, cohorts=16, hashes=1)
-        else:
-            table.update(k=128, hashes=2, cohorts=32, p=0.25, q=0.75, f=0.5)
-    metrics[f"m{i:03d}_{family}"] = table
-registry = Registry.from_dict({"metrics": metrics})
-
-if cfg["store"] == "redis":
-    import redis
-    from ldpstream.store.redis_store import RedisSketchStore
-    client = redis.Redis.from_url(cfg["redis"])
-    prefix = cfg["prefix"]
-    store = RedisSketchStore(client, prefix)
-else:
-    from ldpstream.store.memory_store import InMemorySketchStore
-    store = InMemorySketchStore()
-
-rng = np.random.default_rng(cfg["seed"])
-NOW_BUCKET = 500_000
-now = NOW_BUCKET * 3600 + 1800.0
-tables = {}
-dists = {}
-for name, m in registry.metrics.items():
-    mech = m.mechanism
-    values = m.candidates if m.candidates is not None else None
-    tables[name] = mech.value_table(list(values)) if values is not None else None
-    size = len(values) if values is not None else (getattr(mech, "support", None) or mech.k)
-    dists[name] = parse_distribution("zipf:1.1", size)
-offset = {"next": 0}
-
-def add(reports, buckets):
-    # one partition batch per metric (as consumers write: a batch holds a bounded number of sketches)
-    for name, m in registry.metrics.items():
-        increments = {}
-        for b in buckets:
-            counts = sample_counts(dists[name], reports, rng)
-            sketch = np.asarray(m.mechanism.simulate_sketch(counts, rng, table=tables[name]), dtype=np.int64)
-            for bucket in (b, ALL_TIME):
-                key = SketchKey(name, m.fingerprint, bucket)
-                increments[key] = increments.get(key, 0) + sketch
-        start = offset["next"]
-        store.apply(PartitionBatch("bench-refresh", 0, None if start == 0 else start, start + 1, increments))
-        offset["next"] = start + 1
-
-t0 = time.perf_counter()
-add(cfg["reports"], range(NOW_BUCKET - 25, NOW_BUCKET + 1))
-setup = time.perf_counter() - t0
-if cfg.get("workers", 1) > 1:  # worker processes, each with its own connection to the same Redis
-    from ldpstream.config import RedisConfig
-    service = DecoderService(registry, store, reuse=cfg["reuse"], workers=cfg["workers"],
-                             store_factory=RedisConfig(cfg["redis"], prefix=prefix).store)
-else:
-    try:
-        service = DecoderService(registry, store, reuse=cfg["reuse"])
-    except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
-        service = DecoderService(registry, store)
-
-split = {}  # the last refresh's CPU seconds: the parent's, and each worker process's
-
-def refresh():
-    if cfg["fresh"]:
-        add(cfg["fresh"], [NOW_BUCKET])
-    t, c = time.perf_counter(), time.process_time()
-    published = service.run_once(now)
-    wall, cpu = time.perf_counter() - t, time.process_time() - c
-    pool = getattr(service, "_pool", None)
-    split["parent"], split["workers"] = cpu, ([] if pool is None else list(pool.last_cpu))
-    split["wall"] = [] if pool is None else [*pool.last_wall, pool.last_pass_seconds]
-    cpu += getattr(service, "last_worker_cpu_seconds", 0.0)  # the worker processes' CPU, if any
-    assert not service.last_failed, service.last_failed
-    parts = {}
-    for p in published:
-        m = registry.metrics[p.metric]
-        S = len(m.candidates) if m.candidates is not None else 0
-        key = f"{m.mechanism.name}" + (f" S={S}" if S else "")
-        parts[key] = parts.get(key, 0.0) + p.decode_seconds
-        meth = f"method {m.estimator}"
-        parts[meth] = parts.get(meth, 0.0) + p.decode_seconds
-    return (wall, cpu), parts, len(published)
-
-out = {"setup": setup}
-if factor_cache is not None:
-    factor_cache().clear()
-cold, parts_cold, n = refresh()
-out.update(cold=cold, parts_cold=parts_cold, estimates=n)
-warm = [refresh() for _ in range(cfg["warm"])]
-out["warm"] = [w[0] for w in warm]
-out["parts_warm"] = warm[-1][1]
-if cfg.get("workers_only"):  # the --workers comparison: cold and warm refreshes only
-    out["split"] = split
-    if hasattr(service, "close"):
-        service.close()
-    if cfg["store"] == "redis":
-        for key in client.scan_iter(match=prefix + "*", count=1000):
-            client.delete(key)
-    print(json.dumps(out))
-    sys.exit(0)
-if factor_cache is not None:
-    out["cache_mb"] = factor_cache().nbytes / 2**20
-    out["cache_hits"], out["cache_misses"] = factor_cache().hits, factor_cache().misses
-    out["information_hits"] = getattr(factor_cache(), "information_hits", 0)
-    out["information_misses"] = getattr(factor_cache(), "information_misses", 0)
-    if cfg["reuse"]:
-        service.reuse = False  # the same warm cache, every window decoded from scratch
-        norep = [refresh() for _ in range(cfg["warm"])]
-        out["noreuse"] = [w[0] for w in norep]
-        out["parts_noreuse"] = norep[-1][1]
-        # a refresh with no fresh report: every window's input is unchanged
-        service.reuse = True
-        refresh()
-        cfg_fresh, cfg["fresh"] = cfg["fresh"], 0
-        out["unchanged"] = refresh()[0]
-        cfg["fresh"] = cfg_fresh
-        service.reuse = False
-    if hasattr(factor_cache(), "variance_growth"):
-        # sandwich variances of grown windows reused (factor_cache): each against the exact sandwich on the same
-        # reference, over three more warm refreshes
-        import ldpstream.estimators.candidates as candidates_module
-        real, errors, decodes = candidates_module._decode, [], [0]
-        cache = factor_cache()
-
-        def compared(**kw):
-            est = real(**kw)
-            decodes[0] += 1
-            if est.info.get("se_sandwich") == "reused":
-                held, cache.variance_growth = cache.variance_growth, 0.0
-                exact = real(**kw)
-                cache.variance_growth = held
-                se, ref = np.asarray(est.std_errors), np.asarray(exact.std_errors)
-                ok = ref > 0
-                errors.append(float(np.max(np.abs(se[ok] / ref[ok] - 1.0))))
-            return est
-
-        service.reuse = cfg["reuse"]
-        candidates_module._decode = compared
-        for _ in range(3):
-            refresh()
-        candidates_module._decode = real
-        service.reuse = False
-        out["variance_reuse"] = [len(errors), decodes[0], max(errors, default=0.0), float(np.median(errors or [0.0]))]
-    factor_cache().resize(0)
-    off = [refresh() for _ in range(cfg["warm"])]
-    out["off"] = [w[0] for w in off]
-    out["parts_off"] = off[-1][1]
-if cfg["store"] == "redis":
-    for key in client.scan_iter(match=prefix + "*", count=1000):
-        client.delete(key)
-print(json.dumps(out))
-"""
-
-
-def run(tree: Path, cfg: dict[str, object]) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", WORKER, json.dumps(cfg)], env=env, cwd=tree, check=False,
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"worker failed in {tree}:\n{res.stderr[-3000:]}")
-    out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-    return out
+#: The worker program run in each tree (by path: it imports that tree's ldpstream); its ``refresh_mix`` is the
+#: registry of 100 metrics.
+WORKER = Path(__file__).with_name("decoder_worker.py")
 
 
 def compare_workers(args: argparse.Namespace, counts: list[int]) -> int:
     """Ours (reuse on) with each number of decoder worker processes, each in its own subprocess, one after the
     other on the same simulated store contents (same seed)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout.strip()
-    print("# " + " ".join(["python", "bench/decoder_refresh.py", *sys.argv[1:]]))
-    print(f"# working tree (HEAD {head}); single-threaded BLAS; {args.reports} reports per metric and bucket, "
-          f"{args.fresh} fresh before each refresh; {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M:%S')}; "
-          f"load {os.getloadavg()[0]:.2f}")
+    print("# " + command_line("bench.perf.decoder_refresh"))
+    print(f"# working tree (HEAD {git_short()}); single-threaded BLAS; {args.reports} reports per metric and bucket, "
+          f"{args.fresh} fresh before each refresh; {os.cpu_count()} cores; {stamp()}")
     for store in args.stores.split(","):
         runs = {}
         for n in counts:
@@ -264,9 +66,9 @@ def compare_workers(args: argparse.Namespace, counts: list[int]) -> int:
                 continue
             cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-{n}-",
                    "seed": args.seed, "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
-                   "candidate_methods": args.candidate_methods.split(","), "reuse": True, "workers": n,
-                   "workers_only": True}
-            runs[n] = run(ROOT, cfg)
+                   "candidate_methods": args.candidate_methods.split(","), "mix": "refresh", "reuse": True,
+                   "workers": n, "workers_only": True}
+            runs[n] = run_worker(ROOT, WORKER, cfg)
         print(f"\n## store: {store}; refresh of 100 metrics, wall s and CPU s (parent and workers), each refresh")
         print(f"{'':<26} {'cold':>13}  " + "  ".join(f"{'warm ' + str(i + 1):>13}" for i in range(args.warm)))
         for n, out in runs.items():
@@ -304,27 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.workers:
         return compare_workers(args, [int(n) for n in args.workers.split(",")])
-    rev = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout.strip()
-    print("# " + " ".join(["python", "bench/decoder_refresh.py", *(argv if argv is not None else sys.argv[1:])]))
-    print(f"# before = {args.before} ({rev}), after = working tree (HEAD {head}); single-threaded BLAS; "
-          f"{args.reports} reports per metric and bucket, {args.fresh} fresh before each refresh; "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')}; load {os.getloadavg()[0]:.2f}")
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = Path(tmp) / "before.tar"
-        with archive.open("wb") as fh:
-            subprocess.run(["git", "archive", args.before], cwd=ROOT, check=True, stdout=fh)
-        tree = Path(tmp) / "before"
-        with tarfile.open(archive) as tar:
-            tar.extractall(tree, filter="data")
+    print("# " + command_line("bench.perf.decoder_refresh", argv))
+    print(f"# {before_after(args.before)}; single-threaded BLAS; "
+          f"{args.reports} reports per metric and bucket, {args.fresh} fresh before each refresh; {stamp()}")
+    with before_tree(args.before) as tree:
         for store in args.stores.split(","):
             cfg = {"store": store, "redis": args.redis, "prefix": f"bench-refresh-{os.getpid()}-", "seed": args.seed,
                    "reports": args.reports, "fresh": args.fresh, "warm": args.warm,
-                   "candidate_methods": args.candidate_methods.split(","), "reuse": False}
-            before = run(tree, {**cfg, "reuse": bool(args.before_reuse)})
-            after = run(ROOT, {**cfg, "reuse": True})
+                   "candidate_methods": args.candidate_methods.split(","), "mix": "refresh", "reuse": False}
+            before = run_worker(tree, WORKER, {**cfg, "reuse": bool(args.before_reuse)})
+            after = run_worker(ROOT, WORKER, {**cfg, "reuse": True})
             print(f"\n## store: {store} ({after['estimates']} estimates a refresh; setup {after['setup']:.1f} s)")
             def fmt(runs: list[list[float]]) -> str:
                 return "  ".join(f"{w:6.2f} {c:6.2f}" for w, c in runs)
