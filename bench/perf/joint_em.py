@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import harness
 from ldpstream.estimators.joint import JointVariable, estimate_joint
 from ldpstream.estimators.joint_em import PairChannel, fit_joint
 from ldpstream.estimators.joint_likelihood import variable_likelihood
@@ -88,9 +89,9 @@ def simulate(joint: np.ndarray, mx: Any, my: Any, n: int, rng: np.random.Generat
 
 
 def timed(fn: Any) -> tuple[Any, float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return out, time.perf_counter() - wall, time.process_time() - cpu
+    with harness.timed() as clock:
+        out = fn()
+    return out, clock.wall, clock.cpu
 
 
 def run(name: str, patterns: PairPatterns, vx: JointVariable, vy: JointVariable, truth: np.ndarray,

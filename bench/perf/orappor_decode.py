@@ -25,7 +25,7 @@ import tracemalloc
 
 import numpy as np
 
-from bench.harness import command_line
+from bench.harness import command_line, timed
 from ldpstream.distributions import empirical_distribution, parse_distribution, sample_counts
 from ldpstream.estimators.candidates import decode_orappor, decode_orr
 from ldpstream.mechanisms.orappor import ORappor
@@ -78,13 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         secs = cpu = peak = float("inf")
         for _ in range(max(args.repeat, 1)):
             tracemalloc.start()
-            t0, c0 = time.perf_counter(), time.process_time()
-            if mech.decoder_family == "candidates_symbol":
-                est = decode_orr(sketch, X, mech.epsilon, method, other=args.other)
-            else:
-                est = decode_orappor(sketch, X, mech.q_star, mech.p_star, method, other=args.other)  # type: ignore[union-attr]
-            secs = min(secs, time.perf_counter() - t0)
-            cpu = min(cpu, time.process_time() - c0)
+            with timed() as clock:
+                if mech.decoder_family == "candidates_symbol":
+                    est = decode_orr(sketch, X, mech.epsilon, method, other=args.other)
+                else:
+                    est = decode_orappor(sketch, X, mech.q_star, mech.p_star, method,  # type: ignore[union-attr]
+                                         other=args.other)
+            secs = min(secs, clock.wall)
+            cpu = min(cpu, clock.cpu)
             _, pk = tracemalloc.get_traced_memory()
             peak = min(peak, pk)
             tracemalloc.stop()
