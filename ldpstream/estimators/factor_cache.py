@@ -49,7 +49,7 @@ __all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERA
 #: Default bound of a :class:`FactorCache` (bytes of ``Ga⁻¹`` and ``B`` held). The decoder visits every (metric,
 #: window) once a refresh, a cyclic pattern: when the references it needs exceed the bound, least-recently-used
 #: eviction drops each one just before its next use and most decodes miss. So the bound must hold the working set:
-#: 100 metrics of 64 cohorts and 256 candidates (``bench/decoder_scaling.py``) need 610 MB (B of a RAPPOR design of
+#: 100 metrics of 64 cohorts and 256 candidates (``bench/perf/decoder_scaling.py``) need 610 MB (B of a RAPPOR design of
 #: 64 × 128 cells is 8.4 MB); at 512 MB, 96 of 180 decodes missed (4.7 s CPU a refresh against 3.2 s).
 DEFAULT_MAX_BYTES = 1024 * 2**20
 #: Default largest spread ``κ`` of ``w / w_ref`` for which reference weights are reused (≤ 4% of variance).

@@ -296,7 +296,7 @@ end
 return out
 """
 
-#: Default bound of :attr:`RedisSketchStore.sketch_cache_bytes` (100 metrics of ``bench/decoder_scaling.py``, 27
+#: Default bound of :attr:`RedisSketchStore.sketch_cache_bytes` (100 metrics of ``bench/perf/decoder_scaling.py``, 27
 #: buckets each, hold 80 MB).
 DEFAULT_SKETCH_CACHE_BYTES = 256 * 2**20
 

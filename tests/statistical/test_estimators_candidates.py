@@ -154,7 +154,7 @@ def test_orappor_two_hashes_ls_standard_errors_match_monte_carlo_at_few_clients(
     clients, the setting of the window tests: the mean reported sandwich SE over the Monte Carlo SD of the LS
     estimate, per value and on average over the values. A plug-in bias of the meat (``p = max(β̂, 0)`` and the
     fitted rates in it) or a missing covariance term would show here; measured 1.000 at 2000-100000 clients
-    (bench/orappor_coverage.py, 4000 trials), i.e. none at this size.
+    (bench/accuracy/orappor_coverage.py, 4000 trials), i.e. none at this size.
 
     Band: the SD's relative standard error is 1/sqrt(2(T − 1)) = 0.0158 at T = 2000; per value, z of a
     two-sided Bonferroni at 1e-3 over the 32 values (4.17: ±0.066); the mean over values, whose SE is at most

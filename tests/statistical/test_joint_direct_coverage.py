@@ -1,6 +1,6 @@
 """Two k-RR members whose Others hide associated values: the inversion of the full alphabets covers at 10^6
 pairs, where the EM with the product Other × Other law covered 0.879 (docs/math/joint.md#direct-members-the-
-full-alphabet; bench/joint_krr_other.py).
+full-alphabet; bench/studies/joint_krr_other.py).
 
 Setting: the paper's simulation (Fanti, Pihur, Erlingsson 2016 §4.E) through k-RR (k = 100, ε = 4): 100 Zipf(1)
 values per variable, joint ``(1 − ρ) z zᵀ + ρ diag(z)`` with ρ = 0.5 (Y copies X half the time, hidden values

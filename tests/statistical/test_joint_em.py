@@ -120,7 +120,7 @@ def test_krr_paper_simulation() -> None:
     full alphabets (docs/math/joint.md#direct-members-the-full-alphabet; exactly unbiased); without Other (the
     comparison) by the EM. Measured with the EM before the inversion (60 trials): largest |mean error| 0.0034,
     coverage 0.941 with cluster SE 0.0055; the conditional table Y | X's intervals: 0.943. The inversion at
-    10^5 pairs: 0.948 (bench/joint_krr_other.py)."""
+    10^5 pairs: 0.948 (bench/studies/joint_krr_other.py)."""
     mech = KRR(SUPPORT, 4.0)
     result = run_trials(mech, TOP, trials=160, seed=20162, without_other=3)
     check_unbiased(result["errors"])

@@ -5,7 +5,7 @@ Here the Other law is estimated per cohort from the bits the candidates do not e
 RAPPOR with 32-bit filters, h = 2, 8 cohorts, p = .25, q = .75, f = 0, on the paper's 100 Zipf(1) values, X and
 Y independent, top 5 + Other (df 25), 100,000 pairs per trial (the paper's size), 200 trials. Under
 independence each statistic's p-values are uniform: a Kolmogorov–Smirnov test at level 0.01 does not reject
-(measured, ``bench/joint_independence.py``: KS p 0.21 and 0.19; at 20,000 pairs both tests are conservative,
+(measured, ``bench/accuracy/joint_independence.py``: KS p 0.21 and 0.19; at 20,000 pairs both tests are conservative,
 size 0.025–0.03 at 0.05, which KS rejects: documented in docs/math/joint.md). A real association (ρ = 0.3) is
 detected in every one of 5 trials.
 """

@@ -15,7 +15,7 @@ string × boolean 0.954 / 0.912 (cluster SE 0.0055 / 0.0072).
   top 5 + Other, 50,000 pairs; the candidates' frequencies from the marginal least squares against the whole
   dictionary (``JointVariable.frequencies``: least squares on the five candidates alone is biased here;
   ``JointVariable.dictionary`` does the same with its own Jacobian, test_joint_dictionary_frequencies.py).
-- Google's association regime (``bench/decode_assoc.py``): a domain (RAPPOR k = 32, h = 2, m = 32, p = .25,
+- Google's association regime (``bench/accuracy/decode_assoc.py``): a domain (RAPPOR k = 32, h = 2, m = 32, p = .25,
   q = .75, f = .5; 4 candidates + one value outside) × a boolean (one bit, same rates), 40,000 clients; the
   domain's frequencies from least squares against its 5-string map, as ``decode-assoc`` takes them from its
   marginal decode.

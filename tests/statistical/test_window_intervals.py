@@ -123,7 +123,7 @@ CASES = [
     ("krappor", KRAPPOR, "memo", False),
     ("orr", ORR, "memo", True), ("orr", ORR, "instantaneous", True), ("orr", ORR, "memo", False),
     # O-RAPPOR memoized in every bucket: the window's interval is exactly one bucket's (next test), so its
-    # coverage is the decoder's own at 5000 clients (bench/orappor_coverage.py, 4000 trials: 0.9515; the
+    # coverage is the decoder's own at 5000 clients (bench/accuracy/orappor_coverage.py, 4000 trials: 0.9515; the
     # least-squares SE/SD 1.000). It once read 0.976-0.978: the window widened the clipped least-squares
     # interval about the projected point (fixed in c753604), then, for the summed sketch's intervals clipped
     # wholly to [0, 0] (1.9% of them here, the frequencies are 2-4%), about the widest centre they allow

@@ -1,0 +1,1 @@
+"""Speed, CPU and memory of ldpstream beside a baseline: another revision, another library or a bare loop."""
