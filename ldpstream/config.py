@@ -1,81 +1,10 @@
 """The service configuration: one object from which every Kafka and Redis client of every process is built.
 
 Each setting is taken from the first source that has it: command-line flags, then the environment, then a
-configuration file (``--config FILE`` or ``LDPSTREAM_CONFIG``), then the default (the local stack's address).
-It is validated when it is built, with an error that names the setting and its source.
-
-=============================  ========================================  ==========================  ===========
-environment variable           meaning                                   file key                    flag
-=============================  ========================================  ==========================  ===========
-``LDPSTREAM_KAFKA``            Kafka bootstrap servers                   ``kafka.bootstrap``         ``--kafka``
-``LDPSTREAM_KAFKA_CONFIG``     librdkafka settings of every Kafka        ``kafka.config`` (table)    ``--kafka-config``
-                               client, ``key=value,key=value``
-``LDPSTREAM_REDIS``            Redis URL                                 ``redis.url``               ``--redis``
-``LDPSTREAM_PREFIX``           key prefix of everything in Redis         ``redis.prefix``            ``--prefix``
-``LDPSTREAM_REGISTRY``         metric registry file                      ``registry``                ``--registry``
-=============================  ========================================  ==========================  ===========
-
-Security (:class:`KafkaSecurity`, the Redis fields of :class:`RedisConfig`). Every setting below may come from
-the environment or the file; the non-secret ones also from a flag. A secret (a password) comes from a file
-(``..._FILE`` / ``..._file``: the file's content, one trailing newline stripped) or from the environment,
-never from a flag alone, so that it does not show in ``ps`` or in a shell's history: a flag, a ``--redis`` URL
-or a ``--kafka-config`` setting that carries a password is refused. Secrets are :class:`Secret` objects whose
-``repr`` and ``str`` are ``'***'``; no configuration's ``repr`` shows one, nor does any error message.
-
-==================================  ========================  ==========================  =============================
-environment variable                file key                  flag                        meaning
-==================================  ========================  ==========================  =============================
-``LDPSTREAM_KAFKA_SECURITY``        ``kafka.security``        ``--kafka-security``        PLAINTEXT, SSL, SASL_SSL, ...
-``LDPSTREAM_KAFKA_SASL_MECHANISM``  ``kafka.sasl_mechanism``  ``--kafka-sasl-mechanism``  PLAIN, SCRAM-SHA-256/512
-``LDPSTREAM_KAFKA_USER``            ``kafka.user``            ``--kafka-user``            SASL user name
-``LDPSTREAM_KAFKA_PASSWORD``        ``kafka.password``        (none)                      SASL password
-``LDPSTREAM_KAFKA_PASSWORD_FILE``   ``kafka.password_file``   ``--kafka-password-file``   ... from a file
-``LDPSTREAM_KAFKA_CA``              ``kafka.ca``              ``--kafka-ca``              CA certificate (PEM)
-``LDPSTREAM_KAFKA_CERT``            ``kafka.cert``            ``--kafka-cert``            client certificate
-``LDPSTREAM_KAFKA_KEY``             ``kafka.key``             ``--kafka-key``             client key
-``LDPSTREAM_REDIS_USER``            ``redis.user``            ``--redis-user``            ACL user name
-``LDPSTREAM_REDIS_PASSWORD``        ``redis.password``        (none)                      ACL password
-``LDPSTREAM_REDIS_PASSWORD_FILE``   ``redis.password_file``   ``--redis-password-file``   ... from a file
-``LDPSTREAM_REDIS_CA``              ``redis.ca``              ``--redis-ca``              CA certificate (PEM)
-``LDPSTREAM_REDIS_CERT``            ``redis.cert``            ``--redis-cert``            client certificate
-``LDPSTREAM_REDIS_KEY``             ``redis.key``             ``--redis-key``             client key
-==================================  ========================  ==========================  =============================
-
-Redis over TLS is the URL scheme ``rediss://``. Redis Cluster is the scheme ``redis+cluster://host:port`` (over
-TLS ``rediss+cluster://``), a convention of this project (redis-py has no cluster URL scheme): any one node's
-address, or several separated by commas; the client discovers the others.
-
-The group consumer also takes ``--consumer-config KEY=VALUE`` (file: ``kafka.consumer`` table) for settings
-that concern it alone (``session.timeout.ms``, ``group.instance.id``, ...).
-
-A configuration file::
-
-    registry = "deploy/metrics.toml"
-
-    [kafka]
-    bootstrap = "kafka-0:9092,kafka-1:9092"
-    config = { "client.id" = "ldpstream" }
-    consumer = { "session.timeout.ms" = "6000" }
-
-    [redis]
-    url = "redis://redis:6379/0"
-    prefix = "ldp"
-
-A secured one (``ldpstream stack up --secure`` writes such a file)::
-
-    [kafka]
-    bootstrap = "kafka-0:9093"
-    security = "SASL_SSL"
-    sasl_mechanism = "SCRAM-SHA-512"
-    user = "ldpstream"
-    password_file = "/run/secrets/kafka-password"
-    ca = "/etc/ldpstream/ca.pem"
-
-    [redis]
-    url = "rediss://redis:6380/0"
-    user = "ldpstream"
-    password_file = "/run/secrets/redis-password"
-    ca = "/etc/ldpstream/ca.pem"
+configuration file (``--config FILE`` or ``LDPSTREAM_CONFIG``), then the default (the local stack's address), and
+validated when built, with an error that names the setting and its source. Secrets come from files or the
+environment, never from a flag, and are :class:`Secret` objects that print as ``'***'``. Every variable, file key
+and flag: docs/operations.md#configuration.
 """
 
 from __future__ import annotations

@@ -1,91 +1,12 @@
 """The metric registry: one TOML file that producers, consumers and the decoder all read.
 
-Example (``deploy/metrics.toml`` is a complete one)::
-
-    [defaults]
-    topic = "ldp-reports"        # Kafka topic of reports
-    bucket_seconds = 3600        # width of a time bucket of the count sketches
-    windows = ["all", "1h", "1d"]
-    retention = "30d"            # bucket sketches expire this long after their bucket ends (default: never);
-                                 # the all-time rollup is kept regardless
-
-    [metrics.fruit]
-    id = 1                       # u16, unique, carried by every report
-    mechanism = "krr"            # krr | krappor | orr | orappor | rappor | oue | ooue | ss | hr | cms | hcms
-    k = 8
-    epsilon = 2.0
-    labels = ["apple", "banana", "cherry", "date", "elder", "fig", "grape", "honeydew"]
-    estimator = "project"        # unbiased | truncate | project | ls | nnls | mle
-
-    [metrics.homepage]
-    id = 2
-    mechanism = "rappor"
-    k = 128
-    hashes = 2
-    cohorts = 64
-    p = 0.5
-    q = 0.75
-    f = 0.5
-    candidates = "homepage-candidates.txt"   # one string a line, relative to this file; or a list
-
-Metric and association names follow ``NAME_RULE`` (1 to 64 characters of a-z, 0-9 and _, starting with a letter):
-they become parts of Redis keys, Prometheus label values and command arguments. An unknown setting or table is
-refused, with the closest known one suggested.
-
-Associations (metrics whose values one client reports together, so that the decoder can estimate their joint
-distribution) are declared beside the metrics::
-
-    [associations.fruit_by_homepage]
-    id = 1                       # u16, unique among associations (its own id space), carried by every record
-    metrics = ["fruit", "homepage"]   # two or more members, in this order on the wire
-    windows = ["all", "1d"]      # joint windows (default ["all"]); "all" = every bucket still retained
-    candidates = 5               # the decoder's top count per member (plus "Other"), default 5
-    retention = "30d"            # optional: default and upper bound, the shortest retention of the members
-
-Members keep their own mechanism, ε and marginal sketches (every associated record updates them too); they must
-share ``topic`` and ``bucket_seconds``. The pair statistic lives per time bucket and expires with the
-association's retention: there is no all-time pair store, so the longest joint window is the retention and
-``all`` means "every bucket still retained". An association of members that keep their buckets forever must
-state a ``retention`` (it is refused otherwise). Privacy: a client reporting an association spends the sum of
-its members' ε (sequential composition), and the sum of their ε∞ over repeated reports. An association of
-three or more members keeps whole tuples; the store reads the pair statistic of any two members from them
-(``pair_patterns(..., members=(i, j))``); the live joint decoder publishes two-member associations only.
-
-A string metric without a dictionary (a *discovery* metric: the decoder finds its frequent values from n-gram
-reports, docs/math/dictionary.md) is declared with a ``discovery`` table instead of a mechanism::
-
-    [metrics.url]
-    id = 30                      # the full-string metric's id; its n-gram slots take ids 31, 32, ...
-    retention = "7d"             # required: the pair statistics live per bucket and must expire
-    [metrics.url.discovery]
-    epsilon = 4.39               # the client's total ε over its three reports
-    length = 8                   # M: strings padded (with pad) or truncated to M characters
-    ngram = 2                    # n: M / n slots of n characters
-    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789.-/"   # Σ (the pad is appended)
-    pad = "$"
-    positions = 2                # n-gram reports per client (two: one slot pair per client)
-    full_share = 0.3333333333    # share of ε of the full-string report; the n-grams split the rest
-    mechanism = "rappor"         # of every report: "rappor" (f = 0 unless given: f must make 128·f an integer)
-                                 # or "orappor" (no f; memoized); others are refused (DISCOVERY_MECHANISMS)
-    full_bits = 128              # Bloom bits of the full-string report, and of each n-gram report
-    ngram_bits = 128
-    hashes = 2
-    cohorts = 32
-    retire_after = 3             # decoder: a discovered string not significant in this many decodes in a row
-                                 # (with new reports) leaves the dictionary
-    pattern = "[a-z0-9./-]+"     # decoder: optional semantic filter (the unpadded string must match in full)
-
-It expands into ordinary registry entries (:func:`discovery_slot_name`, :func:`discovery_pair_name`): the
-full-string metric ``url`` (the table's mechanism, no candidates), one n-gram metric per slot ``url.ngram<j>``
-(id + 1 + j), and one association per pair of slots ``url.pair<a>-<b>`` (association id = id + its rank among the pairs)
-whose record carries the n-gram reports of slots a and b, paired, and the full-string report as a *rider*
-(``AssociationConfig.riders``: it updates its metric's sketches but not the pair statistic). A client sends one
-such record, for the slot pair derived from its secret.
-
-Each metric's *fingerprint* is the first 4 bytes (u32, big-endian) of SHA-256 over the canonical JSON of its
-id and mechanism parameters. Every report carries it, and a consumer refuses reports whose fingerprint does
-not match, so counts made under different parameters never mix. Labels, candidates, topic, windows and the
-estimator are not part of it: they change how counts are read, not what they mean.
+:class:`Registry` loads and validates it: ``[defaults]``, ``[metrics.NAME]`` (a mechanism and its parameters, or
+a ``discovery`` table for strings without a dictionary, which expands into n-gram slot metrics and slot-pair
+associations), ``[associations.NAME]`` (metrics one client reports together). Names follow ``NAME_RULE``; an
+unknown setting or table is refused with the closest known one. Each metric's fingerprint is the first 4 bytes
+(u32, big-endian) of SHA-256 over the canonical JSON of its id and mechanism parameters; every report carries
+it, so counts made under other parameters never mix. Every field: docs/metrics.md#the-registry-file-field-by-field
+(``deploy/metrics.toml`` is a complete example).
 """
 
 from __future__ import annotations

@@ -1,36 +1,24 @@
 """pytest plugin: real Kafka and Redis for integration tests, yours and ldpstream's own.
 
-Installed with ldpstream and registered through the ``pytest11`` entry point, so its fixtures are there in
-any test session:
+Installed with ldpstream and registered through the ``pytest11`` entry point, so its fixtures are there in any
+test session. Where the services are (``services``, session): ``LDPSTREAM_KAFKA`` and ``LDPSTREAM_REDIS`` when
+set (with ``LDPSTREAM_CONFIG``: that service configuration, security included), else a local stack that already
+answers. Nothing is started unless asked: ``LDPSTREAM_SERVICES=local`` starts the local stack,
+``testcontainers`` runs Kafka and Redis containers on ``DOCKER_HOST`` for the session, ``environment`` insists
+on the variables. What a session starts (:func:`start_local`) is stopped when it ends, unless
+``LDPSTREAM_KEEP_STACK=1``. Under CI (``CI`` set) a test that cannot reach its services fails; elsewhere it is
+skipped with the reason. docs/development.md#tests says more.
 
-- ``services`` (session): where Kafka and Redis are, found in this order:
-
-  1. the environment: ``LDPSTREAM_KAFKA`` (bootstrap servers) and ``LDPSTREAM_REDIS`` (URL), when set;
-  2. the local stack (:mod:`ldpstream.deploy.stack`) when it already answers.
-
-  Nothing is started unless asked: ``LDPSTREAM_SERVICES=local`` starts the local stack (Kafka from Maven Central
-  jars in KRaft mode, Debian's redis-server, as local processes) when it does not answer, and
-  ``LDPSTREAM_SERVICES=testcontainers`` runs Kafka and Redis containers on the Docker engine of ``DOCKER_HOST``
-  (the pinned images ``apache/kafka`` and ``redis``, which ``ldpstream stack images`` builds where no registry is
-  reachable) for the session; ``environment`` insists on the variables. A forced source that is not there fails
-  every test that needs it. Whatever a session starts (:func:`start_local`: the local stack, the secured stack, a
-  Redis Cluster) is stopped when it ends, unless ``LDPSTREAM_KEEP_STACK=1``; the terminal summary says which.
-
-  With ``LDPSTREAM_CONFIG`` set (a service configuration file: TLS, SASL, an ACL user, e.g. the one ``ldpstream
-  stack up --secure`` writes), the environment source is that configuration, resolved as every command
-  resolves it (:meth:`ServiceConfig.load`: ``LDPSTREAM_KAFKA``/``LDPSTREAM_REDIS`` still override its addresses),
-  and the fixtures below carry its security;
+The fixtures:
 
 - ``kafka_bootstrap``, ``redis_url`` (session): the two addresses;
 - ``kafka_config``, ``redis_config`` (session): how to reach them (:class:`~ldpstream.config.KafkaConfig`,
-  :class:`~ldpstream.config.RedisConfig`, with the configuration's security; plain ones otherwise);
+  :class:`~ldpstream.config.RedisConfig`, with the configuration's security);
 - ``key_prefix``: a Redis key prefix of the test's own, whose keys are deleted afterwards;
 - ``fresh_topic``: a factory of new uniquely named Kafka topics, deleted afterwards;
 - ``service_config``: a :class:`~ldpstream.config.ServiceConfig` for those services and that prefix;
 - ``ldp_pipeline``: a factory of ready pipelines (:class:`Pipeline`): your metrics on a fresh topic and key
   prefix, devices to report with, a consumer run until every acknowledged report is counted, and a decode.
-
-Under CI (``CI`` set) a test that cannot reach its services fails; elsewhere it is skipped with the reason.
 """
 
 from __future__ import annotations

@@ -1,48 +1,10 @@
 """``ldpstream rappor``: Google-RAPPOR-compatible file tools (formats: :mod:`ldpstream.interop.rappor`).
 
-Sub-commands, in pipeline order::
-
-    ldpstream rappor encode          --params params.csv --values values.csv [--secret-file F] [--out reports.csv]
-    ldpstream rappor sum-bits        --params params.csv --reports reports.csv [--out counts.csv]
-    ldpstream rappor hash-candidates --params params.csv [--candidates FILE|-] [--out map.csv]
-    ldpstream rappor decode          --params params.csv --counts counts.csv --map map.csv [--out results.csv]
-    ldpstream rappor decode-assoc    --metric-name M --schema rappor-vars.csv --reports reports.csv
-                                     --params-dir DIR --var1 V1 --map1 map1.csv --var2 V2
-                                     (--create-bool-map | --map2 map2.csv) [--output-dir DIR]
-
-``encode`` (Google's ``rappor_sim.py``): each row ``client,cohort,value`` becomes one report of that client
-through :class:`ldpstream.mechanisms.rappor.RapporClient`: Bloom filter (Google's MD5 construction), the
-client's permanent randomized response (deterministic HMAC-SHA256 of the client's secret, memoized per
-value: Google's construction), and the instantaneous randomized response drawn from the operating system's
-CSPRNG. Each client's secret is ``HMAC-SHA256(master, "ldpstream/rappor-client/v1" ‖ client id)``; the
-master secret is the content of ``--secret-file`` (keep it private and reuse it, so a client's PRR is
-permanent across runs: encoding the same value again with a new secret would give the server a second
-PRR and erode ε_∞). Without ``--secret-file`` a random master secret is drawn for this run only.
-``--insecure-seed`` replaces the CSPRNG of the IRR by a seeded generator, for tests only.
-The IRR step is vectorized over all rows; Bloom filters and PRRs are one hash per row.
-
-``decode`` (Google's ``decode_dist.R``): by default detects which candidates are present with
-:func:`ldpstream.estimators.detection.detect` (non-negative lasso screen with a noise-calibrated penalty,
-weighted NNLS refit on the selected, well-determined set, one-sided tests corrected over all candidates with
-``--correction bh`` (the default: Benjamini–Hochberg, adaptive to the share of absent candidates by the
-two-stage procedure of Benjamini, Krieger and Yekutieli 2006 when the full design is well-determined, plain
-otherwise; false discovery rate ≤ ``--alpha``, default 0.10) or
-``bonferroni`` (family-wise error ≤ ``--alpha``)); the rule used is printed on stderr. The ``estimate`` of a
-string is then the empirical-Bayes posterior mean when the full design is well-determined (otherwise the
-refit), and its interval the refit ± Φ⁻¹(0.975)·its standard error, clipped to [0, 1].
-``--method ls|nnls|project|mle`` uses the plain candidate decoder of :mod:`ldpstream.estimators.candidates`
-instead (its significance test is then the chosen correction on its own standard errors). It writes ``results.csv``:
-``estimate`` = frequency × N (reports), ``std_error`` = its standard error × N, ``proportion`` = estimate / N
-with N the total number of reports, ``prop_std_error``, and the decoder's published 95% interval clipped to
-[0, 1] (as Google's ``prop_low_95``/``prop_high_95``): for the constrained methods the least-squares
-estimate ± Φ⁻¹(0.975)·its sandwich standard error (docs/math/estimators.md).
-Rows are sorted by estimate, largest first. Like Google's ``decode-dist``, only the detected strings are
-written by default (``--significant``, still accepted, is this default); ``--all`` writes every candidate
-with its estimate and interval (unselected candidates: estimate 0 and the standard error they would have
-if added to the selected set).
-
-``decode-assoc`` (Google's ``decode_assoc.R``): the joint table of two variables with intervals; see its
-``--help`` and :mod:`ldpstream.interop.rappor.association`.
+Sub-commands, in pipeline order: ``encode`` (Google's ``rappor_sim.py``: each ``client,cohort,value`` row becomes
+one report through :class:`ldpstream.mechanisms.rappor.RapporClient`, the IRR from the operating system's CSPRNG),
+``sum-bits``, ``hash-candidates``, ``decode`` (Google's ``decode_dist.R``: detection by
+:func:`ldpstream.estimators.detection.detect`, or a plain candidate decoder with ``--method``) and
+``decode-assoc`` (Google's ``decode_assoc.R``). What each reads and writes: docs/cli.md#google-rappor-files.
 """
 
 from __future__ import annotations

@@ -1,39 +1,14 @@
 """The error model: predicted variance, bias and ℓ1 / ℓ2² error of a set-up's estimate.
 
-Derivations: docs/math/tuning.md, "Variance of the unprojected estimate", "From variances to expected
-losses" and "Projected l1: a mean-field model".
-
-For the *unprojected* least-squares/inversion estimate (the estimate before projection), the per-coordinate
-variance, conditional on the sample (i.e. against the empirical distribution):
-
-* k-RR: ``Var p̂_i = ((e^ε + k − 1)/(e^ε − 1))² m_i(1 − m_i)/n − p_i(1 − p_i)/n`` with
-  ``m = ((e^ε − 1)p + 1)/(e^ε + k − 1)`` (docs/math/estimators.md, "k-RR unbiased estimator"; the last term
-  removes the sampling variance of the population itself).
-* k-RAPPOR: ``Var p̂_j = m_j(1 − m_j)/(n (q* − p*)²) − p_j(1 − p_j)/n`` with ``m_j = p* + (q* − p*)p_j``
-  (docs/math/estimators.md, "k-RAPPOR unbiased estimator").
-* O-RR, O-RAPPOR, RAPPOR (hashing): the per-cohort responses ``z`` (docs/math/estimators.md, "Candidate
-  decoders") satisfy ``E z = Xp`` with the (C·k × S) design ``X`` and have independent noise of variance
-  ``v_O-RR = c² m(1 − m)/N_c`` (``c = (e^ε + k − 1)/(e^ε − 1)``, ``m = (1 + (e^ε − 1)(Xp))/(e^ε + k − 1)``)
-  or ``v_bits = r(1 − r)/(N_c (q* − p*)²)`` (``r = p* + (q* − p*)(Xp)``), ``N_c = n/C``. The
-  weighted least-squares estimate (weights ``1/v``) has ``Cov p̂ = (Xᵀ V⁻¹ X)⁻¹`` when the cells are
-  independent; for O-RR the cells of one cohort are multinomial (covariance ``c²(diag(m) − mmᵀ)/N_c``)
-  and the sandwich ``A Cov Aᵀ``, ``A = (XᵀV⁻¹X)⁻¹XᵀV⁻¹``, is used instead (ignoring it under-predicted
-  by ~15%). For bit mechanisms the between-bit covariance of one report (order ``(q* − p*)²p``
-  relative to ``v``) is ignored. The model carries both
-  error sources of hashing: **randomization noise** (the diagonal, ≈ C ones per column: a variance of
-  about ``v/C`` per candidate, which does not shrink with C since ``v ∝ C``) and **hash collisions**
-  (off-diagonal entries of ``XᵀV⁻¹X``, about C/k per pair, which inflate the inverse; roughly by
-  ``1/(1 − S/(C·k))`` for random hashing). When ``X`` has rank < S the candidates are not identifiable:
-  the pseudo-inverse is used and the squared bias ``‖(I − X⁺X)p‖²`` is added.
-
-From the variances: ``E ℓ2² ≈ Σ v_i + b_i²`` and ``E ℓ1 ≈ Σ sqrt(b_i² + 2 v_i/π)`` (exact for b = 0
-and Gaussian errors) for the *unprojected* estimate. Projection onto the simplex removes much of that error
-when p is skewed (×1.5 to ×3.5 at ε ≤ 1), and not by the same factor for every parameter choice — ranking
-by the unprojected prediction took O-RR k = 2 over k = 4 at ε = 0.5. :func:`projected_l1` therefore also
-predicts the ℓ1 of the *projected* estimate (a mean-field model of the projection threshold, closed form in
-Φ and φ); checked against simulation of LS + projection at n = 10^6, S = 256, ε = 0.5..8 for all four
-families: within ±4%. ``reference="true"`` keeps the population's sampling variance (errors against the
-true p).
+For the unprojected least-squares or inversion estimate, the per-coordinate variance conditional on the sample:
+k-RR ``((e^ε + k − 1)/(e^ε − 1))² m_i(1 − m_i)/n − p_i(1 − p_i)/n``, k-RAPPOR ``m_j(1 − m_j)/(n (q* − p*)²) −
+p_j(1 − p_j)/n``, and for the hashed mechanisms the weighted least squares ``(Xᵀ V⁻¹ X)⁻¹`` (the sandwich for
+O-RR's multinomial cells; the pseudo-inverse and the squared bias ``‖(I − X⁺X)p‖²`` when ``X`` has rank < S).
+Then ``E ℓ2² ≈ Σ v_i + b_i²`` and ``E ℓ1 ≈ Σ sqrt(b_i² + 2 v_i/π)``; :func:`projected_l1` predicts the ℓ1 of the
+projected estimate by a mean-field model of the projection threshold. ``reference="true"`` keeps the
+population's sampling variance (errors against the true p). Derivations and their checks against simulation:
+docs/math/tuning.md#variance-of-the-unprojected-estimate, #from-variances-to-expected-losses and
+#projected-l1-a-mean-field-model.
 """
 
 from __future__ import annotations
