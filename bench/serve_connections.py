@@ -1,4 +1,4 @@
-"""What connections cost `ldpstream serve`: the working tree's deploy/serve.py beside another commit's.
+"""What connections cost `ldpstream serve`: the working tree's operations/serve.py beside another commit's.
 
 Each version runs in its own process (an in-memory store, one k-RR metric, a bearer token); this process
 plays the clients, on real sockets:
@@ -201,9 +201,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp) / "serve_before.py"
-        before.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{args.before}:deploy/serve.py"],
-                                         check=True, capture_output=True, text=True).stdout)
-        rows = [measure(args.before, before), measure("working tree", ROOT / "deploy" / "serve.py")]
+        shown = [subprocess.run(["git", "-C", str(ROOT), "show", f"{args.before}:{path}"], capture_output=True,
+                                text=True, check=False) for path in ("operations/serve.py", "deploy/serve.py")]
+        before.write_text(next(s.stdout for s in shown if s.returncode == 0))  # deploy/: commits before operations/
+        rows = [measure(args.before, before), measure("working tree", ROOT / "operations" / "serve.py")]
     print(f"python bench/serve_connections.py --before {args.before}")
     width = max(len(k) for k in rows[0])
     print(f"{'':<{width}}  " + "  ".join(f"{r['version']!s:>14}" for r in rows))

@@ -214,7 +214,7 @@ def _clean_up(kafka: KafkaConfig, topic: str, group: str, store: RedisSketchStor
 def _serve(registry: Registry, store: StatusStore, kafka: KafkaConfig,
            port: int) -> tuple[ThreadingHTTPServer, str] | None:
     """The live web view of the demo's estimates on 127.0.0.1 (None when ``port`` is -1 or taken)."""
-    from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
+    from ldpstream.operations.serve import LiveView, make_server, serve_in_thread, url_of
 
     if port < 0:
         return None

@@ -17,14 +17,14 @@ def graph() -> grimp.ImportGraph:
 
 
 def test_the_design_folders_are_installed_under_the_ldpstream_namespace(graph):
-    for role in ("producers", "consumers", "decoder", "deploy"):
+    for role in ("producers", "consumers", "decoder", "deploy", "operations"):
         link = ROOT / "ldpstream" / role
         assert link.is_symlink() and link.resolve() == (ROOT / role).resolve()
         assert f"ldpstream.{role}" in graph.modules
 
 
 def test_no_module_imports_a_top_level_role_package(graph):
-    outside = {"producers", "consumers", "decoder", "deploy"}
+    outside = {"producers", "consumers", "decoder", "deploy", "operations", "tools"}
     offenders = sorted((m, i) for m in graph.modules for i in graph.find_modules_directly_imported_by(m)
                        if i.split(".")[0] in outside)
     assert offenders == []

@@ -52,7 +52,7 @@ _QUIET = logging.getLogger(__name__ + ".kafka")
 _QUIET.propagate = False
 _QUIET.addHandler(logging.NullHandler())
 
-#: The page's files, served from the package (``ldpstream/deploy/web``), by path.
+#: The page's files, served from the package (``ldpstream/operations/web``), by path.
 STATIC_FILES: dict[str, tuple[str, str]] = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -256,11 +256,11 @@ class LiveView:
 
     def _collect(self) -> dict[str, Any]:
         if self.kafka is not None:
-            from ldpstream.deploy.status import collect_status
+            from ldpstream.operations.status import collect_status
 
             return collect_status(self.registry, self.kafka, self.store)
         # Without Kafka: the counts and the last decode only.
-        from ldpstream.deploy.status import privacy_of
+        from ldpstream.operations.status import privacy_of
 
         out: dict[str, Any] = {"metrics": {}, "associations": {}, "partitions": [], "dead_letters": {},
                                "last_decode": None}
@@ -353,7 +353,7 @@ class _Reader:
 def make_handler(view: LiveView, token: str | None = None) -> type[BaseHTTPRequestHandler]:
     """The request handler class of a server over ``view``; ``token``: the bearer token every ``/api/``
     request must carry (None: none needed). Its limits (``head_timeout``, ``idle_timeout``) are the server's."""
-    web = files("ldpstream.deploy") / "web"
+    web = files("ldpstream.operations") / "web"
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "ldpstream-serve"
