@@ -96,31 +96,9 @@ class StackConfig:
 
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
-    return installed_binary("redis-server", "redis-server",
-                            "redis-server is not installed; install Debian's package: apt-get install redis-server",
-                            recommends=True)
-
-
-def installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
-                     recommends: bool = False) -> str:
-    """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
-    ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
-    ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
-    found = shutil.which(name)
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        if announce:
-            print(f"{name} not found: installing Debian's {package} package", file=sys.stderr)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if update:
-            subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        options = [] if recommends else ["--no-install-recommends"]
-        subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=False, env=env)
-        found = shutil.which(name)
-        if found:
-            return found
-    raise ServiceError(missing)
+    return daemons.installed_binary(
+        "redis-server", "redis-server",
+        "redis-server is not installed; install Debian's package: apt-get install redis-server", recommends=True)
 
 
 def redis_answers(cfg: StackConfig) -> bool:

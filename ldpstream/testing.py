@@ -11,10 +11,11 @@ any test session:
   Nothing is started unless asked: ``LDPSTREAM_SERVICES=local`` starts the local stack (Kafka from Maven Central
   jars in KRaft mode, Debian's redis-server, as local processes) when it does not answer, and
   ``LDPSTREAM_SERVICES=testcontainers`` runs Kafka and Redis containers on the Docker engine of ``DOCKER_HOST``
-  (the pinned images ``apache/kafka`` and ``redis``, which ``ldpstream stack images`` builds where no registry is
-  reachable) for the session; ``environment`` insists on the variables. A forced source that is not there fails
-  every test that needs it. Whatever a session starts (:func:`start_local`: the local stack, the secured stack, a
-  Redis Cluster) is stopped when it ends, unless ``LDPSTREAM_KEEP_STACK=1``; the terminal summary says which.
+  (the pinned images ``apache/kafka`` and ``redis``, which a checkout's ``python -m tools.images`` builds where no
+  registry is reachable) for the session; ``environment`` insists on the variables. A forced source that is not
+  there fails every test that needs it. Whatever a session starts (:func:`start_local`: the local stack, the
+  secured stack, a Redis Cluster) is stopped when it ends, unless ``LDPSTREAM_KEEP_STACK=1``; the terminal
+  summary says which.
 
   With ``LDPSTREAM_CONFIG`` set (a service configuration file: TLS, SASL, an ACL user, e.g. the one ``ldpstream
   stack up --secure`` writes), the environment source is that configuration, resolved as every command
@@ -115,7 +116,7 @@ def forced_source() -> str | None:
 
 def _docker_answers() -> bool:
     """True when a Docker engine answers ``GET /_ping`` (a docker client on PATH is not an engine)."""
-    from ldpstream.deploy.engine import socket_answers
+    from ldpstream.deploy.containers import socket_answers
 
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if host.startswith("unix://"):
