@@ -13,6 +13,7 @@ import pytest
 
 from ldpstream.cli import build_parser
 from ldpstream.deploy import containers
+from ldpstream.deploy.stack import KAFKA_FILES
 from ldpstream.testing import SOURCES, forced_source
 from tests.containers.test_compose_deployment import SERVICES, derived_compose
 from tools import engine, images
@@ -109,7 +110,7 @@ def kafka_property(variable: str) -> str:
 def test_fixture_kafka_environment_names_real_broker_properties():
     env = containers.kafka_environment("127.0.0.1", 40123)
     properties = {kafka_property(k): v for k, v in env.items() if k.startswith("KAFKA_") and k != "KAFKA_HEAP_OPTS"}
-    template = images._DEPLOY / "kafka" / "server.properties.template"
+    template = KAFKA_FILES / "server.properties.template"
     local_stack_keys = {line.split("=", 1)[0] for line in template.read_text().splitlines()
                         if "=" in line and not line.startswith("#")}
     # every setting of the local stack's broker is there, with the client listener advertised on the host port
