@@ -35,7 +35,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -44,6 +44,7 @@ from ldpstream.config import KafkaConfig
 from ldpstream.errors import ParameterError
 from ldpstream.registry import Registry
 from ldpstream.store.contract import StatusStore
+from ldpstream.store.truth import TruthStore
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ KAFKA_PROBE_SECONDS = 2.0
 STALE_INTERVALS = 3
 
 
+class ViewedStore(StatusStore, TruthStore, Protocol):
+    """What the view reads: the sketches' stats and the published estimates (:class:`StatusStore`), and the
+    truth a simulation drew beside them (:class:`TruthStore`), as both stores keep them."""
+
+
 class LiveView:
     """What the API returns, read from the store (and, for the status, Kafka) at each request.
 
@@ -94,7 +100,7 @@ class LiveView:
     decoder's seconds between passes; the status calls the last decode stale when it is older than
     ``STALE_INTERVALS`` of them."""
 
-    def __init__(self, registry: Registry, store: StatusStore, kafka: KafkaConfig | str | None = None, *,
+    def __init__(self, registry: Registry, store: ViewedStore, kafka: KafkaConfig | str | None = None, *,
                  status_every: float = 1.0, decode_interval: float = 10.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
