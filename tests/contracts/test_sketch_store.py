@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,28 +12,16 @@ import pytest
 from ldpstream.store import (
     ALL_TIME,
     ApplyResult,
-    InMemorySketchStore,
     MetricSnapshot,
     PartitionBatch,
     RedisSketchStore,
     SketchKey,
-    StatusStore,
     sum_buckets,
 )
 from ldpstream.store import keys as key_schema
 
 SHAPE = (2, 3)
 FP = 0xABCDEF01
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
-def store(request) -> Iterator[StatusStore]:
-    if request.param == "memory":
-        yield InMemorySketchStore()
-    else:
-        redis_config = request.getfixturevalue("redis_config")
-        key_prefix = request.getfixturevalue("key_prefix")
-        yield RedisSketchStore(redis_config.client(), key_prefix)
 
 
 @pytest.fixture
