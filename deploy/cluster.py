@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ldpstream.deploy import daemons
-from ldpstream.deploy.stack import StackConfig, redis_server_binary
+from ldpstream.deploy.stack import StackConfig, redis_server_argv
 from ldpstream.errors import ConfigError, ServiceError
 
 CLUSTER_FIRST_PORT = 36501
@@ -91,10 +91,8 @@ def _start_node(cfg: ClusterStackConfig, port: int) -> None:
 
     if daemons.port_open(port) and pings():
         return
-    argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",
-            "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-            "--cluster-node-timeout", "5000", "--dir", str(folder), "--appendonly", "yes",
-            "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", ""]
+    argv = redis_server_argv(port, folder, ("cluster-enabled", "yes"),
+                             ("cluster-config-file", str(folder / "nodes.conf")), ("cluster-node-timeout", "5000"))
     pid_file, what = folder / "redis.pid", f"Redis Cluster node on port {port}"
     daemons.clear(pid_file, [port], folder, what)
     daemons.launch(argv, cwd=folder, pid_file=pid_file, log=log, ready=pings, timeout=30, what=what)

@@ -1,18 +1,18 @@
-"""Kafka and Redis as containers through testcontainers, from the pinned images of :mod:`ldpstream.deploy.images`.
+"""Kafka and Redis as containers through testcontainers, from the pinned images the deployment names.
 
-- Redis: testcontainers' ``RedisContainer`` on :data:`~ldpstream.deploy.images.REDIS_IMAGE`.
-- Kafka: testcontainers' generic ``DockerContainer`` on :data:`~ldpstream.deploy.images.KAFKA_IMAGE` (the
-  official ``apache/kafka`` image's interface: configuration from ``KAFKA_*`` variables; testcontainers'
-  ``KafkaContainer`` supports Confluent's images only). Its client listener must advertise the address the
-  host dials, which is known before the start only for a fixed port: a free port ``P`` of 127.0.0.1 is chosen,
-  the broker listens on ``P`` inside the container too, and ``P`` is published as ``P``. Ready when a topic can
-  be created and a consumer group can join it (the local stack's readiness check).
+- Redis: testcontainers' ``RedisContainer`` on :data:`REDIS_IMAGE`.
+- Kafka: testcontainers' generic ``DockerContainer`` on :data:`KAFKA_IMAGE` (the official ``apache/kafka``
+  image's interface: configuration from ``KAFKA_*`` variables; testcontainers' ``KafkaContainer`` supports
+  Confluent's images only). Its client listener must advertise the address the host dials, which is known before
+  the start only for a fixed port: a free port ``P`` of 127.0.0.1 is chosen, the broker listens on ``P`` inside
+  the container too, and ``P`` is published as ``P``. Ready when a topic can be created and a consumer group can
+  join it (the local stack's readiness check).
 
-On the private engine of :mod:`ldpstream.deploy.engine` (``DOCKER_HOST`` is its socket) testcontainers is set up
-for a machine without a registry: Ryuk (its reaper, an image pulled from Docker Hub) is disabled and the
-containers' host is 127.0.0.1, dialled on the published ports (connection mode ``docker_host``), unless
-``TESTCONTAINERS_RYUK_DISABLED`` / ``TESTCONTAINERS_HOST_OVERRIDE`` / ``TESTCONTAINERS_CONNECTION_MODE`` say
-otherwise. Elsewhere testcontainers' own defaults apply.
+On the private engine of a checkout's development tooling (``tools/engine.py``; ``DOCKER_HOST`` is its socket,
+:func:`private_engine_socket`) testcontainers is set up for a machine without a registry: Ryuk (its reaper, an
+image pulled from Docker Hub) is disabled and the containers' host is 127.0.0.1, dialled on the published ports
+(connection mode ``docker_host``), unless ``TESTCONTAINERS_RYUK_DISABLED`` / ``TESTCONTAINERS_HOST_OVERRIDE`` /
+``TESTCONTAINERS_CONNECTION_MODE`` say otherwise. Elsewhere testcontainers' own defaults apply.
 """
 
 from __future__ import annotations
@@ -22,19 +22,51 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from ldpstream.deploy.images import KAFKA_IMAGE, REDIS_IMAGE
-from ldpstream.deploy.stack import check_kafka_serves_groups
+from ldpstream.deploy.stack import KAFKA_VERSION, StackConfig, check_kafka_serves_groups
 from ldpstream.errors import ServiceError
 
 LOOPBACK = "127.0.0.1"
+#: The pinned images, by the names a user pulls from Docker Hub (the compose file uses the same); where no
+#: registry is reachable, a checkout's ``python -m tools.images`` builds them under these names.
+REDIS_IMAGE = "redis:7.0.15-bookworm"
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+#: The private engine's folder under the stack folder, and its socket there.
+PRIVATE_ENGINE_DIR = "engine"
+PRIVATE_ENGINE_SOCKET = "docker.sock"
+
+
+def ldpstream_image() -> str:
+    """The tag of this version's own image (``deploy/Dockerfile``)."""
+    from ldpstream import __version__
+
+    return f"ldpstream:{__version__}"
+
+
+def private_engine_socket() -> Path:
+    """Where the private Docker engine of ``tools/engine.py`` listens (under ``LDPSTREAM_STACK_DIR``)."""
+    return StackConfig.from_env().state_dir / PRIVATE_ENGINE_DIR / PRIVATE_ENGINE_SOCKET
 
 
 def on_private_engine() -> bool:
-    from ldpstream.deploy.engine import EngineConfig
+    return os.environ.get("DOCKER_HOST") == f"unix://{private_engine_socket()}"
 
-    return os.environ.get("DOCKER_HOST") == EngineConfig.from_env().docker_host
+
+def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
+    """True when a Docker engine answers ``GET /_ping`` on the unix socket ``path``."""
+    path = str(path)
+    if not os.path.exists(path):
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+        except OSError:
+            return False
 
 
 def configure_testcontainers() -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -222,3 +224,25 @@ def clear(pid_file: Path, ports: Iterable[int], state_dir: Path, what: str) -> N
     if left:
         raise ServiceError(f"cannot start {what}: its ports are taken by another process: "
                            + "; ".join(h.describe() for h in left))
+
+
+def installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
+                     recommends: bool = False) -> str:
+    """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
+    ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
+    ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
+    found = shutil.which(name)
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        if announce:
+            print(f"{name} not found: installing Debian's {package} package", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if update:
+            subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
+        options = [] if recommends else ["--no-install-recommends"]
+        subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=False, env=env)
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ServiceError(missing)

@@ -36,12 +36,13 @@ from typing import Any
 from ldpstream.config import ServiceConfig, read_secret
 from ldpstream.deploy import daemons
 from ldpstream.deploy.stack import (
+    KAFKA_FILES,
     StackConfig,
-    _java,
-    _run_kafka_broker,
     check_kafka_serves_groups,
     ensure_kafka_jars,
-    redis_server_binary,
+    java_binary,
+    redis_server_argv,
+    run_kafka_broker,
 )
 from ldpstream.errors import ConfigError, ServiceError
 
@@ -49,7 +50,6 @@ SECURE_KAFKA_PORT = 39192
 SECURE_CONTROLLER_PORT = 39193
 SECURE_REDIS_PORT = 36479
 SASL_MECHANISM = "SCRAM-SHA-512"
-_KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
 
 #: The roles that run with a credential of their own; the operator (``ldpstream.toml``) is ``admin``.
 ROLES = ("producer", "consumer", "decoder")
@@ -406,15 +406,15 @@ def start_redis(cfg: SecureStackConfig) -> None:
     tls = cfg.tls_dir
     conf = cfg.redis_dir / "redis.conf"
     passwords = {user: _password(cfg.password_file("redis", user)) for user in REDIS_USERS}
-    _write_private(conf, "\n".join([
-        "port 0", f"tls-port {cfg.redis_port}", "bind 127.0.0.1", "protected-mode yes",
-        f"tls-cert-file {tls / 'server.pem'}", f"tls-key-file {tls / 'server.key'}",
-        f"tls-ca-cert-file {tls / 'ca.pem'}", f"tls-auth-clients {'yes' if cfg.client_auth else 'no'}",
-        f"dir {data}", "appendonly yes", "appendfsync everysec", 'save ""', "daemonize no", 'logfile ""',
-        "maxmemory-policy noeviction", *redis_acl_lines(passwords), ""]))
+    _write_private(conf, "\n".join([*redis_acl_lines(passwords), ""]))  # the passwords: never on a command line
+    argv = redis_server_argv(
+        0, data, ("tls-port", str(cfg.redis_port)), ("tls-cert-file", str(tls / "server.pem")),
+        ("tls-key-file", str(tls / "server.key")), ("tls-ca-cert-file", str(tls / "ca.pem")),
+        ("tls-auth-clients", "yes" if cfg.client_auth else "no"), ("maxmemory-policy", "noeviction"),
+        config_file=conf)
     pid_file, what = cfg.redis_dir / "redis.pid", f"Redis (TLS) on port {cfg.redis_port}"
     daemons.clear(pid_file, [cfg.redis_port], cfg.redis_dir, what)
-    daemons.launch([redis_server_binary(), str(conf)], cwd=data, pid_file=pid_file, log=cfg.redis_dir / "redis.log",
+    daemons.launch(argv, cwd=data, pid_file=pid_file, log=cfg.redis_dir / "redis.log",
                    ready=lambda: redis_answers(cfg), timeout=30, what=what)
 
 
@@ -474,7 +474,7 @@ def _format_storage(cfg: SecureStackConfig, libs: Path, properties: Path) -> Non
         "kafka.tools.StorageTool", "format", "-t", uuid.uuid4().hex[:22], "-c", f'"{properties}"',
         "--ignore-formatted", "--add-scram", f'"{SASL_MECHANISM}=[name={ADMIN},password={password}]"', ""]))
     try:
-        fmt = subprocess.run([_java(), "-cp", f"{libs}/*", f"@{argfile}"], capture_output=True, text=True,
+        fmt = subprocess.run([java_binary(), "-cp", f"{libs}/*", f"@{argfile}"], capture_output=True, text=True,
                              check=False)
     finally:
         argfile.unlink(missing_ok=True)
@@ -492,7 +492,7 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
     data = cfg.kafka_dir / "data"
     properties = cfg.kafka_dir / "server.properties"
     admin_password = _password(cfg.password_file("kafka", ADMIN))
-    plain = (_KAFKA_FILES / "server.properties.template").read_text().format(
+    plain = (KAFKA_FILES / "server.properties.template").read_text().format(
         broker_port=cfg.kafka_port, controller_port=cfg.controller_port, data_dir=data)
     overridden = ("listeners=", "advertised.listeners=", "listener.security.protocol.map=",
                   "inter.broker.listener.name=")
@@ -519,7 +519,7 @@ def start_kafka(cfg: SecureStackConfig, base: StackConfig) -> None:
         # (KIP-684)
         f"listener.name.sasl_ssl.ssl.client.auth={'required' if cfg.client_auth else 'none'}", ""]))
     _format_storage(cfg, libs, properties)
-    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
+    run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="128m", ready=lambda: kafka_answers(cfg),
                       check=lambda hint: check_kafka_serves_groups(_client_settings(cfg), hint),
                       what=f"Kafka broker (SASL_SSL) on port {cfg.kafka_port}",
                       ports=(cfg.kafka_port, cfg.controller_port))

@@ -31,7 +31,8 @@ from ldpstream.errors import ServiceError
 
 KAFKA_VERSION = "4.1.1"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
-_KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
+#: The broker's files shipped with the package: its pom.xml, server.properties template and log4j2 settings.
+KAFKA_FILES = Path(__file__).resolve().parent / "kafka"
 #: Seconds a broker may take from its start to answering metadata.
 START_TIMEOUT = 120.0
 
@@ -96,31 +97,9 @@ class StackConfig:
 
 def redis_server_binary() -> str:
     """Path of ``redis-server``; installs Debian's package when missing and we may."""
-    return installed_binary("redis-server", "redis-server",
-                            "redis-server is not installed; install Debian's package: apt-get install redis-server",
-                            recommends=True)
-
-
-def installed_binary(name: str, package: str, missing: str, *, announce: bool = True, update: bool = True,
-                     recommends: bool = False) -> str:
-    """Path of the executable ``name``. When it is not on PATH and we are root with apt-get, installs Debian's
-    ``package`` first (saying so on stderr when ``announce``; ``apt-get update`` before when ``update``; with
-    ``--no-install-recommends`` unless ``recommends``); ``missing`` is the error when it is still not there."""
-    found = shutil.which(name)
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        if announce:
-            print(f"{name} not found: installing Debian's {package} package", file=sys.stderr)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if update:
-            subprocess.run(["apt-get", "update", "-qq"], check=False, env=env)
-        options = [] if recommends else ["--no-install-recommends"]
-        subprocess.run(["apt-get", "install", "-y", "-qq", *options, package], check=False, env=env)
-        found = shutil.which(name)
-        if found:
-            return found
-    raise ServiceError(missing)
+    return daemons.installed_binary(
+        "redis-server", "redis-server",
+        "redis-server is not installed; install Debian's package: apt-get install redis-server", recommends=True)
 
 
 def redis_answers(cfg: StackConfig) -> bool:
@@ -132,16 +111,25 @@ def redis_answers(cfg: StackConfig) -> bool:
         return False
 
 
+def redis_server_argv(port: int, data: Path, *more: tuple[str, str], config_file: Path | None = None) -> list[str]:
+    """The command line of every Redis the stack runs (plain, secured, a cluster's node): ``redis-server``, then
+    ``config_file`` when given (settings that must not show on a command line, such as ACL users' passwords),
+    then: ``port`` on 127.0.0.1 in protected mode (0: no plaintext port), the append-only file in ``data``
+    (fsync every second, no RDB snapshots), in the foreground, logging to its output; then the ``more``
+    settings, as (name, value)."""
+    settings = [("port", str(port)), ("bind", "127.0.0.1"), ("protected-mode", "yes"), ("dir", str(data)),
+                ("appendonly", "yes"), ("appendfsync", "everysec"), ("save", ""), ("daemonize", "no"),
+                ("logfile", ""), *more]
+    return [redis_server_binary(), *([] if config_file is None else [str(config_file)]),
+            *(word for name, value in settings for word in (f"--{name}", value))]
+
+
 def start_redis(cfg: StackConfig) -> None:
     if redis_answers(cfg):
         return
     data = cfg.redis_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    argv = [
-        redis_server_binary(), "--port", str(cfg.redis_port), "--bind", "127.0.0.1",
-        "--dir", str(data), "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-        "--daemonize", "no", "--protected-mode", "yes", "--logfile", "",
-    ]
+    argv = redis_server_argv(cfg.redis_port, data)
     pid_file = cfg.redis_dir / "redis.pid"
     daemons.clear(pid_file, [cfg.redis_port], cfg.redis_dir, f"Redis on port {cfg.redis_port}")
     daemons.launch(argv, cwd=data, pid_file=pid_file, log=cfg.redis_log, ready=lambda: redis_answers(cfg),
@@ -164,7 +152,7 @@ def ensure_kafka_jars(cfg: StackConfig) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"fetching Apache Kafka {KAFKA_VERSION} broker jars from Maven Central into {libs}", file=sys.stderr)
     result = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(_KAFKA_FILES / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        [mvn, "-q", "-B", "-f", str(KAFKA_FILES / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
          "-DincludeScope=runtime", f"-DoutputDirectory={tmp}", f"-Dkafka.version={KAFKA_VERSION}"],
         capture_output=True, text=True, check=False,
     )
@@ -187,7 +175,8 @@ def kafka_answers(cfg: StackConfig, timeout: float = 2.0) -> bool:
         return False
 
 
-def _java() -> str:
+def java_binary() -> str:
+    """Path of ``java`` (an error naming Debian's OpenJDK 17 package when missing)."""
     java = shutil.which("java")
     if java is None:
         raise ServiceError("java is needed to run the Kafka broker; install OpenJDK 17 (openjdk-17-jre-headless)")
@@ -204,15 +193,15 @@ def start_kafka(cfg: StackConfig) -> None:
     cfg.kafka_dir.mkdir(parents=True, exist_ok=True)
     data = cfg.kafka_dir / "data"
     properties = cfg.kafka_dir / "server.properties"
-    template = (_KAFKA_FILES / "server.properties.template").read_text()
+    template = (KAFKA_FILES / "server.properties.template").read_text()
     properties.write_text(template.format(broker_port=cfg.kafka_port, controller_port=cfg.controller_port,
                                           data_dir=data))
-    _run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
+    run_kafka_broker(libs, cfg.kafka_dir, heap=cfg.kafka_heap, min_heap="256m", ready=lambda: kafka_answers(cfg),
                       check=lambda hint: check_kafka_serves_groups(cfg.kafka_bootstrap, hint, cfg.ready_timeout),
                       what=f"Kafka broker on port {cfg.kafka_port}", ports=(cfg.kafka_port, cfg.controller_port))
 
 
-def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool],
+def run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, ready: Callable[[], bool],
                       check: Callable[[str], None], what: str, ports: tuple[int, ...],
                       format_args: tuple[str, ...] = ()) -> None:
     """Run the KRaft broker of ``kafka_dir/server.properties`` (already written) from the jars in ``libs``: stop a
@@ -225,10 +214,10 @@ def _run_kafka_broker(libs: Path, kafka_dir: Path, *, heap: str, min_heap: str, 
     clean stop closed; failing again, it is stopped and the error raised."""
     properties, log, pid_file = kafka_dir / "server.properties", kafka_dir / "kafka.log", kafka_dir / "kafka.pid"
     classpath = f"{libs}/*"
-    java = _java()
+    java = java_binary()
     argv = [
         java, f"-Xmx{heap}", f"-Xms{min_heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={_KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
+        f"-Dlog4j2.configurationFile={KAFKA_FILES / 'log4j2.properties'}", f"-Dldpstream.kafka.log={log}",
         "-cp", classpath, "kafka.Kafka", str(properties),
     ]
     started = daemons.age(pid_file)

@@ -103,7 +103,7 @@ def forced_source() -> str | None:
 
 def _docker_answers() -> bool:
     """True when a Docker engine answers ``GET /_ping`` (a docker client on PATH is not an engine)."""
-    from ldpstream.deploy.engine import socket_answers
+    from ldpstream.deploy.containers import socket_answers
 
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if host.startswith("unix://"):

@@ -23,7 +23,7 @@ from ldpstream.estimators.pairs import PairPatterns
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.progress import Progress
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, discovery_pair_name
-from ldpstream.store.contract import EstimateStore
+from ldpstream.store.truth import TruthStore
 from ldpstream.wire import encode_association_records, encode_records, payloads_from_reports
 
 
@@ -278,9 +278,9 @@ def _progress(bar: Progress, sent: int, total: int, acked: int, seconds: float, 
              f"{rate:>10,.0f}/s", force=force)
 
 
-def truth_recorder(store: EstimateStore, name: str, members: Sequence[str] = ()) -> Callable[[np.ndarray], None]:
+def truth_recorder(store: TruthStore, name: str, members: Sequence[str] = ()) -> Callable[[np.ndarray], None]:
     """An ``on_drawn`` callback that adds each chunk's true counts to the truth the store keeps beside the
-    estimates (:meth:`~ldpstream.store.contract.EstimateStore.add_truth`): under ``name`` (a metric, or an
+    estimates (:meth:`~ldpstream.store.truth.TruthStore.add_truth`): under ``name`` (a metric, or an
     association with its joint table) and, for an association, each member's marginal under the member's name
     (``members``, in the table's axis order). Simulations only: real clients' values are never known."""
 

@@ -1,4 +1,4 @@
-"""What connections cost `ldpstream serve`: the working tree's deploy/serve.py beside another commit's.
+"""What connections cost `ldpstream serve`: the working tree's operations/serve.py beside another commit's.
 
 Each version runs in its own process (an in-memory store, one k-RR metric, a bearer token); this process
 plays the clients, on real sockets:
@@ -202,9 +202,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp) / "serve_before.py"
-        before.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{args.before}:deploy/serve.py"],
-                                         check=True, capture_output=True, text=True).stdout)
-        rows = [measure(args.before, before), measure("working tree", ROOT / "deploy" / "serve.py")]
+        shown = [subprocess.run(["git", "-C", str(ROOT), "show", f"{args.before}:{path}"], capture_output=True,
+                                text=True, check=False) for path in ("operations/serve.py", "deploy/serve.py")]
+        before.write_text(next(s.stdout for s in shown if s.returncode == 0))  # deploy/: commits before operations/
+        rows = [measure(args.before, before), measure("working tree", ROOT / "operations" / "serve.py")]
     print(command_line("bench.perf.serve_connections"))
     print(f"{before_after(args.before)}; {stamp()}")
     width = max(len(k) for k in rows[0])

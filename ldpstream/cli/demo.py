@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
     from ldpstream.decoder.service import DecoderService
+    from ldpstream.operations.serve import ViewedStore
     from ldpstream.registry import Registry
-    from ldpstream.store.contract import StatusStore
     from ldpstream.store.redis_store import RedisSketchStore
 
 #: The example registry shipped with the package (``deploy/metrics.toml`` in the repository).
@@ -211,10 +211,10 @@ def _clean_up(kafka: KafkaConfig, topic: str, group: str, store: RedisSketchStor
         print(f"removed {' and '.join(said)}", flush=True)
 
 
-def _serve(registry: Registry, store: StatusStore, kafka: KafkaConfig,
+def _serve(registry: Registry, store: ViewedStore, kafka: KafkaConfig,
            port: int) -> tuple[ThreadingHTTPServer, str] | None:
     """The live web view of the demo's estimates on 127.0.0.1 (None when ``port`` is -1 or taken)."""
-    from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
+    from ldpstream.operations.serve import LiveView, make_server, serve_in_thread, url_of
 
     if port < 0:
         return None

@@ -1,5 +1,5 @@
 """``ldpstream serve``: the live web view of the published estimates and its JSON API
-(ldpstream.deploy.serve)."""
+(ldpstream.operations.serve)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ldpstream.config import ServiceConfig, add_service_arguments, check_private
 from ldpstream.errors import ParameterError
 from ldpstream.logs import add_log_arguments, configure_from_args, log_start
 
-#: The limits of ldpstream.deploy.serve (repeated here: the command's help needs them without importing it).
+#: The limits of ldpstream.operations.serve (repeated here: the command's help needs them without importing it).
 MIN_TOKEN_BYTES = 16
 MAX_CONNECTIONS = 64
 HEAD_TIMEOUT = 10.0
@@ -74,7 +74,7 @@ def read_token(token_file: Path | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
+    from ldpstream.operations.serve import LiveView, make_server, serve_in_thread, url_of
     from ldpstream.registry import Registry
 
     if not 0 <= args.port <= 65535:

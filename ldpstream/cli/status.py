@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _status(args: argparse.Namespace) -> int:
-    from ldpstream.deploy.status import collect_status, format_status
+    from ldpstream.operations.status import collect_status, format_status
     from ldpstream.registry import Registry
 
     config = ServiceConfig.from_args(args)

@@ -1,6 +1,7 @@
 """Where consumers keep count sketches with their Kafka offsets, exactly once, and where the decoder
 publishes estimates: the contract (:mod:`.contract`), the key schema (:mod:`.keys`), Redis
-(:mod:`.redis_store`) and the in-memory twin (:mod:`.memory_store`)."""
+(:mod:`.redis_store`) and the in-memory twin (:mod:`.memory_store`); beside it, a simulation's truth
+(:mod:`.truth`), which both stores also keep."""
 
 from ldpstream.store.contract import (
     ALL_TIME,
@@ -15,6 +16,7 @@ from ldpstream.store.contract import (
 )
 from ldpstream.store.memory_store import InMemorySketchStore
 from ldpstream.store.redis_store import APPLY_SCRIPT, RedisSketchStore
+from ldpstream.store.truth import TruthStore
 
 __all__ = [
     "ALL_TIME",
@@ -28,5 +30,6 @@ __all__ = [
     "SketchKey",
     "SketchStore",
     "StatusStore",
+    "TruthStore",
     "sum_buckets",
 ]

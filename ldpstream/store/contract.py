@@ -253,25 +253,6 @@ class EstimateStore(Protocol):
         (a listed name without an estimate is left out)."""
         ...
 
-    def add_truth(self, name: str, counts: np.ndarray) -> None:
-        """Simulations only: add ``counts`` (the values a simulation drew for metric or association ``name``:
-        one count per value, or a table with one axis per member) to the truth kept beside the estimates. A
-        truth of another shape (the registry changed) is replaced."""
-        ...
-
-    def truth(self, name: str) -> np.ndarray | None:
-        """The counts :meth:`add_truth` added up for ``name`` (None when no simulation published any)."""
-        ...
-
-    def add_string_truth(self, name: str, counts: Mapping[str, int]) -> None:
-        """Simulations only: add ``counts`` (the strings a simulation drew for the discovery metric ``name``, with
-        how many clients drew each) to the truth kept beside its dictionary."""
-        ...
-
-    def string_truth(self, name: str) -> dict[str, int] | None:
-        """The counts :meth:`add_string_truth` added up for ``name`` (None when none)."""
-        ...
-
 
 class StatusStore(SketchStore, EstimateStore, Protocol):
     """A store that keeps both sketches and published estimates (both implementations do): what the

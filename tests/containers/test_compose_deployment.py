@@ -1,7 +1,7 @@
 """The deployment of ``deploy/compose.yaml``, started for real with Docker Compose.
 
 Kafka, Redis, the topic job, two ``consume`` members and ``decode`` run as containers of the images that
-``ldpstream stack images`` builds (the names the compose file uses); a producer on the host publishes reports
+``python -m tools.images`` builds (the names the compose file uses); a producer on the host publishes reports
 through the Kafka EXTERNAL listener; the estimates must appear in Redis and on the ``ldp-estimates`` topic, and
 the consumers' and decoder's Prometheus metrics are scraped from their published ports.
 
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ldpstream.deploy import images
+from ldpstream.deploy import containers
 from ldpstream.deploy.containers import free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -126,7 +126,7 @@ def test_compose_deployment_end_to_end(docker_client: Any, tmp_path: Path, monke
     kafka_port = free_port()
     compose_dict = derived_compose(kafka_port)
     for name in ("consume", "decode"):
-        compose_dict["services"][name]["image"] = images.ldpstream_image()
+        compose_dict["services"][name]["image"] = containers.ldpstream_image()
     file = tmp_path / "compose.yaml"
     file.write_text(yaml.safe_dump(compose_dict, sort_keys=False))
     compose = Compose(file, f"ldpci{uuid.uuid4().hex[:8]}", dict(os.environ))

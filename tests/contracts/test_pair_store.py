@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -42,14 +41,6 @@ REGISTRY = Registry.from_dict({
         "three_cells": {"id": 5, "metrics": ["lang", "font", "tiny"]},  # 6 · 32 · 3 = 576 cells
     },
 })
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
-def store(request) -> Iterator[StatusStore]:
-    if request.param == "memory":
-        yield InMemorySketchStore()
-    else:
-        yield RedisSketchStore(request.getfixturevalue("redis_config").client(), request.getfixturevalue("key_prefix"))
 
 
 def store_with_cap(kind: str, request, max_pair_bytes: int) -> StatusStore:

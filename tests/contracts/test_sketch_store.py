@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,28 +12,16 @@ import pytest
 from ldpstream.store import (
     ALL_TIME,
     ApplyResult,
-    InMemorySketchStore,
     MetricSnapshot,
     PartitionBatch,
     RedisSketchStore,
     SketchKey,
-    StatusStore,
     sum_buckets,
 )
 from ldpstream.store import keys as key_schema
 
 SHAPE = (2, 3)
 FP = 0xABCDEF01
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
-def store(request) -> Iterator[StatusStore]:
-    if request.param == "memory":
-        yield InMemorySketchStore()
-    else:
-        redis_config = request.getfixturevalue("redis_config")
-        key_prefix = request.getfixturevalue("key_prefix")
-        yield RedisSketchStore(redis_config.client(), key_prefix)
 
 
 @pytest.fixture
@@ -406,19 +393,6 @@ def test_a_refused_apply_does_not_clear_a_rebuild_marker(store, topic):
     assert store.rebuilding(topic) == {0: 10}
 
 
-def test_a_simulations_truth_adds_up_and_a_new_shape_replaces_it(store):
-    assert store.truth("m") is None
-    store.add_truth("m", np.array([3, 0, 2]))
-    store.add_truth("m", np.array([1, 4, 0]))
-    assert store.truth("m").tolist() == [4, 4, 2]
-    table = np.array([[1, 0], [0, 5], [2, 2]])
-    store.add_truth("pair", table)
-    store.add_truth("pair", table)
-    assert store.truth("pair").tolist() == (2 * table).tolist()
-    store.add_truth("m", np.array([7, 1]))  # the registry changed: the old counts no longer mean anything
-    assert store.truth("m").tolist() == [7, 1]
-
-
 def test_a_published_dictionary_is_the_estimate_of_its_name_over_all(store):
     assert store.dictionaries() == {}
     store.publish_dictionary("urls", '{"metric": "urls", "values": []}', 2)
@@ -430,10 +404,3 @@ def test_a_published_dictionary_is_the_estimate_of_its_name_over_all(store):
     assert len(store.estimate_history("urls", "all")) == 2
     assert store.retract_estimate("apps", "all")
     assert set(store.dictionaries()) == {"urls"}  # a listed name without an estimate is left out
-
-
-def test_the_strings_a_simulation_drew_add_up(store):
-    assert store.string_truth("word") is None
-    store.add_string_truth("word", {"ab": 3, "ba": 0})
-    store.add_string_truth("word", {"ab": 2, "b a:1": 4})
-    assert store.string_truth("word") == {"ab": 5, "b a:1": 4}

@@ -44,8 +44,8 @@ from ldpstream.cli import main
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.service import DecoderService
-from ldpstream.deploy.serve import LiveView, make_server, serve_in_thread, url_of
 from ldpstream.kafka import ensure_topics
+from ldpstream.operations.serve import LiveView, make_server, serve_in_thread, url_of
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
 from ldpstream.store import keys as key_schema

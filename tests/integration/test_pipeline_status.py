@@ -17,7 +17,7 @@ from ldpstream.consumers.metrics import ConsumerMetrics
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
-from ldpstream.deploy.status import privacy_of
+from ldpstream.operations.status import privacy_of
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore

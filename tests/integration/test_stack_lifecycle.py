@@ -197,7 +197,7 @@ def test_stack_up_refuses_a_broker_that_answers_but_whose_controller_does_not_co
         libs = stack.ensure_kafka_jars(cfg)
     except Exception as exc:
         unavailable(f"the Kafka jars: {exc}")
-    java, cluster_id = stack._java(), "ldpstreamReadinessTst"
+    java, cluster_id = stack.java_binary(), "ldpstreamReadinessTst"
     processes = {}
     for role, template in (("controller", CONTROLLER), ("broker", BROKER)):
         folder = cfg.kafka_dir / role
@@ -209,7 +209,7 @@ def test_stack_up_refuses_a_broker_that_answers_but_whose_controller_does_not_co
                         str(properties)], check=True, capture_output=True, timeout=120)
         log = cfg.kafka_log if role == "broker" else folder / "kafka.log"
         processes[role] = daemons.spawn(
-            [java, "-Xmx384m", f"-Dlog4j2.configurationFile={stack._KAFKA_FILES / 'log4j2.properties'}",
+            [java, "-Xmx384m", f"-Dlog4j2.configurationFile={stack.KAFKA_FILES / 'log4j2.properties'}",
              f"-Dldpstream.kafka.log={log}", "-cp", f"{libs}/*", "kafka.Kafka", str(properties)],
             folder / "kafka.out", folder / "kafka.pid", folder)
     try:

@@ -1,6 +1,6 @@
 """The wheel is what users install: one top-level package ``ldpstream`` holding the roles as real files (the
-checkout reaches producers/, consumers/, decoder/ and deploy/ through symbolic links), its package data, and
-entry points that work from a fresh virtual environment, away from the checkout."""
+checkout reaches producers/, consumers/, decoder/, deploy/ and operations/ through symbolic links), its package
+data, and entry points that work from a fresh virtual environment, away from the checkout."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("producers", "consumers", "decoder", "deploy")
+ROLES = ("producers", "consumers", "decoder", "deploy", "operations")
 PACKAGE_DATA = ("ldpstream/deploy/kafka/pom.xml", "ldpstream/deploy/metrics.toml", "ldpstream/py.typed",
-                "ldpstream/deploy/web/index.html", "ldpstream/deploy/web/app.js", "ldpstream/deploy/web/style.css")
+                "ldpstream/operations/web/index.html", "ldpstream/operations/web/app.js",
+                "ldpstream/operations/web/style.css")
 #: Left out of the copy that is built: VCS, caches, build output, the local stack's state.
 IGNORED = shutil.ignore_patterns(".git", ".stack*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
                                  ".venv", "*.pyc")
@@ -133,7 +134,7 @@ def test_the_installed_wheel_imports_and_runs_from_a_fresh_venv(wheel, tmp_path_
     check = (
         "import pathlib, sys\n"
         "import ldpstream, ldpstream.producers, ldpstream.consumers.worker, ldpstream.decoder.service\n"
-        "import ldpstream.deploy.stack, ldpstream.testing\n"
+        "import ldpstream.deploy.stack, ldpstream.operations.serve, ldpstream.testing\n"
         "from ldpstream.producers import LdpClient, ReportPublisher, DeliveryStats, load_or_create_secret\n"
         "root = pathlib.Path(ldpstream.__file__).resolve().parent\n"
         "assert root.is_relative_to(pathlib.Path(sys.prefix).resolve()), (root, sys.prefix)\n"
@@ -141,7 +142,7 @@ def test_the_installed_wheel_imports_and_runs_from_a_fresh_venv(wheel, tmp_path_
         "    assert not (root / role).is_symlink(), role\n"
         "assert (root / 'deploy' / 'metrics.toml').is_file()\n"
         "from importlib.resources import files\n"
-        "assert b'app.js' in (files('ldpstream.deploy') / 'web' / 'index.html').read_bytes()\n"
+        "assert b'app.js' in (files('ldpstream.operations') / 'web' / 'index.html').read_bytes()\n"
         "print(root)\n")
     done = run([str(python), "-c", check], workdir, environ)
     installed = Path(done.stdout.strip())

@@ -3,6 +3,7 @@ rule (the import-linter contract in pyproject.toml, run by ``lint-imports`` in `
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import grimp
@@ -17,17 +18,27 @@ def graph() -> grimp.ImportGraph:
 
 
 def test_the_design_folders_are_installed_under_the_ldpstream_namespace(graph):
-    for role in ("producers", "consumers", "decoder", "deploy"):
+    for role in ("producers", "consumers", "decoder", "deploy", "operations"):
         link = ROOT / "ldpstream" / role
         assert link.is_symlink() and link.resolve() == (ROOT / role).resolve()
         assert f"ldpstream.{role}" in graph.modules
 
 
 def test_no_module_imports_a_top_level_role_package(graph):
-    outside = {"producers", "consumers", "decoder", "deploy"}
+    outside = {"producers", "consumers", "decoder", "deploy", "operations"}
     offenders = sorted((m, i) for m in graph.modules for i in graph.find_modules_directly_imported_by(m)
                        if i.split(".")[0] in outside)
     assert offenders == []
+
+
+def test_the_development_tooling_stays_outside_the_package(graph):
+    """The private engine and the image builder (tools/) run from a checkout: nothing installed imports them."""
+    assert (ROOT / "tools" / "engine.py").is_file() and (ROOT / "tools" / "images.py").is_file()
+    assert not (ROOT / "ldpstream" / "tools").exists()
+    assert not {"ldpstream.deploy.engine", "ldpstream.deploy.images"} & graph.modules
+    importers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "ldpstream").rglob("*.py")
+                       if re.search(r"^\s*(from|import) tools\b", path.read_text(), re.MULTILINE))
+    assert importers == []
 
 
 def test_no_import_cycles_between_modules(graph):

@@ -1,4 +1,5 @@
-"""The private engine's command line, the image inputs and the fixtures' source choice, without an engine.
+"""The private engine's command line, the image inputs and the fixtures' source choice, without an engine (the
+engine and the image builder are the checkout's development tooling, ``tools/``).
 
 The engine, the images and the containers themselves are exercised for real in CI's container phase
 (``tests/containers`` and the integration tests with ``LDPSTREAM_SERVICES=testcontainers``)."""
@@ -7,14 +8,15 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 
 import pytest
 
 from ldpstream.cli import build_parser
-from ldpstream.deploy import containers, engine, images
+from ldpstream.deploy import containers
+from ldpstream.deploy.stack import KAFKA_FILES
 from ldpstream.testing import SOURCES, forced_source
 from tests.containers.test_compose_deployment import SERVICES, derived_compose
+from tools import engine, images
 
 
 def test_engine_lives_under_the_stack_dir_and_its_data_root_under_the_cache(monkeypatch, tmp_path):
@@ -45,11 +47,25 @@ def test_engine_status_of_a_socket_nobody_serves(tmp_path):
     assert not engine.socket_answers(tmp_path / "none.sock")
 
 
-@pytest.mark.parametrize("argv", [["stack", "engine", "up"], ["stack", "engine", "status"], ["stack", "images"],
-                                  ["stack", "images", "--only", "redis,kafka", "--force"], ["stack", "up"]])
+@pytest.mark.parametrize("argv", [["stack", "up"], ["stack", "status", "--secure"], ["stack", "down"]])
 def test_stack_subcommands_parse(argv):
     args = build_parser().parse_args(argv)
     assert callable(args.func)
+
+
+@pytest.mark.parametrize(("tool", "argv"), [(engine, ["up"]), (engine, ["status"]), (engine, ["down"]),
+                                            (images, []), (images, ["--only", "redis,kafka", "--force"])])
+def test_the_tools_command_lines_parse(tool, argv):
+    args = tool.build_parser().parse_args(argv)
+    assert vars(args)
+
+
+def test_the_engine_and_the_images_are_development_tooling_not_commands():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["stack", "engine", "up"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["stack", "images"])
+    assert engine.EngineConfig.from_env().docker_host == f"unix://{containers.private_engine_socket()}"
 
 
 def test_image_names_are_the_pinned_names_a_user_pulls():
@@ -57,16 +73,17 @@ def test_image_names_are_the_pinned_names_a_user_pulls():
     from ldpstream.deploy.stack import KAFKA_VERSION
 
     kafka_version = KAFKA_VERSION
-    assert images.KAFKA_IMAGE.split(":") == ["apache/kafka", kafka_version]
-    assert images.REDIS_IMAGE == "redis:7.0.15-bookworm"
-    assert images.ldpstream_image() == f"ldpstream:{__version__}"
+    assert containers.KAFKA_IMAGE.split(":") == ["apache/kafka", kafka_version]
+    assert f"redis:7.0.15-{images.DEBIAN_SUITE}" == containers.REDIS_IMAGE
+    assert containers.ldpstream_image() == f"ldpstream:{__version__}"
+    assert (images.KAFKA_IMAGE, images.REDIS_IMAGE) == (containers.KAFKA_IMAGE, containers.REDIS_IMAGE)
 
 
 def test_ldpstream_context_follows_the_dockerignore_allow_list():
     files = set(images.ldpstream_context_files())
     assert {"pyproject.toml", "README.md", "deploy/Dockerfile", "ldpstream/__init__.py",
             "ldpstream/producers", "producers/client.py"} <= files  # symbolic links kept as links
-    assert not any(f.startswith(("tests/", "bench/", "deploy/k8s/", "deploy/images/", ".git/")) for f in files)
+    assert not any(f.startswith(("tests/", "bench/", "deploy/k8s/", "tools/", ".git/")) for f in files)
     assert not any("__pycache__" in f for f in files)
 
 
@@ -85,7 +102,7 @@ def test_debian_mirror_can_be_chosen(monkeypatch):
 
 
 def kafka_property(variable: str) -> str:
-    """The official image's rule, as deploy/images/kafka/docker/run applies it."""
+    """The official image's rule, as tools/images/kafka/docker/run applies it."""
     key = variable.removeprefix("KAFKA_").lower()
     return key.replace("___", "\x01").replace("__", "\x02").replace("_", ".").replace("\x01", "-").replace("\x02", "_")
 
@@ -93,7 +110,7 @@ def kafka_property(variable: str) -> str:
 def test_fixture_kafka_environment_names_real_broker_properties():
     env = containers.kafka_environment("127.0.0.1", 40123)
     properties = {kafka_property(k): v for k, v in env.items() if k.startswith("KAFKA_") and k != "KAFKA_HEAP_OPTS"}
-    template = Path(images.__file__).with_name("kafka") / "server.properties.template"
+    template = KAFKA_FILES / "server.properties.template"
     local_stack_keys = {line.split("=", 1)[0] for line in template.read_text().splitlines()
                         if "=" in line and not line.startswith("#")}
     # every setting of the local stack's broker is there, with the client listener advertised on the host port

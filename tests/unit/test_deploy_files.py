@@ -333,7 +333,7 @@ def test_dockerfile_builds_a_non_root_ldpstream_image():
     assert re.search(r"pip install \.", text)
     for port in PORTS.values():
         assert str(port) in re.search(r"^EXPOSE (.*)$", text, re.MULTILINE).group(1)
-    for package in ("ldpstream", "producers", "consumers", "decoder", "deploy"):
+    for package in ("ldpstream", "producers", "consumers", "decoder", "deploy", "operations"):
         assert f"COPY {package} " in text, f"the image does not get the {package} package"
 
 

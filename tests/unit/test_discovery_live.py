@@ -17,11 +17,11 @@ from ldpstream.decoder.discovery import PublishedDictionary, update_dictionary
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
 from ldpstream.decoder.watch import render
-from ldpstream.deploy.serve import LiveView, finite
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.estimators.discovery import draw_slots, scheme_of
 from ldpstream.estimators.discovery.client import SLOT_DOMAIN
 from ldpstream.mechanisms.randomness import KeyedRandomness
+from ldpstream.operations.serve import LiveView, finite
 from ldpstream.producers.client import LdpClient
 from ldpstream.producers.loadgen import simulate_discovery_and_publish
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher

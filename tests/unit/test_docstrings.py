@@ -68,7 +68,7 @@ def _module_docstring(name: str) -> str | None:
 
 def test_the_walk_reaches_the_role_packages() -> None:
     for name in ("ldpstream.estimators.detection", "ldpstream.consumers.fold", "ldpstream.decoder.service",
-                 "ldpstream.producers.client", "ldpstream.deploy.serve"):
+                 "ldpstream.producers.client", "ldpstream.operations.serve"):
         assert name in MODULES
 
 

@@ -25,9 +25,9 @@ from ldpstream.cli.main import build_parser
 from ldpstream.cli.serve import TOKEN_ENV, read_token
 from ldpstream.decoder.metrics import DecoderMetrics
 from ldpstream.decoder.service import DecoderService
-from ldpstream.deploy import serve as serve_module
-from ldpstream.deploy.serve import LiveView, finite, make_server, serve_in_thread, url_of
 from ldpstream.errors import ConfigError, ParameterError
+from ldpstream.operations import serve as serve_module
+from ldpstream.operations.serve import LiveView, finite, make_server, serve_in_thread, url_of
 from ldpstream.registry import Registry
 from ldpstream.store import InMemorySketchStore
 from tests.published_schema import FILES, validate, validator

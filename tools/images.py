@@ -1,25 +1,27 @@
-"""``ldpstream stack images``: every image the container tests and the deployment need, built without a registry.
+"""``python -m tools.images``: every image the container tests and the deployment need, built without a registry.
+Development tooling, run from a checkout, not installed with ldpstream.
 
 No image can be pulled where CI runs, so each one is built from Debian's archive, Maven Central and PyPI (the
 registries this machine reaches), in this order, by the Docker engine of ``DOCKER_HOST`` (normally the private
-one of :mod:`ldpstream.deploy.engine`):
+one of :mod:`tools.engine`):
 
 1. :data:`BASE_IMAGE`: a Debian bookworm root filesystem made by ``debootstrap --variant=minbase`` with Python 3
    (``python3``, ``python3-venv``, ``python-is-python3``), imported with ``docker import``; local only. It
    trusts the CA certificates the machine adds in ``/usr/local/share/ca-certificates`` (where egress goes
    through a TLS-inspecting proxy, pip inside a build needs them), and pip uses the system bundle (``PIP_CERT``).
-2. :data:`REDIS_IMAGE`: Debian's ``redis-server`` (7.0.15) on the base (``deploy/images/redis``).
-3. :data:`KAFKA_IMAGE`: OpenJDK 17 and the Kafka jars from Maven Central on the base (``deploy/images/kafka``).
+2. :data:`REDIS_IMAGE`: Debian's ``redis-server`` (7.0.15) on the base (``tools/images/redis``).
+3. :data:`KAFKA_IMAGE`: OpenJDK 17 and the Kafka jars from Maven Central on the base (``tools/images/kafka``).
 4. ``ldpstream:<version>``: ``deploy/Dockerfile`` with ``PYTHON_IMAGE`` set to the base.
 
 Images 2–4 carry the names a user pulls from Docker Hub (pinned), with the same interface
-(``deploy/images/README.md``), so the fixtures and the compose file use one set of names with or without a
+(``tools/images/README.md``), so the fixtures and the compose file use one set of names with or without a
 registry. Builds that install packages use host networking (the engine has no NAT). Each image is labelled with
 a digest of its inputs (files, versions, parent image id) and skipped when an image with that label exists.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
@@ -35,29 +37,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig, installed_binary
+from ldpstream.deploy.containers import KAFKA_IMAGE, REDIS_IMAGE, ldpstream_image
+from ldpstream.deploy.daemons import installed_binary
+from ldpstream.deploy.stack import DEPENDENCY_PLUGIN, KAFKA_VERSION, StackConfig
 from ldpstream.errors import ServiceError
 
 DEBIAN_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
 BASE_IMAGE = f"ldpstream-base:{DEBIAN_SUITE}"
-REDIS_IMAGE = f"redis:7.0.15-{DEBIAN_SUITE}"
-KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 INPUTS_LABEL = "io.ldpstream.inputs"
 #: CA certificates this machine adds to Debian's (``update-ca-certificates``); the base image trusts them too.
 LOCAL_CA_DIR = Path("/usr/local/share/ca-certificates")
 #: Bump when the way an image is made changes without its input files changing.
 RECIPE = "1"
 
-_DEPLOY = Path(__file__).resolve().parent
-_REPO = _DEPLOY.parent
+_TOOLS = Path(__file__).resolve().parent
+_REPO = _TOOLS.parent
+_DEPLOY = _REPO / "deploy"
 IMAGE_NAMES = ("base", "redis", "kafka", "ldpstream")
-
-
-def ldpstream_image() -> str:
-    from ldpstream import __version__
-
-    return f"ldpstream:{__version__}"
+__all__ = ["BASE_IMAGE", "IMAGE_NAMES", "KAFKA_IMAGE", "REDIS_IMAGE", "build_images", "ldpstream_image"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,7 @@ def docker_client() -> Any:
     """A client of the engine of ``DOCKER_HOST``, else of the private engine; an error if none answers."""
     import docker
 
-    from ldpstream.deploy.engine import EngineConfig
+    from tools.engine import EngineConfig
 
     host = os.environ.get("DOCKER_HOST") or EngineConfig.from_env().docker_host
     try:
@@ -130,7 +128,7 @@ def docker_client() -> Any:
         client.ping()
     except Exception as exc:
         raise ServiceError(f"no Docker engine answers at {host} ({exc}); start one: "
-                           "export \"$(ldpstream stack engine up | tail -n1)\"") from exc
+                           "export \"$(python -m tools.engine up | tail -n1)\"") from exc
     return client
 
 
@@ -245,7 +243,7 @@ def build_base(client: Any, work: Path, log: Path) -> str:
 
 
 def build_redis(client: Any, log: Path) -> str:
-    folder = _DEPLOY / "images" / "redis"
+    folder = _TOOLS / "images" / "redis"
     digest = _digest(RECIPE, "redis", _files_digest(folder, _tree(folder)), _image_id(client, BASE_IMAGE))
     if _existing_digest(client, REDIS_IMAGE) == digest:
         return ""
@@ -257,7 +255,7 @@ def build_redis(client: Any, log: Path) -> str:
 def kafka_image_jars(cache_dir: Path) -> Path:
     """The image's jars (broker, tools, log4j2) from Maven Central, copied once into the cache."""
     libs = cache_dir / f"kafka-image-{KAFKA_VERSION}" / "libs"
-    pom = _DEPLOY / "images" / "kafka" / "pom.xml"
+    pom = _TOOLS / "images" / "kafka" / "pom.xml"
     stamp = libs.parent / "pom.sha256"
     pom_digest = hashlib.sha256(pom.read_bytes()).hexdigest()
     if libs.is_dir() and stamp.exists() and stamp.read_text() == pom_digest:
@@ -280,7 +278,7 @@ def kafka_image_jars(cache_dir: Path) -> Path:
 
 
 def build_kafka(client: Any, cache_dir: Path, log: Path) -> str:
-    folder = _DEPLOY / "images" / "kafka"
+    folder = _TOOLS / "images" / "kafka"
     libs = kafka_image_jars(cache_dir)
     jars = sorted(p.name for p in libs.glob("*.jar"))
     digest = _digest(RECIPE, "kafka", KAFKA_VERSION, _files_digest(folder, _tree(folder)), jars,
@@ -354,3 +352,35 @@ def build_images(only: tuple[str, ...] = IMAGE_NAMES, force: bool = False,
 
 def main_report(result: BuildResult) -> None:
     print(result.describe(), file=sys.stdout, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.images``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.images",
+        description="Builds on the engine of DOCKER_HOST (else the private engine of tools.engine): a Debian base "
+        "from debootstrap, redis:7.0.15-bookworm, apache/kafka (the local stack's version) and ldpstream:VERSION. "
+        "An image whose inputs are unchanged is kept. See tools/images/README.md.")
+    parser.add_argument("--only", default=",".join(IMAGE_NAMES),
+                        help="comma-separated subset of base,redis,kafka,ldpstream (the base is always ensured)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when cached")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.images [--only NAMES] [--force]``: one line per image, then a total."""
+    args = build_parser().parse_args(argv)
+    only = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    print(f"{'image':10} {'tag':32} {'state':6} {'time':>9}", flush=True)
+    try:
+        results = build_images(only, force=args.force, report=main_report)
+    except ServiceError as exc:
+        print(f"python -m tools.images: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(results)} images ready ({sum(r.built for r in results)} built) in "
+          f"{sum(r.seconds for r in results):.1f} s", file=sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

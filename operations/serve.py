@@ -35,7 +35,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -44,6 +44,7 @@ from ldpstream.config import KafkaConfig
 from ldpstream.errors import ParameterError
 from ldpstream.registry import Registry
 from ldpstream.store.contract import StatusStore
+from ldpstream.store.truth import TruthStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ _QUIET = logging.getLogger(__name__ + ".kafka")
 _QUIET.propagate = False
 _QUIET.addHandler(logging.NullHandler())
 
-#: The page's files, served from the package (``ldpstream/deploy/web``), by path.
+#: The page's files, served from the package (``ldpstream/operations/web``), by path.
 STATIC_FILES: dict[str, tuple[str, str]] = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -85,6 +86,11 @@ KAFKA_PROBE_SECONDS = 2.0
 STALE_INTERVALS = 3
 
 
+class ViewedStore(StatusStore, TruthStore, Protocol):
+    """What the view reads: the sketches' stats and the published estimates (:class:`StatusStore`), and the
+    truth a simulation drew beside them (:class:`TruthStore`), as both stores keep them."""
+
+
 class LiveView:
     """What the API returns, read from the store (and, for the status, Kafka) at each request.
 
@@ -94,7 +100,7 @@ class LiveView:
     decoder's seconds between passes; the status calls the last decode stale when it is older than
     ``STALE_INTERVALS`` of them."""
 
-    def __init__(self, registry: Registry, store: StatusStore, kafka: KafkaConfig | str | None = None, *,
+    def __init__(self, registry: Registry, store: ViewedStore, kafka: KafkaConfig | str | None = None, *,
                  status_every: float = 1.0, decode_interval: float = 10.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.registry = registry
@@ -256,11 +262,11 @@ class LiveView:
 
     def _collect(self) -> dict[str, Any]:
         if self.kafka is not None:
-            from ldpstream.deploy.status import collect_status
+            from ldpstream.operations.status import collect_status
 
             return collect_status(self.registry, self.kafka, self.store)
         # Without Kafka: the counts and the last decode only.
-        from ldpstream.deploy.status import privacy_of
+        from ldpstream.operations.status import privacy_of
 
         out: dict[str, Any] = {"metrics": {}, "associations": {}, "partitions": [], "dead_letters": {},
                                "last_decode": None}
@@ -353,7 +359,7 @@ class _Reader:
 def make_handler(view: LiveView, token: str | None = None) -> type[BaseHTTPRequestHandler]:
     """The request handler class of a server over ``view``; ``token``: the bearer token every ``/api/``
     request must carry (None: none needed). Its limits (``head_timeout``, ``idle_timeout``) are the server's."""
-    web = files("ldpstream.deploy") / "web"
+    web = files("ldpstream.operations") / "web"
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "ldpstream-serve"

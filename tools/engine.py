@@ -1,6 +1,7 @@
-"""A private Docker engine for tests and image builds: Debian's ``dockerd`` with folders of its own.
+"""A private Docker engine for tests and image builds: Debian's ``dockerd`` with folders of its own. Development
+tooling, run from a checkout (``python -m tools.engine up|down|status``), not installed with ldpstream.
 
-``ldpstream stack engine up`` starts ``dockerd`` (Debian's ``docker.io`` package, installed with apt-get when
+``up`` starts ``dockerd`` (Debian's ``docker.io`` package, installed with apt-get when
 missing and we are root) so that it shares nothing with a system Docker and leaves the host's firewall alone:
 
 - its own socket, pid file and ``--exec-root`` under the stack folder (``LDPSTREAM_STACK_DIR``/``engine``);
@@ -20,16 +21,18 @@ dockerd stop its containers and its containerd, and waits for it to exit.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
-import socket
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ldpstream.deploy import daemons
-from ldpstream.deploy.stack import StackConfig, installed_binary
+from ldpstream.deploy.containers import PRIVATE_ENGINE_DIR, PRIVATE_ENGINE_SOCKET, socket_answers
+from ldpstream.deploy.stack import StackConfig
 from ldpstream.errors import ServiceError
 
 #: Unix socket paths longer than this do not fit ``sockaddr_un`` (108 bytes with the terminating NUL).
@@ -47,12 +50,12 @@ class EngineConfig:
     def from_env(cls) -> EngineConfig:
         stack_cfg = StackConfig.from_env()
         data_root = os.environ.get("LDPSTREAM_ENGINE_DATA_ROOT")
-        return cls(run_dir=stack_cfg.state_dir / "engine",
+        return cls(run_dir=stack_cfg.state_dir / PRIVATE_ENGINE_DIR,
                    data_root=Path(data_root) if data_root else stack_cfg.cache_dir / "engine")
 
     @property
     def socket(self) -> Path:
-        return self.run_dir / "docker.sock"
+        return self.run_dir / PRIVATE_ENGINE_SOCKET
 
     @property
     def docker_host(self) -> str:
@@ -77,25 +80,10 @@ class EngineConfig:
         return self.run_dir / "dockerd.log"
 
 
-def socket_answers(path: Path | str, timeout: float = 3.0) -> bool:
-    """True when a Docker engine answers ``GET /_ping`` on the unix socket ``path``."""
-    path = str(path)
-    if not os.path.exists(path):
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            return b" 200 " in sock.recv(256)
-        except OSError:
-            return False
-
-
 def dockerd_binary() -> str:
     """Path of ``dockerd``; installs Debian's ``docker.io`` when missing and we may."""
-    return installed_binary("dockerd", "docker.io",
-                            "dockerd is not installed; install Debian's package: apt-get install docker.io")
+    return daemons.installed_binary("dockerd", "docker.io",
+                                    "dockerd is not installed; install Debian's package: apt-get install docker.io")
 
 
 def overlay_works(where: Path) -> bool:
@@ -201,3 +189,39 @@ def _unmount_below(root: Path) -> None:
 def log_tail(cfg: EngineConfig | None = None) -> str:
     cfg = cfg or EngineConfig.from_env()
     return daemons.tail(cfg.log)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m tools.engine``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.engine",
+        description="Starts, stops or inspects a private dockerd (Debian's docker.io, installed if missing) with "
+        "its own socket, exec root and pid file under LDPSTREAM_STACK_DIR/engine and its own data root under "
+        "LDPSTREAM_CACHE_DIR/engine (or LDPSTREAM_ENGINE_DATA_ROOT); overlay2 storage where it mounts, else vfs; "
+        "no iptables rules, ports published on 127.0.0.1. The last line 'up' prints is DOCKER_HOST=unix://...: "
+        'export "$(python -m tools.engine up | tail -n1)"')
+    parser.add_argument("action", choices=["up", "down", "status"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.engine up|down|status``; ``up`` prints ``DOCKER_HOST=unix://...`` last, ``status`` exits 3
+    when the engine does not answer."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.action == "up":
+            print(up().describe(), flush=True)
+        elif args.action == "down":
+            print("engine stopped" if down() else "engine was not running")
+        else:
+            current = status()
+            print(current.describe())
+            return 0 if current.running else 3
+    except ServiceError as exc:
+        print(f"python -m tools.engine: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
