@@ -7,7 +7,7 @@
 - ``monitoring/prometheusrule.yaml``: the groups of ``deploy/prometheus/alerts.yml``.
 
 Usage: ``python deploy/k8s/generate.py`` (``--check`` exits 1 if a file is out of date).
-tests/unit/test_deploy_files.py checks the same. Standard library only.
+tests/unit/deploy/test_deployment_files.py checks the same. Standard library only.
 """
 
 from __future__ import annotations

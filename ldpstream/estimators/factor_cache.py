@@ -449,7 +449,8 @@ class CachedLeastSquares:
             raise TypeError("CachedLeastSquares needs a SandwichMeat")
         if self.ref.rows is None:
             # float32 halves the largest part of the cache; the variances are sums of squares of its entries
-            # (relative error ≈ 1e-7 per entry, ≤ 1e-5 on a standard error, tests/unit/test_factor_cache.py)
+            # (relative error ≈ 1e-7 per entry, ≤ 1e-5 on a standard error,
+            # tests/unit/estimators/test_factor_cache.py)
             self.ref.rows = np.asarray(self.Xa @ self.ref.inverse, dtype=np.float32)
             self._cache.grown(self.ref.rows.nbytes)
         self.info["se_sandwich"] = "exact"

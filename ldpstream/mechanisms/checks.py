@@ -20,7 +20,7 @@ failed. The checks:
   a few standard errors of the decoder's own variance (only when a decoder is passed: decoders live above the
   mechanisms).
 
-The mechanisms' own tests (tests/unit/test_mechanism_conformance.py) run it on every example of every mechanism in
+The mechanisms' own tests (tests/unit/mechanisms/test_conformance.py) run it on every example of every mechanism in
 :data:`~ldpstream.mechanisms.factory.MECHANISMS`. docs/math/mechanisms.md, "Adding a mechanism".
 """
 

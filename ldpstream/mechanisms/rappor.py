@@ -25,7 +25,7 @@ as Google's Python client (``client/python/rappor.py``: ``Encoder._internal_enco
 ``128 f`` must be an integer (then P(f_mask_i) = f). **Extension** for k > 32 (ours, stable):
 ``message = bloom.to_bytes(ceil(k/8), "big")`` and digest bytes beyond the first 32 come from
 ``HMAC-SHA256(secret, message ‖ be32(j))`` for j = 1, 2, ..., concatenated; for k <= 32 it is Google's.
-Pinned vectors: ``tests/unit/test_mechanisms_rappor.py``.
+Pinned vectors: ``tests/unit/mechanisms/test_rappor.py``.
 """
 
 from __future__ import annotations
