@@ -1,4 +1,4 @@
-"""Calibration of the joint independence tests with an estimated "Other" law (issue 10: "if that statistic is not
+"""Calibration of the joint independence tests with an estimated "Other" law ("if that statistic is not
 calibrated for these estimates, use one that is").
 
 ``tests/statistical/test_joint_em.py`` calibrates both published statistics on k-RR, whose Other law is exact in

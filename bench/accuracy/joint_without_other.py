@@ -1,4 +1,4 @@
-"""The paper's joint simulation with and without the "Other" category, side by side (issue 10).
+"""The paper's joint simulation with and without the "Other" category, side by side.
 
 Fanti, Pihur, Erlingsson 2016 §4.E (``simulation/joint_trials.py``): two variables of 100 Zipf(1) categories,
 ρ = 0.5 (Y copies X half the time), 100,000 report pairs, the top 5 of each. With Other the decoder fits a

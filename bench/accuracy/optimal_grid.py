@@ -1,4 +1,4 @@
-"""The optimal mechanisms on the grid k ∈ {2, 8, 64, 256, 4096} × ε ∈ {0.5, 1, 2, 4, 8} (issue 15), with
+"""The optimal mechanisms on the grid k ∈ {2, 8, 64, 256, 4096} × ε ∈ {0.5, 1, 2, 4, 8}, with
 pure-LDP's and multi-freq-ldpy's implementations in the same run.
 
 Accuracy. For each (k, ε): the measured n·ℓ2² (mean over trials ± its standard error, n·‖p̂ − p‖² against the

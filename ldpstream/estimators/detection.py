@@ -54,7 +54,7 @@ Correction = Literal["bonferroni", "bh"]
 _CORRECTIONS = ("bonferroni", "bh")
 #: How the Benjamini–Hochberg rule adapts to the share of absent candidates (module docstring, step 3):
 #: ``"two-stage"`` (Benjamini, Krieger and Yekutieli 2006, the default) or ``"storey"`` (Storey, Taylor and
-#: Siegmund 2004, the default of the previous release).
+#: Siegmund 2004; docs/math/estimators.md compares them).
 AdaptiveProcedure = Literal["two-stage", "storey"]
 _ADAPTIVE = ("two-stage", "storey")
 #: :func:`nn_lasso` multiplies by the columns of ``G`` on the support of its iterate when that support is less

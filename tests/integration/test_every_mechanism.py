@@ -32,7 +32,7 @@ METRICS = {
                      "estimator": "ls", "candidates": CANDIDATES},
     "rappor": {"id": 15, "mechanism": "rappor", "k": 64, "hashes": 2, "cohorts": 16, "p": 0.25, "q": 0.75,
                "f": 0.25, "estimator": "ls", "candidates": CANDIDATES},
-    # the optimal mechanisms (issue 15; docs/math/mechanisms.md, "Optimal mechanisms")
+    # the optimal mechanisms (docs/math/mechanisms.md, "Optimal mechanisms")
     "oue": {"id": 16, "mechanism": "oue", "k": 32, "epsilon": 2.0, "estimator": "project"},
     "ss": {"id": 17, "mechanism": "ss", "k": 32, "epsilon": 2.0, "estimator": "mle"},
     "hr": {"id": 18, "mechanism": "hr", "k": 32, "epsilon": 2.0, "estimator": "project"},

@@ -1,4 +1,4 @@
-"""Calibration of the joint independence tests when the Other law is estimated (RAPPOR), issue 10.
+"""Calibration of the joint independence tests when the Other law is estimated (RAPPOR).
 
 ``test_joint_em.py`` calibrates both published statistics on k-RR, whose Other law is exact in expectation.
 Here the Other law is estimated per cohort from the bits the candidates do not explain (docs/math/joint.md):

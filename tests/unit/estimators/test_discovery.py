@@ -251,7 +251,7 @@ def test_discover_end_to_end_on_a_tiny_alphabet_with_semantic_filters():
     assert {d.string for d in short.discovered} == {"ab", "ba", "bb"}
 
 
-# -- other bit-vector mechanisms (issue 11) ----------------------------------------------------------------
+# -- other bit-vector mechanisms --------------------------------------------------------------------------
 
 
 def _orappor_report_law(mech: ORappor, value: str) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""The optimal mechanisms through the registry, the report format, the consumers' fold and the decoder
-(issue 15): each folds its wire reports into the sketch its decoder reads, refuses reports its channel cannot
+"""The optimal mechanisms through the registry, the report format, the consumers' fold and the decoder:
+each folds its wire reports into the sketch its decoder reads, refuses reports its channel cannot
 produce, and a real client memoizes its permanent response."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``simulate`` and ``tune`` with the optimal mechanisms (issue 15): the same JSON as every mechanism, the error
+"""``simulate`` and ``tune`` with the optimal mechanisms: the same JSON as every mechanism, the error
 model's prediction of their ℓ2², and ``tune --loss l2sq`` choosing among all closed-alphabet mechanisms."""
 
 from __future__ import annotations
