@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_em import PairChannel, fit_joint
-from ldpstream.estimators.joint_likelihood import variable_likelihood
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.em import PairChannel, fit_joint
+from ldpstream.estimators.joint.likelihood import variable_likelihood
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor

@@ -65,8 +65,8 @@ from ldpstream.estimators.candidates import decode_bits
 from ldpstream.estimators.detection import detect, storey_null_fraction
 from ldpstream.estimators.empirical_bayes import posterior_mean
 from ldpstream.estimators.estimate import Estimate
-from ldpstream.estimators.least_squares import fista_constrained_ls
-from ldpstream.estimators.simplex import project_capped_simplex
+from ldpstream.estimators.numerics.least_squares import fista_constrained_ls
+from ldpstream.estimators.numerics.simplex import project_capped_simplex
 from ldpstream.mechanisms.rappor import Rappor
 
 REGIMES: dict[str, dict[str, Any]] = {

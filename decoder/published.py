@@ -219,7 +219,7 @@ class PublishedJoint:
     buckets: int
     estimate: JointEstimate
     #: Whether the EM started from the previous decode's table (the candidates had not changed); false when no EM
-    #: ran (two direct members: the closed-form inversion of :mod:`ldpstream.estimators.joint_direct`).
+    #: ran (two direct members: the closed-form inversion of :mod:`ldpstream.estimators.joint.direct`).
     warm_start: bool
     covers: tuple[int, int] | None = None
     #: The design effect of the window's repeated report pairs applied to the table's uncertainty

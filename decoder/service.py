@@ -19,7 +19,7 @@ Then, for each association of two metrics and each of its windows:
 
 4. take the candidates of each member from its marginal estimate of the same window (the top ``candidates``
    values, :func:`ldpstream.decoder.published.joint_variable`), read the association's pair statistic over the
-   window's buckets (:class:`ldpstream.estimators.pairs.PairPatterns`) and run the joint EM
+   window's buckets (:class:`ldpstream.estimators.joint.pairs.PairPatterns`) and run the joint EM
    (:func:`ldpstream.estimators.joint.estimate_joint`), warm-started from the previous decode's table when
    the candidates did not change;
 5. publish the joint estimate like a marginal: JSON to Redis (``P:joint:<association>:<window>`` and the

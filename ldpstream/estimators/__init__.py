@@ -21,11 +21,11 @@ from .direct import (
 from .dispatch import clear_design_cache, design_matrix, estimate
 from .em import EMResult, em_multinomial, log_likelihood
 from .estimate import ConfidenceInterval, Estimate, bonferroni_z, detection_floor
-from .gram import WeightedGram
-from .least_squares import fista_constrained_ls
-from .linalg import weighted_gram
-from .simplex import project_capped_simplex, project_simplex, truncate_normalize
-from .variance import (
+from .numerics.gram import WeightedGram
+from .numerics.least_squares import fista_constrained_ls
+from .numerics.linalg import weighted_gram
+from .numerics.simplex import project_capped_simplex, project_simplex, truncate_normalize
+from .numerics.variance import (
     affine_constrained_variances,
     bit_variance,
     constrained_variances,

@@ -43,8 +43,8 @@ from .intervals import (
     censored_sd,
     null_score_z,
 )
-from .simplex import project_simplex, truncate_normalize
-from .variance import bit_variance, krr_variance
+from .numerics.simplex import project_simplex, truncate_normalize
+from .numerics.variance import bit_variance, krr_variance
 
 __all__ = [
     "DirectMethod",

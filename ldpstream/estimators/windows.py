@@ -40,7 +40,7 @@ from ldpstream.mechanisms.rates import bit_rates, krr_rates
 from .estimate import ConfidenceInterval, Estimate
 from .intervals import Z95, ScoreTestedEstimate, affine_score_interval
 from .joint import JointEstimate
-from .joint_inference import ConditionalTable, wald_clipped
+from .joint.inference import ConditionalTable, wald_clipped
 
 __all__ = [
     "MAX_OVERLAP_SD",

@@ -16,7 +16,7 @@ import pytest
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.deploy.status import collect_status, format_status
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.producers.loadgen import simulate_association_and_publish
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry

@@ -172,7 +172,7 @@ def test_direct_validation():
 def test_affine_constrained_variances_match_dense(with_other):
     """The sparse tangent-space/Woodbury route equals constrained_variances of the dense information."""
     from ldpstream.estimators import constrained_variances
-    from ldpstream.estimators.variance import affine_constrained_variances
+    from ldpstream.estimators.numerics.variance import affine_constrained_variances
 
     rng = np.random.default_rng(8)
     C, k, S = 6, 16, 25

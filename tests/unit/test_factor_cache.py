@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache
-from ldpstream.estimators.sandwich import bits_meat, orr_meat
+from ldpstream.estimators.numerics.sandwich import bits_meat, orr_meat
 from tests.unit.designs import enumerated_covariance, hashed_design
 
 

@@ -19,9 +19,9 @@ from scipy.optimize import minimize
 
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache, InformationReference
-from ldpstream.estimators.least_squares import face_solve_constrained_ls, fista_constrained_ls
-from ldpstream.estimators.sandwich import bits_meat
-from ldpstream.estimators.simplex import project_capped_simplex, project_simplex
+from ldpstream.estimators.numerics.least_squares import face_solve_constrained_ls, fista_constrained_ls
+from ldpstream.estimators.numerics.sandwich import bits_meat
+from ldpstream.estimators.numerics.simplex import project_capped_simplex, project_simplex
 from tests.unit.designs import hashed_design
 
 

@@ -37,7 +37,7 @@ import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
 
-from .dispatch import design_matrix, estimate
+from ..dispatch import design_matrix, estimate
 
 __all__ = [
     "MIN_OTHER_REPORTS",

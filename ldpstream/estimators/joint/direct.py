@@ -38,7 +38,7 @@ import numpy as np
 
 from ldpstream.errors import ParameterError
 
-from .joint_likelihood import dictionary_design, other_regressor
+from .likelihood import dictionary_design, other_regressor
 
 __all__ = [
     "DirectTable",
