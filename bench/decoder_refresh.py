@@ -142,6 +142,8 @@ else:
         service = DecoderService(registry, store, reuse=cfg["reuse"])
     except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
         service = DecoderService(registry, store)
+if hasattr(service, "factor_cache"):  # a tree whose decoder service owns its factor cache
+    factor_cache = lambda: service.factor_cache
 
 split = {}  # the last refresh's CPU seconds: the parent's, and each worker process's
 

@@ -234,8 +234,9 @@ def _decode(
         interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
         interval_method = "ls-sandwich"
     floor = detection_floor(float(np.median(se)), S) if S else None
-    return Estimate(freq, se, n_reports, f"{kind}/{method}", labels, residual, residual_se, floor, info,
-                    interval, interval_method, unclipped)
+    return Estimate(frequencies=freq, std_errors=se, n_reports=n_reports, method=f"{kind}/{method}", labels=labels,
+                    residual=residual, residual_std_error=residual_se, detection_floor=floor, info=info,
+                    interval=interval, interval_method=interval_method, unclipped_interval=unclipped)
 
 
 def decode_orr(

@@ -314,7 +314,8 @@ def _score_estimate(
 ) -> ScoreTestedEstimate:
     interval = affine_score_interval(x, n, base, slope)
     return ScoreTestedEstimate(
-        p, se, round(n), method, labels, None, None, floor, info, interval, INTERVAL_METHOD,
+        frequencies=p, std_errors=se, n_reports=round(n), method=method, labels=labels, residual=None,
+        residual_std_error=None, detection_floor=floor, info=info, interval=interval, interval_method=INTERVAL_METHOD,
         null_z=null_score_z(x, n, base),
     )
 

@@ -209,7 +209,8 @@ def test_rappor_with_other_matches_scipy_on_the_same_likelihoods() -> None:
 
 
 def test_top_values_and_bad_inputs() -> None:
-    marginal = Estimate(np.array([0.1, 0.4, 0.05, 0.4, 0.05]), None, 100, "test")
+    marginal = Estimate(frequencies=np.array([0.1, 0.4, 0.05, 0.4, 0.05]), std_errors=None, n_reports=100,
+                        method="test")
     assert top_values(marginal, 3) == [1, 3, 0]
     assert top_values(marginal, 0) == []
     mech = KRR(3, 1.0)

@@ -21,7 +21,9 @@ import numpy as np
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
 
+from ..dispatch import DesignCache
 from ..estimate import Estimate
+from ..factor_cache import FactorCache
 from ..numerics.simplex import project_simplex
 from . import direct as joint_direct
 from .em import JointFit, PairChannel, fit_joint, warm_start
@@ -295,6 +297,8 @@ def estimate_joint(
     frequency_tolerance: float = FREQUENCY_TOLERANCE,
     max_refits: int = MAX_REFITS,
     inversion: bool = True,
+    design_cache: DesignCache | None = None,
+    factor_cache: FactorCache | None = None,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
@@ -327,6 +331,9 @@ def estimate_joint(
     docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
     ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws, whose
     cells rule 2 of :mod:`~ldpstream.estimators.joint.identification` flags.
+
+    ``design_cache``, ``factor_cache``: the caller's caches of the members' designs and of the candidate
+    frequencies' least squares (:func:`~ldpstream.estimators.estimate`); None: every call builds its own.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -339,13 +346,13 @@ def estimate_joint(
     if inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
         return _estimate_direct(patterns, x, y, other_x, other_y, began)
     designs = (joint_direct.hashed_designs(x.mechanism, x.values, other_x, x.dictionary, y.mechanism, y.values,
-                                           other_y, y.dictionary) if inversion else None)
+                                           other_y, y.dictionary, design_cache) if inversion else None)
     if designs is not None:
         return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
-                        dictionary=x.dictionary)
+                        dictionary=x.dictionary, design_cache=design_cache, factor_cache=factor_cache)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
-                        dictionary=y.dictionary)
+                        dictionary=y.dictionary, design_cache=design_cache, factor_cache=factor_cache)
     fx = None if x.frequencies is None else np.asarray(x.frequencies, dtype=np.float64)
     fy = None if y.frequencies is None else np.asarray(y.frequencies, dtype=np.float64)
     lx, ly = mx.likelihood(fx), my.likelihood(fy)
