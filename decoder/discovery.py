@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.decoder.published import DICTIONARY_SCHEMA, PublishedEstimate, window_buckets
-from ldpstream.estimators import Estimate
+from ldpstream.estimators import DesignCache, Estimate, FactorCache
 from ldpstream.estimators.discovery import DiscoveryCollection, DiscoveryResult, discover, scheme_of
 from ldpstream.estimators.discovery.decode import PairTable
 from ldpstream.estimators.estimate import ConfidenceInterval
@@ -76,7 +76,8 @@ def offline_dictionary(name: str, found: list[Mapping[str, Any]], n_reports: int
     frequencies = np.array([float(d["estimate"]) for d in found])
     se = np.array([float(d["std_error"]) for d in found])
     interval = ConfidenceInterval(frequencies - 1.96 * se, frequencies + 1.96 * se)
-    estimate = Estimate(frequencies, se, int(n_reports), "discovery/detect", labels=list(names), interval=interval,
+    estimate = Estimate(frequencies=frequencies, std_errors=se, n_reports=int(n_reports), method="discovery/detect",
+                        labels=list(names), interval=interval,
                         interval_method="wald")
     block: dict[str, Any] = {
         "source": "offline",
@@ -130,10 +131,14 @@ class _Window:
 class DictionaryDecoder:
     """Decodes the windows of the registry's discovery metrics (module docstring)."""
 
-    def __init__(self, registry: Registry, store: StatusStore, reuse: bool = True) -> None:
+    def __init__(self, registry: Registry, store: StatusStore, reuse: bool = True, *,
+                 design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None) -> None:
         self.registry = registry
         self.store = store
         self.reuse = reuse
+        #: The decoder service's caches, passed to every decode (None: each decode keeps its own).
+        self.design_cache = design_cache
+        self.factor_cache = factor_cache
         self._windows: dict[tuple[str, str], _Window] = {}
 
     def _state(self, metric: MetricConfig, window: str) -> _Window:
@@ -188,7 +193,8 @@ class DictionaryDecoder:
             collection = DiscoveryCollection(full_sketch, ngram_sketches, pairs)
             result = discover(collection, scheme, alpha=config.alpha, pattern=config.pattern,
                               max_candidates=config.max_candidates, extra_candidates=sorted(state.dictionary),
-                              pair_starts=state.pairs if self.reuse else None)
+                              pair_starts=state.pairs if self.reuse else None, design_cache=self.design_cache,
+                              factor_cache=self.factor_cache)
             state.pairs = dict(result.pair_tables)
             significant = {d.string for d in result.discovered}
             dictionary, retired = update_dictionary(state.dictionary, significant, config.retire_after)
@@ -227,12 +233,14 @@ class DictionaryDecoder:
             raw = final.unclipped_interval
             unclipped = None if raw is None or interval is None else ConfidenceInterval(raw.low[picked],
                                                                                          raw.high[picked])
-            estimate = Estimate(np.asarray(final.frequencies)[picked], se, clients, "discovery/detect",
+            estimate = Estimate(frequencies=np.asarray(final.frequencies)[picked], std_errors=se, n_reports=clients,
+                                method="discovery/detect",
                                 labels=names, interval=interval, interval_method=final.interval_method,
                                 info={"null_fraction": float(getattr(final, "null_fraction", 1.0))},
                                 unclipped_interval=unclipped)
         else:
-            estimate = Estimate(np.zeros(0), np.zeros(0), clients, "discovery/detect", labels=[])
+            estimate = Estimate(frequencies=np.zeros(0), std_errors=np.zeros(0), n_reports=clients,
+                                method="discovery/detect", labels=[])
         alpha_edge = float(result.info.get("alpha_edge", float("nan")))
         block = {
             "source": "live",

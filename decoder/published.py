@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ldpstream.estimators import Estimate, design_matrix, estimate
+from ldpstream.estimators import DesignCache, Estimate, FactorCache, design_matrix, estimate
 from ldpstream.estimators.detection import DetectionEstimate
 from ldpstream.estimators.joint import OTHER_LABEL, ConditionalTable, JointEstimate, JointVariable, top_values
 from ldpstream.estimators.windows import WindowDesign, value_design_effects, widen_estimate, window_design
@@ -42,27 +42,32 @@ def window_buckets(snapshot: MetricSnapshot, window: Window, bucket_seconds: int
     return sorted(b for b in snapshot.buckets if (b + 1) * bucket_seconds > start and b * bucket_seconds <= now)
 
 
-def decode_sketch(metric: MetricConfig, sketch: np.ndarray, start: np.ndarray | None = None) -> Estimate:
+def decode_sketch(metric: MetricConfig, sketch: np.ndarray, start: np.ndarray | None = None, *,
+                  design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None) -> Estimate:
     """Decode one summed ``(C, W)`` sketch with the metric's estimator; ``start``: a previous estimate's
-    parameters, from which an iterative decoder starts (:func:`ldpstream.estimators.estimate`)."""
+    parameters, from which an iterative decoder starts; ``design_cache``, ``factor_cache``: the caller's caches
+    (:func:`ldpstream.estimators.estimate`; None: none)."""
     if start is None:
-        return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates)
-    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates, start=start)
+        return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates,
+                        design_cache=design_cache, factor_cache=factor_cache)
+    return estimate(sketch, metric.mechanism, method=metric.estimator, candidates=metric.candidates, start=start,
+                    design_cache=design_cache, factor_cache=factor_cache)
 
 
 def decode_window(metric: MetricConfig, sketch: np.ndarray, bucket_sketches: Sequence[np.ndarray],
-                  rollup: bool = False, start: np.ndarray | None = None
+                  rollup: bool = False, start: np.ndarray | None = None, *,
+                  design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None
                   ) -> tuple[Estimate, WindowDesign, np.ndarray]:
     """Decode a window's summed ``sketch`` and widen its intervals for the reports its buckets repeat
     (:mod:`ldpstream.estimators.windows`): ``(estimate, repetition model, design effect per value)``.
 
     ``bucket_sketches`` are the window's buckets; ``rollup``: ``sketch`` is the all-time rollup, which may hold
     buckets that expired (the overlap is measured on the buckets given and applied to the rollup's span);
-    ``start``: as :func:`decode_sketch`."""
-    est = decode_sketch(metric, sketch, start)
+    ``start`` and the caches: as :func:`decode_sketch`."""
+    est = decode_sketch(metric, sketch, start, design_cache=design_cache, factor_cache=factor_cache)
     mechanism = metric.mechanism
     design = window_design(mechanism, bucket_sketches, sketch if rollup else None)
-    deff = value_design_effects(design, design_matrix(mechanism, metric.candidates), est.frequencies)
+    deff = value_design_effects(design, design_matrix(mechanism, metric.candidates, design_cache), est.frequencies)
     if deff.shape != est.frequencies.shape:  # a decoder that reports fewer or more values than the design
         deff = np.full(est.frequencies.shape, float(deff.max(initial=1.0)))
     return widen_estimate(est, deff, mechanism, sketch), design, deff
@@ -219,7 +224,7 @@ class PublishedJoint:
     buckets: int
     estimate: JointEstimate
     #: Whether the EM started from the previous decode's table (the candidates had not changed); false when no EM
-    #: ran (two direct members: the closed-form inversion of :mod:`ldpstream.estimators.joint_direct`).
+    #: ran (two direct members: the closed-form inversion of :mod:`ldpstream.estimators.joint.direct`).
     warm_start: bool
     covers: tuple[int, int] | None = None
     #: The design effect of the window's repeated report pairs applied to the table's uncertainty

@@ -19,7 +19,7 @@ Then, for each association of two metrics and each of its windows:
 
 4. take the candidates of each member from its marginal estimate of the same window (the top ``candidates``
    values, :func:`ldpstream.decoder.published.joint_variable`), read the association's pair statistic over the
-   window's buckets (:class:`ldpstream.estimators.pairs.PairPatterns`) and run the joint EM
+   window's buckets (:class:`ldpstream.estimators.joint.pairs.PairPatterns`) and run the joint EM
    (:func:`ldpstream.estimators.joint.estimate_joint`), warm-started from the previous decode's table when
    the candidates did not change;
 5. publish the joint estimate like a marginal: JSON to Redis (``P:joint:<association>:<window>`` and the
@@ -61,6 +61,7 @@ from ldpstream.decoder.published import (
 )
 from ldpstream.decoder.workers import PASS_TIMEOUT_SECONDS, DecoderWorkers, MetricOutcome
 from ldpstream.errors import ConfigError
+from ldpstream.estimators import DesignCache, FactorCache
 from ldpstream.estimators.joint import OTHER_LABEL, estimate_joint
 from ldpstream.estimators.windows import joint_design_effect, widen_joint
 from ldpstream.health import Check
@@ -125,7 +126,8 @@ class DecoderService:
                  estimates_topic: str = DEFAULT_ESTIMATES_TOPIC, metrics: DecoderMetrics | None = None,
                  history: int = 100, top_n: int = 10, reuse: bool = True, workers: int = 1,
                  store_factory: Callable[[], StatusStore] | None = None,
-                 worker_timeout: float = PASS_TIMEOUT_SECONDS) -> None:
+                 worker_timeout: float = PASS_TIMEOUT_SECONDS, design_cache: DesignCache | None = None,
+                 factor_cache: FactorCache | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"the decoder needs at least 1 worker, not {workers}")
         if workers > 1 and store_factory is None:
@@ -151,8 +153,15 @@ class DecoderService:
         self.reuse = reuse
         #: (metric, window) → the window's last decode (see :class:`LastDecode`).
         self._last: dict[tuple[str, str], LastDecode] = {}
+        #: The caches this decoder's decodes share from one pass to the next (the estimators hold none): the
+        #: design matrices of its metrics' candidate lists, and the candidate decoders' weighted Gram factors
+        #: (:mod:`ldpstream.estimators.factor_cache`). New ones unless given; a worker process's decoder has its
+        #: own.
+        self.design_cache = DesignCache() if design_cache is None else design_cache
+        self.factor_cache = FactorCache() if factor_cache is None else factor_cache
         #: The discovery metrics' decoder (it keeps each window's dictionary between passes).
-        self.dictionaries = DictionaryDecoder(registry, store, reuse=reuse)
+        self.dictionaries = DictionaryDecoder(registry, store, reuse=reuse, design_cache=self.design_cache,
+                                              factor_cache=self.factor_cache)
         #: Worker processes that decode the metrics of a pass (:mod:`ldpstream.decoder.workers`): 1 decodes
         #: them in this process, one after the other. They are started at the first pass and stopped by
         #: :meth:`close`; ``store_factory`` (picklable) opens each one's store.
@@ -209,7 +218,8 @@ class DecoderService:
             # The window's buckets repeat reports of the same clients: its intervals carry a design effect
             # measured from the buckets still held (the all-time rollup may hold expired ones too).
             held = [snapshot.buckets[b] for b in buckets if b in snapshot.buckets]
-            result, design, deff = decode_window(metric, sketch, held, rollup=window.seconds is None, start=start)
+            result, design, deff = decode_window(metric, sketch, held, rollup=window.seconds is None, start=start,
+                                                 design_cache=self.design_cache, factor_cache=self.factor_cache)
             seconds = time.perf_counter() - started
             published = PublishedEstimate(metric.name, window.name, now, seconds, len(buckets), result,
                                           metric.value_names(), covers, design, deff)
@@ -401,7 +411,8 @@ class DecoderService:
             var_y = joint_variable(y, marginal_y.estimate, association.candidates)
             labels = ((*var_x.names(), OTHER_LABEL), (*var_y.names(), OTHER_LABEL))
             start = self._warm_start(association.name, window.name, labels)
-            result = estimate_joint(patterns, var_x, var_y, start=start)
+            result = estimate_joint(patterns, var_x, var_y, start=start, design_cache=self.design_cache,
+                                    factor_cache=self.factor_cache)
             self._joint_start[(association.name, window.name)] = (result.row_labels, result.column_labels,
                                                                   result.table)
             # The window's buckets repeat report pairs of the same clients, as they repeat the members' reports.

@@ -2,8 +2,8 @@
 
 A fixed share of the registry's metrics (round robin over the registry's order: metric ``i`` goes to worker
 ``i mod N``) is decoded by each of ``N`` persistent processes, so that each one's warm state (the previous
-estimates that warm-start the iterative decoders and that unchanged windows republish, the factor cache of
-:mod:`ldpstream.estimators.dispatch`, the discovery dictionaries) stays warm from one pass to the next. Each
+estimates that warm-start the iterative decoders and that unchanged windows republish, the design and factor
+caches its decoder service owns, the discovery dictionaries) stays warm from one pass to the next. Each
 worker opens its own store connection (``store_factory``, e.g. :meth:`ldpstream.config.RedisConfig.store`), reads
 its metrics' snapshots and decodes them exactly as the single-process decoder does
 (:meth:`~ldpstream.decoder.service.DecoderService.decode_outcome`), and sends the outcomes back: the published

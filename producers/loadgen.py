@@ -19,7 +19,7 @@ from ldpstream.device import privatize_population, value_table
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.discovery import encode_population, scheme_of
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.progress import Progress
 from ldpstream.registry import AssociationConfig, MetricConfig, Registry, discovery_pair_name

@@ -65,8 +65,8 @@ from ldpstream.estimators.candidates import decode_bits
 from ldpstream.estimators.detection import detect, storey_null_fraction
 from ldpstream.estimators.empirical_bayes import posterior_mean
 from ldpstream.estimators.estimate import Estimate
-from ldpstream.estimators.least_squares import fista_constrained_ls
-from ldpstream.estimators.simplex import project_capped_simplex
+from ldpstream.estimators.numerics.least_squares import fista_constrained_ls
+from ldpstream.estimators.numerics.simplex import project_capped_simplex
 from ldpstream.mechanisms.rappor import Rappor
 
 REGIMES: dict[str, dict[str, Any]] = {
@@ -312,7 +312,8 @@ def run_one(regime: str, seed: int) -> dict[str, dict[str, float]]:
     def no_screen() -> tuple[np.ndarray, np.ndarray]:
         # evaluated alternative: the unconstrained weighted LS of all candidates, exact SEs, clipped at 0
         ls = decode_bits(sketch, X, mech.q_star, mech.p_star, "ls", exact_se_max=max(1024, X.shape[1]))
-        clipped = Estimate(np.maximum(ls.frequencies, 0.0), ls.std_errors, ls.n_reports, "ls/clipped")
+        clipped = Estimate(frequencies=np.maximum(ls.frequencies, 0.0), std_errors=ls.std_errors,
+                           n_reports=ls.n_reports, method="ls/clipped")
         return clipped.frequencies, clipped.significant(0.10, "bh")
     if regime == "zipf":  # well-determined design only
         decoders["no screen, LS z/bh 0.10"] = no_screen

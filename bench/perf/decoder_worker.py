@@ -15,6 +15,7 @@ Printed: one JSON object, the timings the calling script formats.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -29,11 +30,10 @@ from ldpstream.registry import Registry
 from ldpstream.store.contract import ALL_TIME, PartitionBatch, SketchKey
 
 FactorCacheGetter = Callable[[], Any]
-factor_cache: FactorCacheGetter | None
-try:
-    from ldpstream.estimators.dispatch import factor_cache
-except ImportError:  # a tree without the factor cache
-    factor_cache = None
+#: A tree whose estimators keep one process-wide factor cache exposes it here; a newer tree's decoder service
+#: owns its cache (read below), an older tree has none.
+factor_cache: FactorCacheGetter | None = getattr(importlib.import_module("ldpstream.estimators.dispatch"),
+                                                 "factor_cache", None)
 
 FAMILIES = ["krr", "krappor", "orr", "orappor", "rappor"]
 DIRECT = ["project", "mle", "unbiased", "truncate"]
@@ -237,6 +237,9 @@ def run_refresh(cfg: dict[str, Any]) -> dict[str, Any]:
         except TypeError:  # a tree without reuse (warm starts, unchanged windows republished)
             bench.service = DecoderService(bench.registry, bench.store)
     service = bench.service
+    global factor_cache
+    if hasattr(service, "factor_cache"):  # a tree whose decoder service owns its factor cache
+        factor_cache = lambda: service.factor_cache  # noqa: E731
     out: dict[str, Any] = {"setup": bench.setup}
     if factor_cache is not None:
         factor_cache().clear()

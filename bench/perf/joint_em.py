@@ -36,9 +36,9 @@ import numpy as np
 
 from bench import harness
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_em import PairChannel, fit_joint
-from ldpstream.estimators.joint_likelihood import variable_likelihood
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.em import PairChannel, fit_joint
+from ldpstream.estimators.joint.likelihood import variable_likelihood
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-import ldpstream.estimators.joint_likelihood as jl
+import ldpstream.estimators.joint.likelihood as jl
 from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.joint import JointVariable, estimate_joint
 from ldpstream.mechanisms.orr import ORR

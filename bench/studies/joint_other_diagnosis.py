@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-import ldpstream.estimators.joint_likelihood as jl
+import ldpstream.estimators.joint.likelihood as jl
 from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.joint import JointVariable, estimate_joint
 from ldpstream.mechanisms.rappor import Rappor

@@ -37,8 +37,8 @@ import time
 import numpy as np
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_likelihood import variable_model
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.likelihood import variable_model
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.simulation.joint_trials import collapse, sample_pairs, value_names, zipf_association
 

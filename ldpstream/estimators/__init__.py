@@ -1,6 +1,7 @@
 """Decoders for locally private count sketches (pure numpy/scipy).
 
-Equations: ``docs/math/estimators.md``. Entry point: :func:`estimate`.
+Equations: ``docs/math/estimators.md``. Entry point: :func:`estimate`; the caches it can be given
+(:class:`DesignCache`, :class:`FactorCache`) belong to the caller.
 """
 
 from .candidates import CandidateMethod, decode_bits, decode_orappor, decode_orr, decode_rappor
@@ -18,14 +19,15 @@ from .direct import (
     krr_expected_l2sq,
     krr_unbiased,
 )
-from .dispatch import clear_design_cache, design_matrix, estimate
+from .dispatch import DesignCache, design_matrix, estimate
 from .em import EMResult, em_multinomial, log_likelihood
 from .estimate import ConfidenceInterval, Estimate, bonferroni_z, detection_floor
-from .gram import WeightedGram
-from .least_squares import fista_constrained_ls
-from .linalg import weighted_gram
-from .simplex import project_capped_simplex, project_simplex, truncate_normalize
-from .variance import (
+from .factor_cache import FactorCache
+from .numerics.gram import WeightedGram
+from .numerics.least_squares import fista_constrained_ls
+from .numerics.linalg import weighted_gram
+from .numerics.simplex import project_capped_simplex, project_simplex, truncate_normalize
+from .numerics.variance import (
     affine_constrained_variances,
     bit_variance,
     constrained_variances,
@@ -38,15 +40,16 @@ __all__ = [
     "CandidateMethod",
     "ConfidenceInterval",
     "Correction",
+    "DesignCache",
     "DirectMethod",
     "EMResult",
     "Estimate",
+    "FactorCache",
     "MatrixChannel",
     "WeightedGram",
     "affine_constrained_variances",
     "bit_variance",
     "bonferroni_z",
-    "clear_design_cache",
     "constrained_variances",
     "decode_bits",
     "decode_orappor",

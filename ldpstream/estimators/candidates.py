@@ -12,18 +12,18 @@ An optional "other" regressor (every string outside the list, hashing uniformly:
 ``h̄/k`` per bit response) has the ``residual`` (unexplained mass) as its coefficient. Methods:
 
 - ``"ls"``: weighted least squares, weights ``1/Var z`` at a pilot fit, sandwich covariance
-  (:mod:`ldpstream.estimators.sandwich`), Wald intervals;
+  (:mod:`ldpstream.estimators.numerics.sandwich`), Wald intervals;
 - ``"nnls"``: the same constrained to ``p >= 0``, ``Σ p <= 1`` (with "other": the simplex), by FISTA, warm
   started from ``start`` by a face solve;
 - ``"project"``: least squares then Euclidean projection onto the simplex (Kairouz et al.'s decoder);
 - ``"mle"``: maximum likelihood over the candidates plus "other" (O-RR exact, bits composite) by
-  :func:`ldpstream.estimators.newton_mle.newton_multinomial`; standard errors from the information restricted to
-  the simplex (O-RR) or the least-squares sandwich (bits).
+  :func:`ldpstream.estimators.numerics.newton_mle.newton_multinomial`; standard errors from the information
+  restricted to the simplex (O-RR) or the least-squares sandwich (bits).
 
 The constrained decoders publish the least-squares interval ``β̂_LS ± 1.96 SE_LS`` clipped to [0, 1]
 (``interval_method = "ls-sandwich"``; docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders)
 and its sandwich standard errors (O-RR "mle": the information ones). Gram matrices go through
-:class:`ldpstream.estimators.gram.WeightedGram` (exact up to ``exact_se_max`` candidates, the cavity
+:class:`ldpstream.estimators.numerics.gram.WeightedGram` (exact up to ``exact_se_max`` candidates, the cavity
 approximation beyond); a ``factor_cache`` reuses an earlier decode's factors
 (:mod:`ldpstream.estimators.factor_cache`). The detection floor is ``Φ⁻¹(1 − 0.05/S)`` times the median
 candidate standard error.
@@ -45,11 +45,11 @@ from ldpstream.mechanisms.base import CANDIDATE_METHODS
 from .channels import AffineChannel, compressed_affine_channel
 from .estimate import ConfidenceInterval, Estimate, detection_floor
 from .factor_cache import CachedLeastSquares, FactorCache
-from .least_squares import WeightedLeastSquares, face_solve_constrained_ls, fista_constrained_ls
-from .newton_mle import newton_multinomial
-from .sandwich import bits_meat, orr_meat
-from .simplex import project_capped_simplex, project_simplex
-from .variance import affine_constrained_variances, bit_variance, krr_variance
+from .numerics.least_squares import WeightedLeastSquares, face_solve_constrained_ls, fista_constrained_ls
+from .numerics.newton_mle import newton_multinomial
+from .numerics.sandwich import bits_meat, orr_meat
+from .numerics.simplex import project_capped_simplex, project_simplex
+from .numerics.variance import affine_constrained_variances, bit_variance, krr_variance
 
 __all__ = [
     "CandidateMethod",
@@ -234,8 +234,9 @@ def _decode(
         interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
         interval_method = "ls-sandwich"
     floor = detection_floor(float(np.median(se)), S) if S else None
-    return Estimate(freq, se, n_reports, f"{kind}/{method}", labels, residual, residual_se, floor, info,
-                    interval, interval_method, unclipped)
+    return Estimate(frequencies=freq, std_errors=se, n_reports=n_reports, method=f"{kind}/{method}", labels=labels,
+                    residual=residual, residual_std_error=residual_se, detection_floor=floor, info=info,
+                    interval=interval, interval_method=interval_method, unclipped_interval=unclipped)
 
 
 def decode_orr(

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 
-from .linalg import weighted_gram
+from .numerics.linalg import weighted_gram
 
 __all__ = [
     "AffineChannel",

@@ -172,7 +172,7 @@ class FullDesignFit:
     prior: np.ndarray | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DetectionEstimate(ScoreTestedEstimate):
     """What :func:`detect` returns: an :class:`~ldpstream.estimators.estimate.Estimate` whose tests use the
     refit's z-scores (``null_z``: ``refit / se``, 0 for unselected candidates), not the published point
@@ -457,9 +457,11 @@ def detect(
     # published clipped to [0, 1]; the bounds before clipping kept for a window's widening
     interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
     est = DetectionEstimate(
-        freq, se, round(N), "bits/detect", labels, residual, residual_se,
-        detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
-        info, interval, interval_method, unclipped, null_z=null_z, null_fraction=null_fraction, adaptive=used,
+        frequencies=freq, std_errors=se, n_reports=round(N), method="bits/detect", labels=labels, residual=residual,
+        residual_std_error=residual_se,
+        detection_floor=detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
+        info=info, interval=interval, interval_method=interval_method, unclipped_interval=unclipped, null_z=null_z,
+        null_fraction=null_fraction, adaptive=used,
         full_fit=full_fit)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])

@@ -43,8 +43,8 @@ from .intervals import (
     censored_sd,
     null_score_z,
 )
-from .simplex import project_simplex, truncate_normalize
-from .variance import bit_variance, krr_variance
+from .numerics.simplex import project_simplex, truncate_normalize
+from .numerics.variance import bit_variance, krr_variance
 
 __all__ = [
     "DirectMethod",
@@ -314,7 +314,8 @@ def _score_estimate(
 ) -> ScoreTestedEstimate:
     interval = affine_score_interval(x, n, base, slope)
     return ScoreTestedEstimate(
-        p, se, round(n), method, labels, None, None, floor, info, interval, INTERVAL_METHOD,
+        frequencies=p, std_errors=se, n_reports=round(n), method=method, labels=labels, residual=None,
+        residual_std_error=None, detection_floor=floor, info=info, interval=interval, interval_method=INTERVAL_METHOD,
         null_z=null_score_z(x, n, base),
     )
 

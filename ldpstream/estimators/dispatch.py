@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.base import BitMechanism, Mechanism
+from ldpstream.mechanisms.hadamard import HadamardCountMeanSketch, HadamardResponse
 
 from .candidates import decode_bits, decode_orr
 from .detection import detect
@@ -18,70 +21,102 @@ from .direct import estimate_krr, estimate_unary
 from .estimate import Estimate
 from .factor_cache import FactorCache
 
-__all__ = ["clear_design_cache", "design_matrix", "estimate", "factor_cache"]
+__all__ = ["DESIGN_CACHE_SIZE", "DesignCache", "design_matrix", "estimate"]
 
-#: Number of (mechanism, candidate list) design matrices kept by :func:`design_matrix` (a decoder of 100 metrics
-#: needs one per metric: each window decodes against it and measures its design effects with it; ≤ 1 MB each).
+#: Number of (mechanism, candidate list) design matrices a :class:`DesignCache` keeps by default (a decoder of 100
+#: metrics needs one per metric: each window decodes against it and measures its design effects with it; ≤ 1 MB
+#: each).
 DESIGN_CACHE_SIZE = 256
 
+#: A design's cache key: the mechanism and its candidate list (``None``: a closed alphabet's own ``range(S)``).
+DesignKey = tuple[Mechanism, tuple[Any, ...] | None]
 
-@functools.lru_cache(maxsize=DESIGN_CACHE_SIZE)
-def _cached_design(mechanism: Any, candidates: tuple[Any, ...] | None) -> sp.csr_matrix:
+
+def _build_design(mechanism: Mechanism, candidates: tuple[Any, ...] | None) -> sp.csr_matrix:
     X = sp.csr_matrix(mechanism.design_matrix(None if candidates is None else list(candidates)), dtype=np.float64)
     X.sum_duplicates()
-    # Shared between calls: make accidental in-place edits fail loudly instead of corrupting later decodes.
-    for arr in (X.data, X.indices, X.indptr):
-        arr.flags.writeable = False
     return X
 
 
-def design_matrix(mechanism: Any, candidates: Sequence[Any] | None) -> sp.csr_matrix:
-    """``mechanism.design_matrix(candidates)`` (``None``: a closed alphabet's own ``range(S)``), cached.
+class DesignCache:
+    """A bounded, thread-safe LRU of read-only design matrices by ``(mechanism, tuple(candidates))``, owned by
+    its caller (the decoder service keeps one) and passed to :func:`design_matrix` and :func:`estimate`.
 
-    The production decoder calls :func:`estimate` every few seconds per metric with the same candidate
-    list, and hashing every candidate in every cohort (MD5 per (cohort, string)) costs far more than small
-    decodes. The cache is an LRU of :data:`DESIGN_CACHE_SIZE` entries keyed by ``(mechanism,
-    tuple(candidates))``: mechanisms are frozen dataclasses, hashable and compared by parameters, so two
-    equal mechanisms share an entry. The returned matrix is read-only (canonical csr, float64). Candidates
-    that are not hashable (or a mechanism that is not) bypass the cache.
+    Mechanisms are frozen dataclasses, hashable and compared by parameters, so two equal mechanisms share an
+    entry. ``hits`` / ``misses`` count lookups; ``max_entries`` bounds the entries (least recently used out).
+    """
+
+    def __init__(self, max_entries: int = DESIGN_CACHE_SIZE) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = int(max_entries)
+        self._entries: OrderedDict[DesignKey, sp.csr_matrix] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def design(self, mechanism: Mechanism, candidates: tuple[Any, ...] | None) -> sp.csr_matrix:
+        """The design of ``(mechanism, candidates)`` (hashable), built on a miss and kept read-only."""
+        key: DesignKey = (mechanism, candidates)
+        with self._lock:
+            X = self._entries.get(key)
+            if X is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return X
+            self.misses += 1
+        X = _build_design(mechanism, candidates)
+        # Shared between calls: make accidental in-place edits fail loudly instead of corrupting later decodes.
+        for arr in (X.data, X.indices, X.indptr):
+            arr.flags.writeable = False
+        with self._lock:
+            self._entries[key] = X
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        return X
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counts (e.g. after changing hashing code in a long-lived process)."""
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+
+def design_matrix(mechanism: Mechanism, candidates: Sequence[Any] | None,
+                  cache: DesignCache | None = None) -> sp.csr_matrix:
+    """``mechanism.design_matrix(candidates)`` (``None``: a closed alphabet's own ``range(S)``) as canonical
+    float64 csr, from ``cache`` when one is given (then read-only and shared with later calls), else built.
+
+    Hashing every candidate in every cohort (MD5 per (cohort, string)) costs far more than small decodes, so a
+    caller that decodes the same metric repeatedly (the decoder service) passes its :class:`DesignCache`.
+    Candidates that are not hashable (or a mechanism that is not) bypass the cache.
     """
     key = None if candidates is None else tuple(candidates)
+    if cache is None:
+        return _build_design(mechanism, key)
     try:
         hash((mechanism, key))
     except TypeError:
-        X = sp.csr_matrix(mechanism.design_matrix(None if key is None else list(key)), dtype=np.float64)
-        X.sum_duplicates()
-        return X
-    return _cached_design(mechanism, key)
+        return _build_design(mechanism, key)
+    return cache.design(mechanism, key)
 
 
-#: The process's cache of weighted Gram factors of the candidate decoders (:mod:`~ldpstream.estimators.factor_cache`).
-_FACTOR_CACHE = FactorCache()
-
-
-def factor_cache() -> FactorCache:
-    """The process-wide :class:`~ldpstream.estimators.factor_cache.FactorCache` that :func:`estimate` passes to
-    the candidate decoders (bounded, :data:`~ldpstream.estimators.factor_cache.DEFAULT_MAX_BYTES`):
-    ``factor_cache().resize(0)`` disables it, ``.clear()`` empties it, ``.hits`` / ``.misses`` count its use."""
-    return _FACTOR_CACHE
-
-
-def clear_design_cache() -> None:
-    """Empty the design-matrix cache (e.g. after changing hashing code in a long-lived process)."""
-    _cached_design.cache_clear()
-
-
-def _decode_direct_symbol(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+def _decode_direct_symbol(arr: np.ndarray, mechanism: Mechanism, method: str, **options: Any) -> Estimate:
     return estimate_krr(arr, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
 
 
-def _decode_direct_bits(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+def _decode_direct_bits(arr: np.ndarray, mechanism: BitMechanism, method: str, **options: Any) -> Estimate:
     # k-RAPPOR (estimate_krappor), OUE, subset selection: the unary decoder at the mechanism's own margin rates
     return estimate_unary(arr, mechanism.q_star, mechanism.p_star, method, kind=mechanism.name,  # type: ignore[arg-type]
                           info={"epsilon": mechanism.epsilon}, **options)
 
 
-def _decode_direct_hadamard(arr: np.ndarray, mechanism: Any, method: str, **options: Any) -> Estimate:
+def _decode_direct_hadamard(arr: np.ndarray, mechanism: HadamardResponse, method: str, **options: Any) -> Estimate:
     """HR: the transform to agreement counts (:meth:`~ldpstream.mechanisms.HadamardResponse.margin_sketch`,
     O(K log K)), then the unary decoder at ``(e^ε/(e^ε + 1), 1/2)``."""
     q_star, p_star = mechanism.response_rates
@@ -90,7 +125,7 @@ def _decode_direct_hadamard(arr: np.ndarray, mechanism: Any, method: str, **opti
 
 
 def _decode_candidates_symbol(
-    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: Mechanism, method: str, **options: Any
 ) -> Estimate:
     if method == "detect":
         raise ParameterError(
@@ -102,7 +137,8 @@ def _decode_candidates_symbol(
 
 
 def _decode_candidates_bits(
-    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: BitMechanism | HadamardCountMeanSketch, method: str,
+    **options: Any
 ) -> Estimate:
     if method == "detect":
         return detect(arr, design, mechanism.q_star, mechanism.p_star, **options)
@@ -110,7 +146,7 @@ def _decode_candidates_bits(
 
 
 def _decode_candidates_hadamard(
-    arr: np.ndarray, design: sp.csr_matrix, mechanism: Any, method: str, **options: Any
+    arr: np.ndarray, design: sp.csr_matrix, mechanism: HadamardCountMeanSketch, method: str, **options: Any
 ) -> Estimate:
     """HCMS: the per-cohort transform to agreement counts, then the bit decoders (as O-RAPPOR with one hash)."""
     return _decode_candidates_bits(mechanism.margin_sketch(arr), design, mechanism, method, **options)
@@ -132,9 +168,12 @@ _CANDIDATES: dict[str, Callable[..., Estimate]] = {
 
 def estimate(
     sketch: ArrayLike,
-    mechanism: Any,
+    mechanism: Mechanism,
     method: str = "project",
     candidates: Sequence[Any] | None = None,
+    *,
+    design_cache: DesignCache | None = None,
+    factor_cache: FactorCache | None = None,
     **options: Any,
 ) -> Estimate:
     """Decode ``sketch`` produced by ``mechanism``, by its ``decoder_family``
@@ -154,10 +193,14 @@ def estimate(
 
     With ``candidates``: ``"candidates_symbol"`` (O-RR, :func:`decode_orr`) or ``"candidates_bits"`` (O-RAPPOR /
     RAPPOR: :func:`decode_bits` with ``mechanism.q_star``, ``mechanism.p_star``) against
-    ``mechanism.design_matrix(candidates)``, which is cached (:func:`design_matrix`). The candidate decoders
-    (all methods but ``"detect"``) reuse the weighted Gram factors of earlier decodes of the same mechanism and
-    candidates through :func:`factor_cache` unless ``factor_cache=None`` is passed
-    (:mod:`ldpstream.estimators.factor_cache`: exact sandwich standard errors for reference weights).
+    ``mechanism.design_matrix(candidates)`` (:func:`design_matrix`, from ``design_cache`` when one is given).
+
+    Caches are the caller's: without them a call does all its work afresh, so two calls with the same input do
+    the same work. ``design_cache``: a :class:`DesignCache` the design is taken from and kept in.
+    ``factor_cache``: a :class:`~ldpstream.estimators.factor_cache.FactorCache` through which the candidate
+    decoders (all methods but ``"detect"``) reuse the weighted Gram factors of earlier decodes of the same
+    mechanism and candidates (exact sandwich standard errors for reference weights), keyed by the mechanism
+    and the candidate list. The decoder service owns one of each and passes them.
     ``start=`` (a previous solution of the same metric: candidates' frequencies, then "other") warm-starts the
     iterative candidate decoders (``"nnls"``, ``"mle"``); the closed-form decoders and ``"detect"`` ignore it.
 
@@ -173,7 +216,6 @@ def estimate(
     arr = np.asarray(sketch)
     if candidates is None:
         if family in _DIRECT:  # closed form, nothing to cache
-            options.pop("factor_cache", None)
             options.pop("cache_key", None)
             options.pop("start", None)
             return _DIRECT[family](arr, mechanism, method, **options)
@@ -182,22 +224,22 @@ def estimate(
                 f"{mechanism.name}: an open-alphabet hashed mechanism (O-RR, O-RAPPOR, RAPPOR) needs a candidate "
                 "list to decode against; pass candidates=[...]"
             )
-        labels = options.pop("labels", list(range(int(mechanism.support))))
+        labels = options.pop("labels", list(range(int(getattr(mechanism, "support", 0)))))
         # The alphabet is complete: no mass can fall outside it, so no "other" term unless asked.
         options.setdefault("other", False)
-        design = design_matrix(mechanism, None)
+        design = design_matrix(mechanism, None, design_cache)
     else:
         if family not in _CANDIDATES:
             raise ParameterError(f"{mechanism.name}: a {family} mechanism is decoded without a candidate list")
         labels = options.pop("labels", list(candidates))
-        design = design_matrix(mechanism, candidates)
+        design = design_matrix(mechanism, candidates, design_cache)
     if method == "detect":
         options.pop("start", None)  # detection runs no iterative decoder to warm-start
-    if method != "detect" and "factor_cache" not in options:
+    elif factor_cache is not None:
         key = (mechanism, None if candidates is None else tuple(candidates))
         try:
             hash(key)
-            options.update(factor_cache=_FACTOR_CACHE, cache_key=key)
+            options.update(factor_cache=factor_cache, cache_key=key)
         except TypeError:  # unhashable candidates or mechanism: no cache
             pass
     return _CANDIDATES[family](arr, design, mechanism, method, labels=labels, **options)

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from .channels import ChannelOperator, channel_and_counts
-from .linalg import TINY, dot
+from .numerics.linalg import TINY, dot
 
 __all__ = ["EMResult", "em_multinomial", "log_likelihood"]
 

@@ -41,7 +41,7 @@ def detection_floor(zero_sd: float, n_tests: int, alpha: float = 0.05) -> float:
     return bonferroni_z(n_tests, alpha) * float(zero_sd)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Estimate:
     """A decoded frequency vector with its uncertainty.
 

@@ -37,10 +37,10 @@ import numpy as np
 import scipy.linalg as sl
 import scipy.sparse as sp
 
-from .least_squares import FaceFactor, WeightedLeastSquares
-from .linalg import weighted_gram
-from .newton_mle import HeldInformation
-from .sandwich import SandwichMeat
+from .numerics.least_squares import FaceFactor, WeightedLeastSquares
+from .numerics.linalg import weighted_gram
+from .numerics.newton_mle import HeldInformation
+from .numerics.sandwich import SandwichMeat
 
 __all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "DEFAULT_VARIANCE_GROWTH",
            "CachedLeastSquares", "FactorCache", "InformationReference", "ReferenceFactor", "VarianceMemo",
@@ -228,10 +228,10 @@ class FactorCache:
                 + sum(e.nbytes for held in self._newton.values() for e in held))
 
     def newton_held(self, key: Hashable) -> list[HeldInformation] | None:
-        """The list of informations that :func:`~ldpstream.estimators.newton_mle.newton_multinomial` keeps for the
-        design ``key`` across decodes (its ``held``; the windows of a metric find theirs in it when their weights
-        are within 1%: the same maximizer, fewer informations formed); None when the cache is disabled. The bytes
-        it grows by are counted at the next bound check (:meth:`grown`)."""
+        """The list of informations that :func:`~ldpstream.estimators.numerics.newton_mle.newton_multinomial`
+        keeps for the design ``key`` across decodes (its ``held``; the windows of a metric find theirs in it when
+        their weights are within 1%: the same maximizer, fewer informations formed); None when the cache is
+        disabled. The bytes it grows by are counted at the next bound check (:meth:`grown`)."""
         with self._lock:
             if not self.enabled:
                 return None
@@ -364,7 +364,7 @@ class FactorCache:
 
 
 class CachedLeastSquares:
-    """The weighted least squares of :class:`~ldpstream.estimators.least_squares.WeightedLeastSquares` (same
+    """The weighted least squares of :class:`~ldpstream.estimators.numerics.least_squares.WeightedLeastSquares` (same
     attributes and methods as the candidate decoders use) through a :class:`FactorCache`, for the exact back
     end (``S ≤ exact_max``).
 

@@ -103,7 +103,7 @@ def censored_sd(mean: ArrayLike, sd: ArrayLike) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ScoreTestedEstimate(Estimate):
     """An :class:`Estimate` whose significance tests use the score statistic of ``H0: p_s = 0``.
 

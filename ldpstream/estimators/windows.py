@@ -35,12 +35,14 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import stats
 
+from ldpstream.mechanisms.base import Mechanism
+from ldpstream.mechanisms.longitudinal import Memoizing
 from ldpstream.mechanisms.rates import bit_rates, krr_rates
 
 from .estimate import ConfidenceInterval, Estimate
 from .intervals import Z95, ScoreTestedEstimate, affine_score_interval
 from .joint import JointEstimate
-from .joint_inference import ConditionalTable, wald_clipped
+from .joint.inference import ConditionalTable, wald_clipped
 
 __all__ = [
     "MAX_OVERLAP_SD",
@@ -62,7 +64,7 @@ MIN_DOF = 30
 MAX_OVERLAP_SD = 0.25
 
 
-def persistence_rates(mechanism: Any) -> tuple[float, float, float, float] | None:
+def persistence_rates(mechanism: Mechanism) -> tuple[float, float, float, float] | None:
     """``(q1, p1, q2, p2)``: rates of the permanent response of a sketch cell (its first layer) and of the
     instantaneous layer on top of it (``(1, 0)`` when there is none); ``None`` when every report draws fresh
     noise (``memoize=False``: reports of one client are independent given its value).
@@ -75,9 +77,9 @@ def persistence_rates(mechanism: Any) -> tuple[float, float, float, float] | Non
     own = getattr(mechanism, "persistence_rates", None)  # RAPPOR: its PRR and IRR
     if own is not None:
         return (float(own[0]), float(own[1]), float(own[2]), float(own[3]))
-    layers = getattr(mechanism, "layers", None)
-    if layers is None:
+    if not isinstance(mechanism, Memoizing):
         return float(hi), float(lo), 1.0, 0.0
+    layers = mechanism.layers
     if not mechanism.memoize:
         return None
     first, irr = layers
@@ -88,7 +90,7 @@ def persistence_rates(mechanism: Any) -> tuple[float, float, float, float] | Non
     return (*bit_rates(first), *bit_rates(irr))
 
 
-def _cells(mechanism: Any, sketch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cells(mechanism: Mechanism, sketch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(counts (..., C, k), reports per cohort (..., C))`` of one sketch or a stack of them: the cells are the
     symbol columns (a symbol sketch's rows sum to its reports), or the bit columns (column 0 of a bit sketch
     counts reports)."""
@@ -173,13 +175,13 @@ class WindowDesign:
                 "overlap_estimate": self.overlap_estimate, "dof": self.dof}
 
 
-def _independent(mechanism: Any, sketch: np.ndarray, rule: str, buckets: int, span: float) -> WindowDesign:
+def _independent(mechanism: Mechanism, sketch: np.ndarray, rule: str, buckets: int, span: float) -> WindowDesign:
     cells, _ = _cells(mechanism, sketch)
     zero = np.zeros(cells.shape)
     return WindowDesign(buckets, span, 0.0, rule, 0.0, None, zero, np.ones(cells.shape))
 
 
-def window_design(mechanism: Any, bucket_sketches: Sequence[np.ndarray], window_sketch: np.ndarray | None = None,
+def window_design(mechanism: Mechanism, bucket_sketches: Sequence[np.ndarray], window_sketch: np.ndarray | None = None,
                   *, min_dof: int = MIN_DOF, max_overlap_sd: float = MAX_OVERLAP_SD) -> WindowDesign:
     """The repetition model of a window from the sketches of its buckets (module docstring).
 
@@ -314,7 +316,7 @@ def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.nda
     return ConfidenceInterval(np.clip(wide.low, 0.0, 1.0), np.clip(wide.high, 0.0, 1.0)), wide
 
 
-def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Any, sketch: np.ndarray) -> Estimate:
+def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Mechanism, sketch: np.ndarray) -> Estimate:
     """``est`` with its uncertainty inflated by the design effects ``deff`` (one per value).
 
     Standard errors × ``sqrt(deff)``; the score interval of a direct decoder (``"wilson-score"``) recomputed

@@ -21,7 +21,7 @@ from scipy.optimize import brentq
 from scipy.special import ndtr
 
 from ldpstream.errors import ParameterError
-from ldpstream.estimators.variance import bit_variance, krr_variance
+from ldpstream.estimators.numerics.variance import bit_variance, krr_variance
 from ldpstream.mechanisms.base import Mechanism
 from ldpstream.simulation.setups import DECODERS, Setup, is_direct
 
@@ -104,8 +104,8 @@ def predicted_variances(
 
 def response_variance(mech: Mechanism, p: np.ndarray, n: float | np.ndarray) -> np.ndarray:
     """Per-cell variance of the unbiased response of ``n`` reports (per cohort) whose true cells have
-    frequencies ``p`` (``Xp`` for a hashed mechanism): :func:`~ldpstream.estimators.variance.krr_variance` over
-    the ``k`` symbols of a symbol mechanism, :func:`~ldpstream.estimators.variance.bit_variance` at the
+    frequencies ``p`` (``Xp`` for a hashed mechanism): :func:`~ldpstream.estimators.numerics.variance.krr_variance` over
+    the ``k`` symbols of a symbol mechanism, :func:`~ldpstream.estimators.numerics.variance.bit_variance` at the
     :attr:`~ldpstream.mechanisms.base.Mechanism.response_rates` of a bit mechanism."""
     if mech.decoder_family in ("direct_symbol", "candidates_symbol"):
         return krr_variance(p, n, float(mech.epsilon), k=mech.k)

@@ -4,7 +4,7 @@ The paper's setting (Fanti, Pihur, Erlingsson 2016 §4.E): two variables of ``S`
 marginals and a known association; clients report both through their mechanisms; the decoder keeps the top
 categories of each plus "Other". :func:`zipf_association` gives such a joint law whose marginals are exactly
 Zipf; :func:`sample_pairs` draws the reports of ``n`` clients (vectorized, through the mechanisms'
-``encode_clients``) and collapses them into :class:`~ldpstream.estimators.pairs.PairPatterns`;
+``encode_clients``) and collapses them into :class:`~ldpstream.estimators.joint.pairs.PairPatterns`;
 :func:`collapse` is the true table the estimator targets.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.distributions import zipf
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.base import Mechanism
 
 __all__ = ["collapse", "sample_pairs", "value_names", "zipf_association"]

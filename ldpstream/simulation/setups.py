@@ -33,7 +33,7 @@ from ldpstream.estimators.candidates import decode_bits, decode_orr
 from ldpstream.estimators.detection import detect
 from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.estimate import Estimate
-from ldpstream.estimators.simplex import truncate_normalize
+from ldpstream.estimators.numerics.simplex import truncate_normalize
 from ldpstream.mechanisms import check_epsilon
 from ldpstream.mechanisms.base import Mechanism
 from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism

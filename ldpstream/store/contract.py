@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig
 
 #: The bucket number of the all-time rollup sketch (real buckets are ≥ 0).

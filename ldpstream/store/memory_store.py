@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig
 from ldpstream.store.contract import (
     ALL_TIME,

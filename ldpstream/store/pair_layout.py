@@ -1,5 +1,5 @@
 """How an association's pair statistic is stored: the consumers' side (report tuples → increments) and the
-decoder's side (stored form → :class:`~ldpstream.estimators.pairs.PairPatterns`). Pure numpy.
+decoder's side (stored form → :class:`~ldpstream.estimators.joint.pairs.PairPatterns`). Pure numpy.
 The layout, its figures and the choice of threshold: docs/redis-layout.md#pair-statistics-associations.
 
 Two forms, chosen from the members' mechanisms (:func:`layout_of`):
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpstream.errors import ParameterError
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig
 from ldpstream.store.contract import MAX_PAIR_BYTES, MAX_PAIR_CELL, PairIncrement
 from ldpstream.wire import payload_size, reports_from_payloads, symbols_from_payloads

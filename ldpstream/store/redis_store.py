@@ -27,7 +27,7 @@ import redis.cluster
 from redis.crc import key_slot
 
 from ldpstream.errors import ServiceError, StoreUnavailableError
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig
 from ldpstream.store import keys
 from ldpstream.store.contract import (

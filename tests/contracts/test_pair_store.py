@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ldpstream.errors import ParameterError, ServiceError
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.registry import AssociationConfig, Registry
 from ldpstream.store import InMemorySketchStore, PartitionBatch, RedisSketchStore, SketchKey, StatusStore, pair_layout
 from ldpstream.store import keys as key_schema

@@ -15,7 +15,7 @@ import pytest
 
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.operations.status import collect_status, format_status
 from ldpstream.producers.loadgen import simulate_association_and_publish
 from ldpstream.producers.publisher import ReportPublisher

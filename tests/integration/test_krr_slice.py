@@ -9,7 +9,7 @@ from scipy import stats
 from ldpstream.config import KafkaConfig
 from ldpstream.consumers.worker import ConsumerSettings, SketchConsumer
 from ldpstream.decoder.service import DecoderService
-from ldpstream.estimators.variance import krr_variance
+from ldpstream.estimators.numerics.variance import krr_variance
 from ldpstream.producers.loadgen import simulate_and_publish
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry

@@ -23,7 +23,7 @@ from ldpstream.estimators import (
     krr_variance,
 )
 from ldpstream.estimators.direct import krappor_mle, krr_mle
-from ldpstream.estimators.simplex import project_simplex, truncate_normalize
+from ldpstream.estimators.numerics.simplex import project_simplex, truncate_normalize
 
 pytestmark = pytest.mark.statistical
 

@@ -5,7 +5,7 @@ Tolerances:
 - Point estimates: CG is run to a relative residual of 1e-11, so the sparse and dense least-squares
   solutions agree to ~1e-8 standard errors; we allow 1e-6 SE. The MLE starts from the least-squares fit,
   so two runs differ by the EM stopping rule only (steps below 1e-8 in p or 1e-7 nats): 0.05 SE.
-- Standard errors: the documented accuracy of the approximation (decoder/estimators/gram.py): within 3%
+- Standard errors: the documented accuracy of the approximation (decoder/estimators/numerics/gram.py): within 3%
   (each), 1% rms at S = 1024, C = 64, k = 128. A relative SE error δ moves the coverage of a 95% Wald
   interval by about 2·φ(1.96)·1.96·δ ≈ 0.23 δ, i.e. by less than 0.7 points at δ = 3%.
 """

@@ -26,7 +26,7 @@ from ldpstream.estimators import (
 )
 from ldpstream.estimators.direct import krappor_mle, krr_channel, krr_mle
 from ldpstream.estimators.intervals import affine_score_interval, null_score_z
-from ldpstream.estimators.simplex import project_simplex, truncate_normalize
+from ldpstream.estimators.numerics.simplex import project_simplex, truncate_normalize
 from ldpstream.mechanisms.rates import bit_rates
 
 pytestmark = pytest.mark.statistical

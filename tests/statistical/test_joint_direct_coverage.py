@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.simulation.joint_trials import collapse, zipf_association
 
@@ -90,7 +90,7 @@ def test_orr_inversion_against_the_dictionary_covers_at_a_million_pairs() -> Non
     SE as above (≤ 0.02/3); Other × Other alone has a binomial SE of √(0.95·0.05/400) = 0.011, so its band is
     widened to 0.92–0.98 (±2.7 SE; the EM's 0.43 at 4·10^5 is 45 SE away). Sampling: the pair table drawn as a
     multinomial over the cells, whose law is ``m = Σ_{v,v'} P(v, v') Q(· | v, c_x) Q(· | v', c_y) / C²``."""
-    from ldpstream.estimators.joint_likelihood import candidate_truth
+    from ldpstream.estimators.joint.likelihood import candidate_truth
     from ldpstream.mechanisms.orr import ORR
     from ldpstream.simulation.joint_trials import value_names
 

@@ -28,7 +28,7 @@ import pytest
 
 from ldpstream.estimators.dispatch import estimate
 from ldpstream.estimators.joint import SANDWICH_INTERVAL_METHOD, JointVariable, estimate_joint
-from ldpstream.estimators.joint_likelihood import pattern_sketch
+from ldpstream.estimators.joint.likelihood import pattern_sketch
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 from ldpstream.simulation.joint_trials import collapse, sample_pairs, value_names, zipf_association

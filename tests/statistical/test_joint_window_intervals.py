@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.estimators.windows import joint_design_effect, widen_joint, window_design
 from ldpstream.mechanisms.krr import KRR
 

@@ -23,7 +23,7 @@ from scipy import linalg, stats
 from ldpstream.estimators.count_mean import count_mean
 from ldpstream.estimators.direct import unary_expected_l2sq, unary_unbiased
 from ldpstream.estimators.dispatch import estimate
-from ldpstream.estimators.variance import bit_variance
+from ldpstream.estimators.numerics.variance import bit_variance
 from ldpstream.mechanisms import (
     OUE,
     CountMeanSketch,

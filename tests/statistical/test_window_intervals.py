@@ -9,7 +9,7 @@ instantaneous layer applied to it (``epsilon_permanent``; RAPPOR's IRR), or fres
 (``memoize=False``). Control: new clients in every bucket (each reports once). Every window is decoded
 through :func:`ldpstream.decoder.published.decode_window`, the decoder's own path, and the interval checked
 is the published one (``ci(0.95, clip=True)``) against the frequencies of the window's clients' values.
-The candidate decoders go through the process's factor cache as in the live decoder
+The candidate decoders go through a factor cache as in the live decoder, one per case
 (:mod:`ldpstream.estimators.factor_cache`): in the O-RAPPOR, RAPPOR and O-RR "once" cases 19 of 20 windows
 reuse the weights of an earlier, independent window (a cache hit), so their coverage is that of cached decodes.
 
@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from ldpstream.decoder.published import decode_sketch, decode_window
+from ldpstream.estimators import DesignCache, FactorCache
 from ldpstream.mechanisms._common import perturb_bits
 from ldpstream.registry import MetricConfig, Registry
 
@@ -103,11 +104,13 @@ def coverage(spec: dict[str, Any], panel: bool, seed: int) -> tuple[float, float
     p = np.linspace(2.0, 1.0, size)
     p /= p.sum()
     covered, deffs, rules = [], [], set()
+    design_cache, factor_cache = DesignCache(), FactorCache()  # the live decoder's, over the case's windows
     for _ in range(TRIALS):
         values = rng.choice(size, size=CLIENTS, p=p)
         truth = np.bincount(values, minlength=size) / CLIENTS  # the same in every bucket
         held = bucket_sketches(metric, values, BUCKETS, rng, panel=panel)
-        est, design, deff = decode_window(metric, np.sum(held, axis=0), held)
+        est, design, deff = decode_window(metric, np.sum(held, axis=0), held, design_cache=design_cache,
+                                          factor_cache=factor_cache)
         ci = est.ci(0.95, clip=True)
         covered.append(np.mean((ci.low <= truth + 1e-12) & (truth <= ci.high + 1e-12)))
         deffs.append(float(deff.mean()))

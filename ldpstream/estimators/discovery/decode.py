@@ -36,6 +36,8 @@ import numpy as np
 from scipy import stats
 
 from ..detection import Correction, DetectionEstimate, detect
+from ..dispatch import DesignCache
+from ..factor_cache import FactorCache
 from ..joint import JointVariable, estimate_joint
 from .cliques import CliqueLimitError, k_partite_cliques
 from .reports import DiscoveryCollection
@@ -133,6 +135,8 @@ def discover(
     tolerance: float = 1e-5,
     extra_candidates: Sequence[str] = (),
     pair_starts: Mapping[tuple[int, int], PairTable] | None = None,
+    design_cache: DesignCache | None = None,
+    factor_cache: FactorCache | None = None,
 ) -> DiscoveryResult:
     """Stages 1–6 (module docstring). ``alpha_ngram``: the level of the n-gram detection (stage 1, with
     ``correction``); ``alpha_edge``: the per-cell level of the pair threshold (stage 3; ``None``:
@@ -144,12 +148,15 @@ def discover(
     after the same filters;
     ``pair_starts``: a previous decode's :attr:`DiscoveryResult.pair_tables`: a slot pair whose kept n-grams are
     the same starts its EM from that table (the live decoder's refresh: fewer iterations to the same stopping
-    rule).
+    rule); ``design_cache``, ``factor_cache``: the caller's caches for the pairs' joint decodes
+    (:func:`~ldpstream.estimators.joint.estimate_joint`); without a design cache, one kept for this call only
+    (each slot's n-gram design is built once for all its pairs).
 
     The pair threshold's standard errors are the observed-information ones of each pair's EM fit (stage 3), not
     the stacked sandwich of the published joint intervals (docs/math/dictionary.md#where-recovery-stops)."""
     shape, mech = scheme.shape, scheme.ngram
     k = shape.slots
+    designs = DesignCache() if design_cache is None else design_cache
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}  # process CPU time per stage (wall times mean little on a loaded machine)
 
@@ -190,7 +197,7 @@ def discover(
             previous = (pair_starts or {}).get((a, b))
             start = previous[2] if previous is not None and previous[:2] == (names_a, names_b) else None
             joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance, start=start,
-                                   nuisance_sandwich=False)
+                                   nuisance_sandwich=False, design_cache=designs, factor_cache=factor_cache)
             pair_tables[(a, b)] = (names_a, names_b, joint.table)
             iterations += joint.iterations
             cells = joint.table[: kept[a].size, : kept[b].size]

@@ -6,7 +6,7 @@ aggregator keeps of them (docs/math/dictionary.md, "Collection").
 (:meth:`~ldpstream.mechanisms.base.Mechanism.encode_clients`) for the full strings and the n-grams;
 :class:`DiscoveryCollection` is the aggregate the decoder reads: one bit sketch of the full reports, one per
 n-gram slot, and for every pair of slots the distinct report pairs of the clients that sent that pair
-(:class:`~ldpstream.estimators.pairs.PairPatterns`).
+(:class:`~ldpstream.estimators.joint.pairs.PairPatterns`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.randomness import Randomness
 
-from ..pairs import PairPatterns
+from ..joint.pairs import PairPatterns
 from .scheme import DiscoveryScheme
 
 __all__ = ["ClientReports", "DiscoveryCollection", "draw_slots", "encode_population"]

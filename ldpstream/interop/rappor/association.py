@@ -26,7 +26,7 @@ from ldpstream.errors import ParameterError
 from ldpstream.estimators.detection import detect
 from ldpstream.estimators.dispatch import design_matrix
 from ldpstream.estimators.joint import OTHER_LABEL, JointEstimate, JointVariable, estimate_joint
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.interop.rappor.assoc_reports import read_assoc_reports
 from ldpstream.interop.rappor.maps import CandidateMap, create_bool_map, read_map
 from ldpstream.interop.rappor.params import ParamsFile, read_params_dir

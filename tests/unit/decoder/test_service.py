@@ -484,7 +484,9 @@ def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechani
     feed.add("site", rng.choice(len(CANDIDATES), size=500, p=p), RECENT_TIME, seed=22)
     warm = service.run_once(now=NOW + 5)[0]
     assert warm.estimate.info["warm_start"] is True and not warm.reused
-    cold = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry())).run_once(now=NOW + 5)[0]
+    # a decoder without the last decode, on the same caches: only the start differs
+    cold = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()),
+                          design_cache=service.design_cache, factor_cache=service.factor_cache).run_once(now=NOW + 5)[0]
     assert "warm_start" not in cold.estimate.info
     # The same optimum (docs/math/estimators.md#warm-starts-of-the-iterative-decoders): within WARM_TOLERANCE
     # standard errors of the cold decode. The intervals are the least-squares ones, which no start changes;
@@ -504,6 +506,33 @@ def test_the_iterative_decoders_start_from_the_windows_previous_estimate(mechani
     for bound in ("low", "high"):
         moved = np.abs(getattr(warm.estimate.interval, bound) - getattr(cold.estimate.interval, bound))
         assert np.max(moved / se) < WARM_TOLERANCE
+
+
+def test_each_decoder_owns_its_caches_and_reuses_them_from_pass_to_pass(prometheus):
+    """The design and factor caches are the service's own (the estimators hold none): its second pass reuses
+    the design and the Gram factors its first made; another service (a worker process's, a restarted
+    decoder's) starts with empty ones."""
+    registry = Registry.from_dict({
+        "defaults": {"topic": "reports", "bucket_seconds": BUCKET, "windows": ["all"]},
+        "metrics": {"site": {"id": 3, "mechanism": "orappor", "k": 32, "epsilon": 2.0, "cohorts": 8, "hashes": 1,
+                             "candidates": CANDIDATES, "estimator": "project"}}})
+    store = InMemorySketchStore(clock=lambda: NOW)
+    feed = Feeder(registry, store)
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(len(CANDIDATES), 0.3))
+    service = DecoderService(registry, store, metrics=DecoderMetrics(prometheus))
+    feed.add("site", rng.choice(len(CANDIDATES), size=20_000, p=p), OLD_TIME, seed=21)
+    first = service.run_once(now=NOW)[0]
+    assert first.estimate.info["factor_cache"] == "miss"
+    assert service.design_cache.misses >= 1 and service.factor_cache.misses == 1
+    feed.add("site", rng.choice(len(CANDIDATES), size=500, p=p), RECENT_TIME, seed=22)
+    second = service.run_once(now=NOW + 5)[0]
+    assert second.estimate.info["factor_cache"] == "hit" and not second.reused
+    assert service.design_cache.hits >= 1 and service.factor_cache.hits == 1
+    other = DecoderService(registry, store, metrics=DecoderMetrics(CollectorRegistry()))
+    assert other.design_cache is not service.design_cache and other.factor_cache is not service.factor_cache
+    assert other.run_once(now=NOW + 5)[0].estimate.info["factor_cache"] == "miss"
+    assert other.dictionaries.factor_cache is other.factor_cache
 
 
 #: Largest disagreement, in standard errors, between a warm-started and a cold decode that both stop by the

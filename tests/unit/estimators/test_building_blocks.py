@@ -146,14 +146,16 @@ def test_estimate_object_api():
     assert d["labels"] == ["a", "b", "c", "d"] and d["n_reports"] == 1000
     np.testing.assert_allclose(est.counts, [500, 300, 10, 0])
     with pytest.raises(ParameterError):
-        Estimate(np.zeros(2), None, 1, "x").significant()
+        Estimate(frequencies=np.zeros(2), std_errors=None, n_reports=1, method="x").significant()
     with pytest.raises(ParameterError):
         est.significant(correction="holm")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):  # built by keyword only: a field out of place cannot pass unnoticed
+        Estimate(np.zeros(2), None, 1, "x")  # type: ignore[misc]
 
 
 def test_bh_more_liberal_than_bonferroni():
     z = np.array([5.0, 2.3, 2.2, 2.1, 0.0, 0.0])
-    est = Estimate(z * 0.01, np.full(6, 0.01), 100, "t")
+    est = Estimate(frequencies=z * 0.01, std_errors=np.full(6, 0.01), n_reports=100, method="t")
     bonf, bh = est.significant(), est.significant(correction="bh")
     assert bonf.sum() == 1 and bh.sum() == 4
     assert np.all(bh >= bonf)
@@ -172,7 +174,7 @@ def test_direct_validation():
 def test_affine_constrained_variances_match_dense(with_other):
     """The sparse tangent-space/Woodbury route equals constrained_variances of the dense information."""
     from ldpstream.estimators import constrained_variances
-    from ldpstream.estimators.variance import affine_constrained_variances
+    from ldpstream.estimators.numerics.variance import affine_constrained_variances
 
     rng = np.random.default_rng(8)
     C, k, S = 6, 16, 25

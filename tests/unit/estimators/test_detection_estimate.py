@@ -111,8 +111,9 @@ def test_two_stage_rule_is_computed_at_the_level_asked_for():
     rng = np.random.default_rng(3)
     z = np.concatenate([rng.normal(2.5, 1.0, 30), rng.normal(0.0, 1.0, 70), np.zeros(20)])
     se = np.full(z.size, 0.01)
-    base = DetectionEstimate(z * se, se, 1000, "t", null_z=z)
-    tst = DetectionEstimate(z * se, se, 1000, "t", null_z=z, null_fraction=0.9, adaptive="two-stage")
+    base = DetectionEstimate(frequencies=z * se, std_errors=se, n_reports=1000, method="t", null_z=z)
+    tst = DetectionEstimate(frequencies=z * se, std_errors=se, n_reports=1000, method="t", null_z=z,
+                            null_fraction=0.9, adaptive="two-stage")
     p = stats.norm.sf(z)
     masks = []
     for q in (0.02, 0.05, 0.10, 0.2):
@@ -128,8 +129,9 @@ def test_storey_adaptive_bh_is_bh_at_level_over_null_fraction():
     rule), Bonferroni is unchanged, and π̂0 = 1 gives plain BH."""
     z = np.array([4.0, 2.6, 2.2, 2.0, 1.7, 1.2, 0.3, 0.0, -0.5, -1.0])
     se = np.full(z.size, 0.01)
-    base = DetectionEstimate(z * se, se, 1000, "t", null_z=z)
-    adapt = DetectionEstimate(z * se, se, 1000, "t", null_z=z, null_fraction=0.5, adaptive="storey")
+    base = DetectionEstimate(frequencies=z * se, std_errors=se, n_reports=1000, method="t", null_z=z)
+    adapt = DetectionEstimate(frequencies=z * se, std_errors=se, n_reports=1000, method="t", null_z=z,
+                              null_fraction=0.5, adaptive="storey")
     p = stats.norm.sf(z)
     for q in (0.05, 0.10, 0.2):
         order = np.argsort(p)
@@ -140,7 +142,8 @@ def test_storey_adaptive_bh_is_bh_at_level_over_null_fraction():
         assert np.array_equal(adapt.significant(q, "bh"), want & (z > 0))
         assert np.all(adapt.significant(q, "bh")[base.significant(q, "bh")])
     assert np.array_equal(adapt.significant(0.05, "bonferroni"), base.significant(0.05, "bonferroni"))
-    one = DetectionEstimate(z * se, se, 1000, "t", null_z=z, null_fraction=1.0, adaptive="storey")
+    one = DetectionEstimate(frequencies=z * se, std_errors=se, n_reports=1000, method="t", null_z=z,
+                            null_fraction=1.0, adaptive="storey")
     assert np.array_equal(one.significant(0.10, "bh"), base.significant(0.10, "bh"))
 
 
@@ -157,7 +160,8 @@ def test_window_design_effect_widens_the_refit_interval_and_shrinks_the_test():
     point = np.array([0.049, 0.007, 0.0])
     z95 = 1.959963984540054
     iv = ConfidenceInterval(np.clip(refit - z95 * se, 0, 1), np.clip(refit + z95 * se, 0, 1))
-    est = DetectionEstimate(point, se, 1000, "bits/detect", interval=iv, interval_method="wald-refit",
+    est = DetectionEstimate(frequencies=point, std_errors=se, n_reports=1000, method="bits/detect", interval=iv,
+                            interval_method="wald-refit",
                             null_z=refit / se, null_fraction=0.6, adaptive="two-stage")
     wide = widen_estimate(est, np.full(3, 4.0), None, np.zeros((1, 2)))
     assert isinstance(wide, DetectionEstimate) and wide.null_fraction == 0.6 and wide.adaptive == "two-stage"

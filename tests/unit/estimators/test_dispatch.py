@@ -1,11 +1,11 @@
-"""dispatch.estimate: closed alphabets, mechanisms that need candidates, and the design-matrix cache."""
+"""dispatch.estimate: closed alphabets, mechanisms that need candidates, and the caller's design-matrix cache."""
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from ldpstream.errors import ParameterError
-from ldpstream.estimators import clear_design_cache, decode_bits, decode_orr, design_matrix, estimate
+from ldpstream.estimators import DesignCache, decode_bits, decode_orr, design_matrix, estimate
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orappor import ORappor
@@ -83,8 +83,7 @@ def test_krr_and_krappor_keep_direct_decoders():
     assert estimate(krap.simulate_sketch(counts, rng), krap, "mle").method == "krappor/mle"
 
 
-def test_design_cache_hits_and_is_read_only(monkeypatch):
-    clear_design_cache()
+def _counting_designs(monkeypatch):
     calls = []
     original = ORappor.design_matrix
 
@@ -93,28 +92,55 @@ def test_design_cache_hits_and_is_read_only(monkeypatch):
         return original(self, candidates_or_table)
 
     monkeypatch.setattr(ORappor, "design_matrix", counting)
+    return calls
+
+
+def test_design_cache_hits_and_is_read_only(monkeypatch):
+    calls = _counting_designs(monkeypatch)
+    cache = DesignCache()
     mech = ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2)
     cands = [f"s{i}" for i in range(20)]
     rng = np.random.default_rng(13)
     table = mech.bloom_table(cands)
     sketch = mech.simulate_sketch(rng.multinomial(50_000, np.full(20, 1 / 20)), rng, table=table)
-    a = estimate(sketch, mech, "project", candidates=cands)
-    b = estimate(sketch, mech, "project", candidates=list(cands))
-    c = estimate(sketch, ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2), "ls", candidates=tuple(cands))
+    a = estimate(sketch, mech, "project", candidates=cands, design_cache=cache)
+    b = estimate(sketch, mech, "project", candidates=list(cands), design_cache=cache)
+    c = estimate(sketch, ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2), "ls", candidates=tuple(cands),
+                 design_cache=cache)
     assert len(calls) == 1  # equal mechanisms and equal candidate lists share one entry
-    # b reuses a's Gram factors (the factor cache): the same least squares, solved another way
+    assert (cache.misses, cache.hits, len(cache)) == (1, 2, 1)
     np.testing.assert_allclose(a.frequencies, b.frequencies, rtol=1e-12, atol=1e-15)
     assert c.method == "bits/ls"
-    estimate(sketch[:, :], mech, "project", candidates=cands[::-1])
+    estimate(sketch[:, :], mech, "project", candidates=cands[::-1], design_cache=cache)
     assert len(calls) == 2
-    X = design_matrix(mech, cands)
+    X = design_matrix(mech, cands, cache)
     assert not X.data.flags.writeable
     with pytest.raises(ValueError):
         X.data[0] = 2.0
-    clear_design_cache()
-    estimate(sketch, mech, "project", candidates=cands)
+    cache.clear()
+    estimate(sketch, mech, "project", candidates=cands, design_cache=cache)
     assert len(calls) == 3
     assert hash(mech) == hash(ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2))
+    small = DesignCache(max_entries=1)
+    design_matrix(mech, cands, small)
+    design_matrix(mech, cands[::-1], small)
+    assert len(small) == 1 and len(calls) == 5
+
+
+def test_without_a_cache_every_call_builds_its_design(monkeypatch):
+    """No cache is held between calls: the same decode twice hashes the candidates twice, and the design is the
+    caller's to edit."""
+    calls = _counting_designs(monkeypatch)
+    mech = ORappor(k=32, epsilon=2.0, cohorts=4, hashes=2)
+    cands = [f"s{i}" for i in range(20)]
+    rng = np.random.default_rng(13)
+    sketch = mech.simulate_sketch(rng.multinomial(50_000, np.full(20, 1 / 20)), rng, table=mech.bloom_table(cands))
+    first = estimate(sketch, mech, "project", candidates=cands)
+    second = estimate(sketch, mech, "project", candidates=cands)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(first.frequencies, second.frequencies)
+    X = design_matrix(mech, cands)
+    assert X.data.flags.writeable and len(calls) == 3
 
 
 @pytest.mark.parametrize("other", [True, False])

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache
-from ldpstream.estimators.sandwich import bits_meat, orr_meat
+from ldpstream.estimators.numerics.sandwich import bits_meat, orr_meat
 from tests.unit.estimators.designs import enumerated_covariance, hashed_design
 
 
@@ -137,27 +137,35 @@ def test_distant_weights_miss_and_the_bound_holds():
     assert "factor_cache" not in _decode("orr", sketches[0][0], X, sketches[0][1], small, False).info
 
 
-def test_estimate_uses_the_process_cache_and_can_bypass_it():
-    """``estimate`` passes the process-wide cache keyed by the mechanism and candidates; ``factor_cache=None``
-    bypasses it."""
+def test_estimate_uses_the_callers_cache_and_none_without_one():
+    """``estimate`` reuses factors only through the cache it is handed (keyed by the mechanism and candidates):
+    called twice on the same input without one, it does the same work both times (no factor is reused)."""
     from ldpstream.estimators import estimate
-    from ldpstream.estimators.dispatch import factor_cache
     from ldpstream.mechanisms.orappor import ORappor
 
     mech = ORappor(k=32, epsilon=2.0, cohorts=4)
     cands = [f"c{i}" for i in range(20)]
     rng = np.random.default_rng(0)
     sketch = mech.simulate_sketch(rng.multinomial(20_000, np.full(20, 0.05)), rng, table=mech.value_table(cands))
-    factor_cache().clear()
-    first = estimate(sketch, mech, "project", candidates=cands)
-    second = estimate(sketch, mech, "project", candidates=cands)
-    bypass = estimate(sketch, mech, "project", candidates=cands, factor_cache=None)
+    cache = FactorCache()
+    first = estimate(sketch, mech, "project", candidates=cands, factor_cache=cache)
+    second = estimate(sketch, mech, "project", candidates=cands, factor_cache=cache)
     assert (first.info["factor_cache"], second.info["factor_cache"]) == ("miss", "hit")
-    assert "factor_cache" not in bypass.info
-    np.testing.assert_allclose(bypass.std_errors, first.std_errors, rtol=1e-7)
-    # the direct decoders (closed form) accept the option and ignore it
+    assert (cache.misses, cache.hits) == (1, 1)
+    plain = [estimate(sketch, mech, "project", candidates=cands) for _ in range(2)]
+    assert all("factor_cache" not in est.info for est in plain)
+    np.testing.assert_array_equal(plain[0].frequencies, plain[1].frequencies)
+    np.testing.assert_array_equal(plain[0].std_errors, plain[1].std_errors)
+    assert (cache.misses, cache.hits) == (1, 1)  # the calls without it left it alone
+    np.testing.assert_allclose(plain[0].std_errors, first.std_errors, rtol=1e-7)
+    # a cache of another caller starts cold
+    other = estimate(sketch, mech, "project", candidates=cands, factor_cache=FactorCache())
+    assert other.info["factor_cache"] == "miss"
+    # the direct decoders (closed form) accept a cache and ignore it
     from ldpstream.mechanisms.krr import KRR
 
     counts, krr = np.array([50, 30, 20, 0]), KRR(k=4, epsilon=2.0)
-    plain = estimate(counts, krr, "project")
-    np.testing.assert_array_equal(estimate(counts, krr, "project", factor_cache=None).frequencies, plain.frequencies)
+    plain_krr = estimate(counts, krr, "project")
+    np.testing.assert_array_equal(estimate(counts, krr, "project", factor_cache=cache).frequencies,
+                                  plain_krr.frequencies)
+    assert (cache.misses, cache.hits) == (1, 1)

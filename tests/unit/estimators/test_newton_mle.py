@@ -1,4 +1,4 @@
-"""The projected Newton MLE (ldpstream/estimators/newton_mle.py) against its formula (the KKT conditions of the
+"""The projected Newton MLE (ldpstream/estimators/numerics/newton_mle.py) against its formula (the KKT conditions of the
 simplex-constrained likelihood, the duality-gap certificate), against EM run far past its default stopping rule,
 and against scipy optimizers (SLSQP on the simplex, L-BFGS-B on the bound-constrained reformulation)."""
 
@@ -10,7 +10,7 @@ from scipy.optimize import minimize
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.channels import AffineChannel, MatrixChannel, compressed_affine_channel
 from ldpstream.estimators.em import em_multinomial
-from ldpstream.estimators.newton_mle import GAP_TOL, _information, gap_certificate, newton_multinomial
+from ldpstream.estimators.numerics.newton_mle import GAP_TOL, _information, gap_certificate, newton_multinomial
 
 
 def _channel(seed, k_in=8, k_out=20):
@@ -135,7 +135,7 @@ def test_informations_held_across_calls_give_the_same_maximizer_and_are_reused(m
     """A refresh's Newton (a few more reports, started from the previous maximizer) takes the information an
     earlier call left in ``held`` when its weights are within 1%, and stops at the same certified maximizer as
     a call that forms its own; the list keeps at most HELD_INFORMATIONS."""
-    import ldpstream.estimators.newton_mle as newton_mle
+    import ldpstream.estimators.numerics.newton_mle as newton_mle
 
     Q = _channel(7)
     shifted = np.array([0.3, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.05])

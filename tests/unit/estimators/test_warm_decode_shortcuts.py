@@ -19,9 +19,9 @@ from scipy.optimize import minimize
 
 from ldpstream.estimators import decode_bits, decode_orr
 from ldpstream.estimators.factor_cache import FactorCache, InformationReference
-from ldpstream.estimators.least_squares import face_solve_constrained_ls, fista_constrained_ls
-from ldpstream.estimators.sandwich import bits_meat
-from ldpstream.estimators.simplex import project_capped_simplex, project_simplex
+from ldpstream.estimators.numerics.least_squares import face_solve_constrained_ls, fista_constrained_ls
+from ldpstream.estimators.numerics.sandwich import bits_meat
+from ldpstream.estimators.numerics.simplex import project_capped_simplex, project_simplex
 from tests.unit.estimators.designs import hashed_design
 
 
@@ -274,7 +274,7 @@ def test_a_value_back_in_the_top_is_exported_again():
     metrics = DecoderMetrics(registry)
 
     def publish(freqs):
-        est = Estimate(np.array(freqs), np.full(3, 0.01), 100, "krr/project")
+        est = Estimate(frequencies=np.array(freqs), std_errors=np.full(3, 0.01), n_reports=100, method="krr/project")
         metrics.observe(PublishedEstimate("m", "all", 0.0, 0.0, 1, est, ("a", "b", "c")), top_n=1)
         return generate_latest(registry).decode()
 
@@ -294,7 +294,8 @@ def test_published_body_is_the_json_of_the_estimate_and_of_its_republished_copy(
     from ldpstream.decoder.published import PublishedEstimate, json_text
     from ldpstream.estimators import Estimate
 
-    est = Estimate(np.array([0.5, 0.25, np.nan]), np.array([0.1, 0.05, 0.2]), 100, "krr/project",
+    est = Estimate(frequencies=np.array([0.5, 0.25, np.nan]), std_errors=np.array([0.1, 0.05, 0.2]), n_reports=100,
+                   method="krr/project",
                    residual=0.1, info={"x": 1})
     published = PublishedEstimate("m", "all", 1.0, 0.5, 3, est, ('a"', "é", "c"), (0, 3600), None,
                                   np.array([1.0, 1.5, 2.0]))

@@ -113,7 +113,7 @@ def test_a_clipped_interval_beside_the_point_is_widened_about_its_own_centre():
     beta = np.array([0.30, 0.01, 0.69, 0.995])
     se = np.full(4, 0.01)
     clip = lambda a: np.clip(a, 0.0, 1.0)  # noqa: E731
-    est = Estimate(np.array([0.29, 0.0, 0.70, 0.99]), se, 1000, "x/project",
+    est = Estimate(frequencies=np.array([0.29, 0.0, 0.70, 0.99]), std_errors=se, n_reports=1000, method="x/project",
                    interval=ConfidenceInterval(clip(beta - Z95 * se), clip(beta + Z95 * se)),
                    interval_method="ls-sandwich")
     wide = widen_estimate(est, np.full(4, 4.0), MECH, np.zeros((1, 32)))
@@ -132,8 +132,10 @@ def test_an_interval_clipped_wholly_to_zero_is_widened_from_its_bounds_before_cl
     raw = ConfidenceInterval(beta - Z95 * se, beta + Z95 * se)
     clipped = ConfidenceInterval(np.clip(raw.low, 0.0, 1.0), np.clip(raw.high, 0.0, 1.0))
     point = np.array([0.0, 0.0, 0.29, 0.71])
-    est = Estimate(point, se, 1000, "x/project", interval=clipped, interval_method="ls-sandwich")
-    exact = Estimate(point, se, 1000, "x/project", interval=clipped, interval_method="ls-sandwich",
+    est = Estimate(frequencies=point, std_errors=se, n_reports=1000, method="x/project", interval=clipped,
+                   interval_method="ls-sandwich")
+    exact = Estimate(frequencies=point, std_errors=se, n_reports=1000, method="x/project", interval=clipped,
+                     interval_method="ls-sandwich",
                      unclipped_interval=raw)
     wide_raw = ConfidenceInterval(beta - 2 * Z95 * se, beta + 2 * Z95 * se)
     deff = np.full(4, 4.0)
@@ -160,6 +162,7 @@ def test_an_unclipped_interval_needs_the_frequencies_shape_and_a_published_inter
 
     iv = ConfidenceInterval(np.zeros(2), np.ones(2))
     with pytest.raises(ParameterError):
-        Estimate(np.zeros(2), None, 1, "x", unclipped_interval=iv)
+        Estimate(frequencies=np.zeros(2), std_errors=None, n_reports=1, method="x", unclipped_interval=iv)
     with pytest.raises(ParameterError):
-        Estimate(np.zeros(2), None, 1, "x", interval=iv, unclipped_interval=ConfidenceInterval(np.zeros(3), np.ones(3)))
+        Estimate(frequencies=np.zeros(2), std_errors=None, n_reports=1, method="x", interval=iv,
+                 unclipped_interval=ConfidenceInterval(np.zeros(3), np.ones(3)))

@@ -10,7 +10,7 @@ import pytest
 
 from ldpstream.consumers.fold import fold_messages
 from ldpstream.errors import ConfigError, ParameterError, ReportFormatError
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.producers.client import LdpClient
 from ldpstream.producers.loadgen import association_joint
 from ldpstream.producers.publisher import DeliveryStats, ReportPublisher

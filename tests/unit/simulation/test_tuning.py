@@ -14,7 +14,7 @@ import pytest
 from ldpstream.distributions import parse_distribution, sample_counts
 from ldpstream.errors import ParameterError
 from ldpstream.estimators.direct import krappor_expected_l2sq, krr_expected_l2sq
-from ldpstream.estimators.simplex import project_simplex
+from ldpstream.estimators.numerics.simplex import project_simplex
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.simulation.error_model import predict, predicted_variances, projected_l1
 from ldpstream.simulation.grid_search import cost, grid, ranked_predictions
@@ -138,8 +138,8 @@ def test_table_of_fewer_cohorts_is_a_prefix(name, closed, h):
 
 @pytest.mark.parametrize("name", ["krr", "krappor"])
 def test_direct_variances_are_the_estimators_single_home(name):
-    """The error model of k-RR / k-RAPPOR is the variance of ldpstream.estimators.variance, less sampling."""
-    from ldpstream.estimators.variance import krappor_variance, krr_variance
+    """The error model of k-RR / k-RAPPOR is the variance of ldpstream.estimators.numerics.variance, less sampling."""
+    from ldpstream.estimators.numerics.variance import krappor_variance, krr_variance
     from ldpstream.simulation.error_model import predicted_variances
 
     p = np.linspace(1.0, 2.0, 16)

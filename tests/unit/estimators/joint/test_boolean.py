@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_likelihood import variable_likelihood
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.likelihood import variable_likelihood
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.mechanisms.rappor_boolean import RapporBoolean
 

@@ -1,5 +1,5 @@
 """Two direct members decoded by the unbiased inversion of their full alphabets' channels
-(``ldpstream.estimators.joint_direct``; docs/math/joint.md#direct-members-the-full-alphabet).
+(``ldpstream.estimators.joint.direct``; docs/math/joint.md#direct-members-the-full-alphabet).
 
 Against the formula: fed the exact report-pair law as its "counts", eq. J1 returns the true aggregated table
 ``A_X P A_Yᵀ`` exactly (unbiasedness) and eq. J2 the exact covariance of one pair's term. Against independent
@@ -14,9 +14,9 @@ import itertools
 import numpy as np
 import pytest
 
-from ldpstream.estimators import joint_direct
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint import direct as joint_direct
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orr import ORR
@@ -186,7 +186,7 @@ def test_the_table_is_unbiased_over_repeated_krappor_samples():
 
 def _symbol_law_by_cohort(mech: ORR, words: list[str]) -> np.ndarray:
     """``(C, k, M)`` P(report y | value, cohort c) of O-RR, from its design."""
-    from ldpstream.estimators.joint_likelihood import candidate_truth
+    from ldpstream.estimators.joint.likelihood import candidate_truth
 
     hi, lo = mech.response_rates
     return lo + (hi - lo) * candidate_truth(mech, words).astype(np.float64)
@@ -220,7 +220,7 @@ def test_rappor_with_a_dictionary_pair_law_enumerated_gives_the_true_table():
     """The same for bits: RAPPOR, 6 bits, 2 hashes, 3 cohorts (18 cells for 5 values and the "other"
     regressor), the report law of every bit pattern enumerated; the per-report estimates against a plain
     ``np.linalg.lstsq`` of the stacked, share-weighted design."""
-    from ldpstream.estimators.joint_likelihood import candidate_truth, other_regressor
+    from ldpstream.estimators.joint.likelihood import candidate_truth, other_regressor
     from ldpstream.mechanisms.rappor import Rappor
 
     words = [f"s{i}" for i in range(5)]

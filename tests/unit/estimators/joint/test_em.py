@@ -18,8 +18,8 @@ from scipy import optimize
 
 from ldpstream.estimators.estimate import Estimate
 from ldpstream.estimators.joint import JointVariable, estimate_joint, top_values
-from ldpstream.estimators.joint_likelihood import variable_likelihood
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.likelihood import variable_likelihood
+from ldpstream.estimators.joint.pairs import PairPatterns
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor
@@ -209,7 +209,8 @@ def test_rappor_with_other_matches_scipy_on_the_same_likelihoods() -> None:
 
 
 def test_top_values_and_bad_inputs() -> None:
-    marginal = Estimate(np.array([0.1, 0.4, 0.05, 0.4, 0.05]), None, 100, "test")
+    marginal = Estimate(frequencies=np.array([0.1, 0.4, 0.05, 0.4, 0.05]), std_errors=None, n_reports=100,
+                        method="test")
     assert top_values(marginal, 3) == [1, 3, 0]
     assert top_values(marginal, 0) == []
     mech = KRR(3, 1.0)
@@ -231,7 +232,7 @@ def test_specialized_squarem_matches_the_generic_multinomial_em(krr_orr_case: An
     point up to the likelihood's flat direction here (4 strings in 2 cohorts of 4 symbols: 1e-4 apart at equal
     likelihood)."""
     from ldpstream.estimators.em import em_multinomial
-    from ldpstream.estimators.joint_em import PairChannel, fit_joint
+    from ldpstream.estimators.joint.em import PairChannel, fit_joint
 
     patterns, x, xs, y, ys = krr_orr_case
     lx = variable_likelihood(x, xs, patterns.cohort_x, patterns.reports_x, patterns.counts)
@@ -254,7 +255,7 @@ def test_float32_steps_reach_the_float64_point() -> None:
     """The default EM (float32 block products down to the 1e-6 tolerance) against every step in float64, on
     RAPPOR × RAPPOR with Other: the same stopping rule lands within a few tolerances of the same point (two
     stopping points of one rule; the step itself agrees to ~1e-8, plain EM below)."""
-    from ldpstream.estimators.joint_em import PairChannel, fit_joint
+    from ldpstream.estimators.joint.em import PairChannel, fit_joint
 
     mech = Rappor(k=32, hashes=2, cohorts=4, p=0.25, q=0.75, f=0.0)
     names = value_names(20)

@@ -1,4 +1,4 @@
-"""Which joint cells are published as identified (``ldpstream.estimators.joint_identification``;
+"""Which joint cells are published as identified (``ldpstream.estimators.joint.identification``;
 docs/math/joint.md#cells-the-reports-do-not-identify): the rules on their own, then through ``estimate_joint``
 for each mechanism family, and in the published JSON against its schema."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_identification import VariableIdentification, identified_cells
+from ldpstream.estimators.joint.identification import VariableIdentification, identified_cells
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor

@@ -1,4 +1,4 @@
-"""Per-pattern likelihoods and the "Other" rule (ldpstream.estimators.joint_likelihood) against brute force.
+"""Per-pattern likelihoods and the "Other" rule (ldpstream.estimators.joint.likelihood) against brute force.
 
 Reference: each (pattern, candidate) probability recomputed report by report from the mechanism's own
 ``channel_input`` / ``bloom_bits`` (the true report of one value in one cohort) and its rates, with Python
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ldpstream.estimators.joint_likelihood import (
+from ldpstream.estimators.joint.likelihood import (
     candidate_truth,
     other_bit_rates,
     other_symbol_rates,

@@ -1,4 +1,4 @@
-"""The stacked sandwich of the joint table (ldpstream/estimators/joint_sandwich.py;
+"""The stacked sandwich of the joint table (ldpstream/estimators/joint/sandwich.py;
 docs/math/joint.md#the-other-categorys-uncertainty).
 
 References, independent of the formulas under test:
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from ldpstream.estimators.joint import JointVariable, estimate_joint
-from ldpstream.estimators.joint_em import PairChannel
-from ldpstream.estimators.joint_inference import covariance_from_information, free_jacobian
-from ldpstream.estimators.joint_likelihood import (
+from ldpstream.estimators.joint.em import PairChannel
+from ldpstream.estimators.joint.inference import covariance_from_information, free_jacobian
+from ldpstream.estimators.joint.likelihood import (
     candidate_frequencies,
     candidate_truth,
     frequency_jacobian,
@@ -29,8 +29,8 @@ from ldpstream.estimators.joint_likelihood import (
     variable_likelihood,
     variable_model,
 )
-from ldpstream.estimators.joint_sandwich import nuisance_terms, sandwich_covariance
-from ldpstream.estimators.pairs import PairPatterns
+from ldpstream.estimators.joint.pairs import PairPatterns
+from ldpstream.estimators.joint.sandwich import nuisance_terms, sandwich_covariance
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.simulation.joint_trials import sample_pairs, value_names, zipf_association

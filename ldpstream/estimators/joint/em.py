@@ -22,7 +22,7 @@ from scipy.linalg import blas
 
 from ldpstream.errors import ParameterError
 
-from .linalg import TINY
+from ..numerics.linalg import TINY
 
 __all__ = ["INFORMATION_CHUNK", "JointFit", "PairChannel", "fit_joint", "log_likelihood", "warm_start"]
 

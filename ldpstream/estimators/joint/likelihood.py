@@ -29,15 +29,17 @@ hashed uniformly at random (``1/k`` per symbol; ``t = p* + (q* − p*)·h/k`` pe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 import numpy as np
 import scipy.sparse as sp
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.base import BitMechanism, Mechanism
 
-from .dispatch import design_matrix, estimate
+from ..dispatch import DesignCache, design_matrix, estimate
+from ..factor_cache import FactorCache
 
 __all__ = [
     "MIN_OTHER_REPORTS",
@@ -53,6 +55,7 @@ __all__ = [
     "other_regressor",
     "other_symbol_rates",
     "pattern_sketch",
+    "star_rates",
     "variable_likelihood",
     "variable_model",
 ]
@@ -104,29 +107,38 @@ class VariableLikelihood:
     other_law: OtherLaw | None = None
 
 
-def _is_bits(mechanism: Any) -> bool:
+def _is_bits(mechanism: Mechanism) -> TypeGuard[BitMechanism]:
     return str(mechanism.report_kind) == "bits"
 
 
-def candidate_truth(mechanism: Any, values: Sequence[Any]) -> np.ndarray:
+def star_rates(mechanism: Mechanism) -> tuple[float, float]:
+    """``(q*, p*)`` of a bit mechanism (:class:`~ldpstream.mechanisms.base.BitMechanism`)."""
+    if not _is_bits(mechanism):
+        raise ParameterError(f"{mechanism.name}: not a bit mechanism")
+    return float(mechanism.q_star), float(mechanism.p_star)
+
+
+def candidate_truth(mechanism: Mechanism, values: Sequence[Any], design_cache: DesignCache | None = None
+                    ) -> np.ndarray:
     """``(C, k, S)`` bool: whether candidate s's true report sets cell (symbol or bit) j in cohort c.
 
     Direct mechanisms (k-RR, k-RAPPOR): the identity's columns ``values`` (alphabet indices), one cohort;
-    hashed ones: their :meth:`design_matrix` of the candidates (closed alphabets: of the indices)."""
+    hashed ones: their :meth:`design_matrix` of the candidates (closed alphabets: of the indices), from
+    ``design_cache`` when given."""
     k, C = int(mechanism.k), int(mechanism.cohorts)
     if not getattr(mechanism, "needs_value_table", True):
         index = np.asarray(values, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= k):
             raise ParameterError(f"{mechanism.name}: values must be alphabet indices in 0..{k - 1}")
         return np.eye(k, dtype=bool)[:, index].reshape(1, k, len(index))
-    H = design_matrix(mechanism, list(values))
+    H = design_matrix(mechanism, list(values), design_cache)
     dense = np.asarray(sp.csr_matrix(H).toarray() > 0)
     if dense.shape[0] != C * k:
         raise ParameterError(f"{mechanism.name}: design has {dense.shape[0]} rows, expected {C * k}")
     return dense.reshape(C, k, -1)
 
 
-def pattern_sketch(mechanism: Any, cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def pattern_sketch(mechanism: Mechanism, cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The mechanism's ``(C, sketch_width)`` count sketch of patterns with multiplicities ``counts``
     (symbols: ``[c, y]``; bits: ``[c, 0]`` reports and ``[c, 1 + j]`` reports with bit j set)."""
     C, k = int(mechanism.cohorts), int(mechanism.k)
@@ -150,22 +162,25 @@ def pattern_sketch(mechanism: Any, cohorts: np.ndarray, reports: np.ndarray, cou
     return np.rint(out).astype(np.int64)
 
 
-def candidate_frequencies(mechanism: Any, values: Sequence[Any], sketch: np.ndarray) -> np.ndarray:
+def candidate_frequencies(mechanism: Mechanism, values: Sequence[Any], sketch: np.ndarray, *,
+                          design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None
+                          ) -> np.ndarray:
     """The candidates' frequencies among all reports, from the marginal decoders' unbiased least squares
     (``"ls"``; direct mechanisms: ``"unbiased"`` over the alphabet, then the values' entries), clipped to
-    ``[0, 1]`` and scaled down if they sum past 1."""
+    ``[0, 1]`` and scaled down if they sum past 1. The caches go to :func:`~ldpstream.estimators.estimate`."""
     if not getattr(mechanism, "needs_value_table", True):
         est = estimate(sketch, mechanism, "unbiased")
         f = np.asarray(est.frequencies, dtype=np.float64)[np.asarray(values, dtype=np.int64)]
     else:
-        est = estimate(sketch, mechanism, "ls", candidates=list(values))
+        est = estimate(sketch, mechanism, "ls", candidates=list(values), design_cache=design_cache,
+                       factor_cache=factor_cache)
         f = np.asarray(est.frequencies, dtype=np.float64)[: len(values)]
     f = np.clip(f, 0.0, 1.0)
     total = f.sum()
     return f / total if total > 1.0 else f
 
 
-def frequency_jacobian(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray,
+def frequency_jacobian(mechanism: Mechanism, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray,
                        n_c: np.ndarray, dictionary: DictionaryFit | None = None) -> np.ndarray:
     """``(S, C, k)``: ∂f_s/∂ȳ_{c,j} of :func:`candidate_frequencies` at ``freq`` (its linearization,
     docs/math/joint.md#the-other-categorys-uncertainty). Direct mechanisms: ``f_s = (ȳ_{v_s} − lo)/Δ``.
@@ -178,7 +193,8 @@ def frequency_jacobian(mechanism: Any, values: Sequence[Any], truth: np.ndarray,
     C, k, S = truth.shape
     bits = _is_bits(mechanism)
     if bits:
-        lo, delta = float(mechanism.p_star), float(mechanism.q_star) - float(mechanism.p_star)
+        qs, lo = star_rates(mechanism)
+        delta = qs - lo
     else:
         hi, lo = mechanism.response_rates
         delta = float(hi) - float(lo)
@@ -219,44 +235,46 @@ DICTIONARY_MAX_FRACTION = 0.5
 DICTIONARY_COND_MAX = 1e6
 
 
-def dictionary_frequencies(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None,
-                           sketch: np.ndarray) -> DictionaryFit | None:
+def dictionary_frequencies(mechanism: Mechanism, values: Sequence[Any], dictionary: Sequence[Any] | None,
+                           sketch: np.ndarray, *, design_cache: DesignCache | None = None,
+                           factor_cache: FactorCache | None = None) -> DictionaryFit | None:
     """The candidates' frequencies as rows of the unbiased least squares (``"ls"``) against ``dictionary``
     on the patterns' sketch (docs/math/joint.md#candidate-frequencies-from-the-dictionary), or ``None`` when
     that does not apply: a direct mechanism (its frequencies are exact already), no dictionary, a candidate
     outside it, or a design that is not well-determined (more columns than half the cells, or ill-conditioned:
-    there the least squares is worse than the candidates' own)."""
-    design = dictionary_design(mechanism, values, dictionary)
+    there the least squares is worse than the candidates' own). The caches go to
+    :func:`~ldpstream.estimators.estimate`."""
+    design = dictionary_design(mechanism, values, dictionary, design_cache)
     if design is None:
         return None
     truth, positions = design
     words = list(dictionary or [])
     M = truth.shape[2]
-    est = estimate(sketch, mechanism, "ls", candidates=words)
+    est = estimate(sketch, mechanism, "ls", candidates=words, design_cache=design_cache, factor_cache=factor_cache)
     fitted = np.clip(np.asarray(est.frequencies, dtype=np.float64)[:M], 0.0, 1.0)
     return DictionaryFit(truth, fitted, positions)
 
 
-def other_regressor(mechanism: Any, truth: np.ndarray) -> float:
+def other_regressor(mechanism: Mechanism, truth: np.ndarray) -> float:
     """The "other" regressor's value per cell (the hidden mass spread evenly): ``h̄/k`` per bit, ``1/k`` per
     symbol, for a design ``truth`` of shape ``(C, k, M)``."""
     C, k, M = truth.shape
     return float(truth.sum() / max(M * C, 1) / k) if _is_bits(mechanism) else 1.0 / float(k)
 
 
-def dictionary_design(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None
-                      ) -> tuple[np.ndarray, np.ndarray] | None:
+def dictionary_design(mechanism: Mechanism, values: Sequence[Any], dictionary: Sequence[Any] | None,
+                      design_cache: DesignCache | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(truth (C, k, M), positions of the candidates in it)`` of a hashed mechanism's dictionary when its design
     with the "other" regressor is well-determined (at most :data:`DICTIONARY_MAX_FRACTION` of the cells, scaled
     Gram condition number below :data:`DICTIONARY_COND_MAX`) and holds every candidate; else ``None`` (also for a
-    direct mechanism or no dictionary)."""
+    direct mechanism or no dictionary). The design comes from ``design_cache`` when given."""
     if dictionary is None or not getattr(mechanism, "needs_value_table", True):
         return None
     words = list(dictionary)
     index = {str(v): i for i, v in enumerate(words)}
     if any(str(v) not in index for v in values):
         return None
-    truth = candidate_truth(mechanism, words)
+    truth = candidate_truth(mechanism, words, design_cache)
     C, k, M = truth.shape
     if DICTIONARY_MAX_FRACTION * C * k < M + 1:
         return None
@@ -317,7 +335,7 @@ class VariableModel:
     frequencies (docs/math/joint.md#self-consistent-candidate-frequencies-an-experiment-off-by-default) rebuild
     only that column)."""
 
-    mechanism: Any
+    mechanism: Mechanism
     values: Sequence[Any]
     cohorts: np.ndarray
     reports: np.ndarray
@@ -328,6 +346,9 @@ class VariableModel:
     groups: list[np.ndarray]
     #: The least squares against the metric's dictionary when it applies (:func:`dictionary_frequencies`).
     dictionary: DictionaryFit | None = None
+    #: The caller's caches, for :func:`candidate_frequencies` (None: none).
+    design_cache: DesignCache | None = field(default=None, compare=False, repr=False)
+    factor_cache: FactorCache | None = field(default=None, compare=False, repr=False)
 
     @property
     def bits(self) -> bool:
@@ -348,7 +369,8 @@ class VariableModel:
             f: np.ndarray = self.dictionary.frequencies[self.dictionary.positions]
             total = float(f.sum())
             return f / total if total > 1.0 else f
-        return candidate_frequencies(self.mechanism, self.values, self.sketch)
+        return candidate_frequencies(self.mechanism, self.values, self.sketch, design_cache=self.design_cache,
+                                     factor_cache=self.factor_cache)
 
     def likelihood(self, frequencies: np.ndarray | None = None, *, self_consistent: bool = False
                    ) -> VariableLikelihood:
@@ -381,7 +403,7 @@ class VariableModel:
                                  sketch.sum(axis=1).astype(np.float64), lo + (hi - lo) * truth, float(lo),
                                  float(hi), g, self_consistent, dictionary)
             else:
-                qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+                qs, ps = star_rates(mechanism)
                 t_other = other_bit_rates(truth, freq, sketch, qs, ps, int(getattr(mechanism, "hashes", 1)))
                 law = _other_law(mechanism, self.values, truth, freq, sketch[:, 1:].astype(np.float64),
                                  sketch[:, 0].astype(np.float64), ps + (qs - ps) * truth, ps, qs, t_other,
@@ -397,12 +419,14 @@ class VariableModel:
         return VariableLikelihood(matrix, log_scale, self.other, freq, law)
 
 
-def variable_model(mechanism: Any, values: Sequence[Any], cohorts: np.ndarray, reports: np.ndarray,
-                   counts: np.ndarray, *, other: bool = True, dictionary: Sequence[Any] | None = None
+def variable_model(mechanism: Mechanism, values: Sequence[Any], cohorts: np.ndarray, reports: np.ndarray,
+                   counts: np.ndarray, *, other: bool = True, dictionary: Sequence[Any] | None = None,
+                   design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None
                    ) -> VariableModel:
     """The candidates' log-likelihoods (module docstring), vectorized, and what the Other column needs
-    (``dictionary``: the metric's candidate list, for :func:`dictionary_frequencies`)."""
-    truth = candidate_truth(mechanism, values)  # (C, k, S)
+    (``dictionary``: the metric's candidate list, for :func:`dictionary_frequencies`). The caches (the
+    caller's; None: none) serve the designs and the candidate frequencies' least squares."""
+    truth = candidate_truth(mechanism, values, design_cache)  # (C, k, S)
     C, k, S = truth.shape
     cohorts = np.asarray(cohorts, dtype=np.int64)
     D = len(cohorts)
@@ -414,7 +438,7 @@ def variable_model(mechanism: Any, values: Sequence[Any], cohorts: np.ndarray, r
         y = np.asarray(reports, dtype=np.int64)
         logL[:] = np.where(truth[cohorts, y, :], np.log(hi), np.log(lo))
     else:
-        qs, ps = float(mechanism.q_star), float(mechanism.p_star)
+        qs, ps = star_rates(mechanism)
         if not (0.0 < ps < qs < 1.0):
             raise ParameterError(f"{mechanism.name}: joint estimation needs 0 < p* < q* < 1")
         bits = np.asarray(reports)
@@ -429,12 +453,14 @@ def variable_model(mechanism: Any, values: Sequence[Any], cohorts: np.ndarray, r
                 idx = group[start:start + CHUNK_ROWS]
                 match = (bits[idx].astype(np.float32) @ weights).astype(np.float64)  # exact: sums of 0/1 products
                 logL[idx] = base[idx, None] + A * match + B * (set_bits[c] - match)
-    fit = None if sketch is None else dictionary_frequencies(mechanism, values, dictionary, sketch)
-    return VariableModel(mechanism, values, cohorts, np.asarray(reports), other, truth, sketch, logL, groups, fit)
+    fit = (None if sketch is None else dictionary_frequencies(mechanism, values, dictionary, sketch,
+                                                              design_cache=design_cache, factor_cache=factor_cache))
+    return VariableModel(mechanism, values, cohorts, np.asarray(reports), other, truth, sketch, logL, groups, fit,
+                         design_cache, factor_cache)
 
 
 def variable_likelihood(
-    mechanism: Any,
+    mechanism: Mechanism,
     values: Sequence[Any],
     cohorts: np.ndarray,
     reports: np.ndarray,
@@ -450,8 +476,8 @@ def variable_likelihood(
     return variable_model(mechanism, values, cohorts, reports, counts, other=other).likelihood(frequencies)
 
 
-def _other_law(mechanism: Any, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray, cell_counts: np.ndarray,
-               n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray,
+def _other_law(mechanism: Mechanism, values: Sequence[Any], truth: np.ndarray, freq: np.ndarray,
+               cell_counts: np.ndarray, n_c: np.ndarray, rates: np.ndarray, lo: float, hi: float, law: np.ndarray,
                self_consistent: bool = False, dictionary: DictionaryFit | None = None) -> OtherLaw:
     """The :class:`OtherLaw` of :func:`other_bit_rates` / :func:`other_symbol_rates` (same formulas); with
     ``self_consistent`` frequencies (the fitted margins) no least-squares Jacobian."""

@@ -34,8 +34,8 @@ from numpy.typing import ArrayLike
 
 from ldpstream.errors import ParameterError
 
-from .channels import AffineChannel, ChannelOperator, channel_and_counts
-from .em import em_multinomial
+from ..channels import AffineChannel, ChannelOperator, channel_and_counts
+from ..em import em_multinomial
 from .linalg import TINY, dot
 
 __all__ = ["HeldInformation", "NewtonResult", "gap_certificate", "newton_multinomial"]

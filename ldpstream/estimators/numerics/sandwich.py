@@ -109,7 +109,7 @@ class SandwichMeat:
 
     def dense(self) -> np.ndarray:
         """``M`` as a dense (P × P) matrix from sparse products: the diagonal part by
-        :func:`~ldpstream.estimators.linalg.weighted_gram` (plus the "other" row), the rank-C parts, and the
+        :func:`~ldpstream.estimators.numerics.linalg.weighted_gram` (plus the "other" row), the rank-C parts, and the
         pair part ``Hᵀ diag(p_t/N_c) H`` with ``H`` the rows ``(c, t)``, ``p_t > 0``, of the stacked
         per-cohort ``X_cᵀ W_c Xa_c``."""
         X, o, S = self.X, self.o, self.X.shape[1]

@@ -18,7 +18,7 @@ started at ``v_s = 1/G_ss`` (the dense path when it fails, S ≳ Ck), then calib
 drawn with a fixed seed get their exact ``(G⁻¹)_ss`` from one block-CG solve, and all cavity values are
 multiplied by the mean ratio exact/cavity. The probes and the ``top`` candidates the caller asks for keep
 their exact values, and their exact columns (:attr:`WeightedGram.exact_idx`, :attr:`WeightedGram.exact_columns`)
-serve the sandwich standard errors of :mod:`ldpstream.estimators.sandwich`.
+serve the sandwich standard errors of :mod:`ldpstream.estimators.numerics.sandwich`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 The table ``p̂`` solves the EM's score equations ``Σ_u n_u J^T c^u/m_u(p, η) = 0`` (``J``: the free
 coordinates), where ``η`` is each variable's Other law per cohort, itself estimated from the same reports:
 ``η̃_c = (ȳ_c − R_c f)/(1 − Σf)`` (then clipped), with ``f`` the candidates' frequencies, a linear function of
-the cohort means ``ȳ`` (:func:`~ldpstream.estimators.joint_likelihood.frequency_jacobian`). Linearizing the
+the cohort means ``ȳ`` (:func:`~ldpstream.estimators.joint.likelihood.frequency_jacobian`). Linearizing the
 stacked equations (the nuisance equations do not involve ``p``, so the bread is block triangular) gives each
 distinct pattern ``u`` the influence
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import blas
 
-from .joint_em import INFORMATION_CHUNK, PairChannel
-from .joint_inference import free_information_inverse
-from .joint_likelihood import CHUNK_ROWS, OtherLaw, _cohort_groups
+from .em import INFORMATION_CHUNK, PairChannel
+from .inference import free_information_inverse
+from .likelihood import CHUNK_ROWS, OtherLaw, _cohort_groups
 
 __all__ = ["frequency_score_jacobian", "margin_matrix", "nuisance_corrections", "nuisance_terms",
            "sandwich_covariance"]

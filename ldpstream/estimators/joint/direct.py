@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.base import Mechanism
 
-from .joint_likelihood import dictionary_design, other_regressor
+from ..dispatch import DesignCache
+from .likelihood import dictionary_design, other_regressor, star_rates
 
 __all__ = [
     "DirectTable",
@@ -54,23 +56,24 @@ __all__ = [
 BLOCK = 65_536
 
 
-def _is_direct(mechanism: Any) -> bool:
+def _is_direct(mechanism: Mechanism) -> bool:
     return not bool(getattr(mechanism, "needs_value_table", True))
 
 
-def hidden_values(mechanism: Any, values: Sequence[Any], other: bool) -> int | None:
+def hidden_values(mechanism: Mechanism, values: Sequence[Any], other: bool) -> int | None:
     """How many alphabet values Other holds for a direct member (``0`` without Other); ``None``: not direct."""
     if not _is_direct(mechanism):
         return None
     return int(mechanism.k) - len(set(int(v) for v in values)) if other else 0
 
 
-def _partitions(mechanism: Any, values: Sequence[Any], other: bool) -> bool:
+def _partitions(mechanism: Mechanism, values: Sequence[Any], other: bool) -> bool:
     """The member's categories partition its alphabet: it has Other, or its candidates are every value."""
     return other or len(set(int(v) for v in values)) == int(mechanism.k)
 
 
-def applies(mx: Any, values_x: Sequence[Any], other_x: bool, my: Any, values_y: Sequence[Any], other_y: bool) -> bool:
+def applies(mx: Mechanism, values_x: Sequence[Any], other_x: bool, my: Mechanism, values_y: Sequence[Any],
+            other_y: bool) -> bool:
     """Whether :func:`direct_joint_table` decodes this pair: both members direct, each one's categories
     partitioning its alphabet, and at least one Other holding two values or more (an Other of one value, or
     none, has an exact law, and the EM's maximum likelihood, which stays on the simplex, is kept there)."""
@@ -82,10 +85,10 @@ def applies(mx: Any, values_x: Sequence[Any], other_x: bool, my: Any, values_y: 
     return (hx or 0) >= 2 or (hy or 0) >= 2
 
 
-def _rates(mechanism: Any) -> tuple[float, float]:
+def _rates(mechanism: Mechanism) -> tuple[float, float]:
     """``(lo, Δ)`` of a direct mechanism's cell indicator."""
     if str(mechanism.report_kind) == "bits":
-        lo, hi = float(mechanism.p_star), float(mechanism.q_star)
+        hi, lo = star_rates(mechanism)
     else:
         hi, lo = (float(r) for r in mechanism.response_rates)
     if not hi > lo:
@@ -93,7 +96,7 @@ def _rates(mechanism: Any) -> tuple[float, float]:
     return lo, hi - lo
 
 
-def category_estimates(mechanism: Any, values: Sequence[Any], reports: np.ndarray, other: bool) -> np.ndarray:
+def category_estimates(mechanism: Mechanism, values: Sequence[Any], reports: np.ndarray, other: bool) -> np.ndarray:
     """``(D, S[+1])``: each pattern's ``a_R`` of the module docstring, the unbiased estimate of the one-hot of
     its value's category (candidates ``values`` in order, then Other when ``other``)."""
     index = np.asarray([int(v) for v in values], dtype=np.int64)
@@ -149,14 +152,15 @@ def direct_joint_table(ax: np.ndarray, ay: np.ndarray, counts: np.ndarray) -> Di
 Design = tuple[np.ndarray, np.ndarray] | None
 
 
-def hashed_designs(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
-                   my: Any, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None
-                   ) -> tuple[Design, Design] | None:
+def hashed_designs(mx: Mechanism, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
+                   my: Mechanism, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None,
+                   design_cache: DesignCache | None = None) -> tuple[Design, Design] | None:
     """The two members' designs when :func:`dictionary_category_estimates` decodes this pair
     (docs/math/joint.md#hashed-members-with-a-well-determined-dictionary): both members have Other (the pairs
     rule 2 flags) and at least one is hashed, each either direct (design ``None``) or hashed with a well-determined
     dictionary holding its candidates; else ``None``. Each design is computed once (its well-determined check
-    costs an eigendecomposition of the dictionary's Gram matrix)."""
+    costs an eigendecomposition of the dictionary's Gram matrix; the designs come from ``design_cache`` when
+    given)."""
     if not (other_x and other_y) or (_is_direct(mx) and _is_direct(my)):
         return None
     designs: list[Design] = []
@@ -164,20 +168,20 @@ def hashed_designs(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x
         if _is_direct(m):
             designs.append(None)
             continue
-        design = dictionary_design(m, v, d)
+        design = dictionary_design(m, v, d, design_cache)
         if design is None:
             return None
         designs.append(design)
     return designs[0], designs[1]
 
 
-def applies_hashed(mx: Any, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
-                   my: Any, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None) -> bool:
+def applies_hashed(mx: Mechanism, values_x: Sequence[Any], other_x: bool, dictionary_x: Sequence[Any] | None,
+                   my: Mechanism, values_y: Sequence[Any], other_y: bool, dictionary_y: Sequence[Any] | None) -> bool:
     """Whether :func:`hashed_designs` applies."""
     return hashed_designs(mx, values_x, other_x, dictionary_x, my, values_y, other_y, dictionary_y) is not None
 
 
-def dictionary_category_estimates(mechanism: Any, values: Sequence[Any], dictionary: Sequence[Any] | None,
+def dictionary_category_estimates(mechanism: Mechanism, values: Sequence[Any], dictionary: Sequence[Any] | None,
                                   cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray,
                                   design: Design = None) -> np.ndarray:
     """``(D, S + 1)`` unbiased estimates of each pattern's category one-hot (candidates, then Other) for a member

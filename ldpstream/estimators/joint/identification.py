@@ -12,7 +12,7 @@ Every cell of the table is flagged when either rule applies:
 2. **Two members, each with an Other that holds two values or more, decoded by the EM**: the Other × Other
    report-pair law is taken as the product of the two Other laws, which an association among the hidden values
    breaks, and the EM's misfit reaches every cell. Two direct members (k-RR, k-RAPPOR) and hashed members
-   with a well-determined dictionary are inverted instead (:mod:`ldpstream.estimators.joint_direct`) and do
+   with a well-determined dictionary are inverted instead (:mod:`ldpstream.estimators.joint.direct`) and do
    not reach this rule; an Other of one value has an exact law and is identified.
 """
 

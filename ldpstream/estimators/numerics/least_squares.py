@@ -193,7 +193,7 @@ def _face_factor(gram_of: Callable[[np.ndarray], np.ndarray], face: np.ndarray,
 class WeightedLeastSquares:
     """Weighted least squares ``z ≈ X β (+ o β_o)`` with the fitted-value weights, and ``diag Cov``.
 
-    ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.gram.WeightedGram` (dense and exact up to
+    ``G = Xᵀ W X`` goes through :class:`~ldpstream.estimators.numerics.gram.WeightedGram` (dense and exact up to
     ``exact_max`` candidates, sparse CG and the calibrated cavity diagonal beyond). The "other" column ``o``
     is eliminated exactly by its Schur complement ``σ = oᵀWo − gᵀG⁻¹g`` (``g = XᵀWo``):
     ``β_o = (oᵀWz − gᵀG⁻¹b)/σ``, ``β = G⁻¹b − G⁻¹g β_o``; the augmented inverse is
@@ -201,7 +201,7 @@ class WeightedLeastSquares:
     in one block solve.
 
     Covariance (:meth:`variances`): the model-based ``diag(Ga⁻¹)`` (cells independent with variance ``1/w``),
-    or, given the meat ``M`` of :mod:`ldpstream.estimators.sandwich`, the sandwich ``diag(Ga⁻¹ M Ga⁻¹)``:
+    or, given the meat ``M`` of :mod:`ldpstream.estimators.numerics.sandwich`, the sandwich ``diag(Ga⁻¹ M Ga⁻¹)``:
     exact up to ``exact_max`` candidates (``M`` formed densely from sparse products, ``Ga⁻¹`` from its
     Cholesky factor (LAPACK potri, ≈ 2S³/3 flops) and one dense product ``Ga⁻¹ M`` (2 S³ flops)); beyond,
     exact for the probes, the ``top`` candidates and "other" (their ``Ga⁻¹``

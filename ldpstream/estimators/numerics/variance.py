@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.rates import bit_rates
 
-from .channels import AffineChannel
+from ..channels import AffineChannel
 from .gram import WeightedGram
 from .linalg import cholesky_inverse_diagonal
 
@@ -95,7 +95,7 @@ def affine_constrained_variances(
     tangent space of the simplex, ``d_o = −1ᵀ d_S``, so ``A d = B d_S`` with
     ``B = stack_b(diag(s_b) X + f_b 1ᵀ)``, ``f_b = o_b − e_b`` (``e = 0`` without "other"). The constrained
     covariance of the candidates is then ``J⁻¹`` with ``J = Bᵀ D B = G + g 1ᵀ + 1 gᵀ + c 11ᵀ``, where
-    ``G = Xᵀ diag(Σ_b s_b² d_b) X`` (sparse Gram, :class:`~ldpstream.estimators.gram.WeightedGram`),
+    ``G = Xᵀ diag(Σ_b s_b² d_b) X`` (sparse Gram, :class:`~ldpstream.estimators.numerics.gram.WeightedGram`),
     ``g = Xᵀ Σ_b s_b d_b f_b`` and ``c = Σ_b f_bᵀ D_b f_b``; the variance of "other" is ``1ᵀ J⁻¹ 1``.
     ``diag(J⁻¹)`` follows from ``diag(G⁻¹)`` by Woodbury with ``U = [1, g]``, ``N = [[c, 1], [1, 0]]``:
     ``J⁻¹ = G⁻¹ − Y N (I + Uᵀ Y N)⁻¹ Yᵀ``, ``Y = G⁻¹ U`` (two solves). Without "other" the ``1``

@@ -1,12 +1,12 @@
 """The joint distribution of an associated pair of metrics (docs/math/joint.md; Fanti, Pihur, Erlingsson
 2016 §4).
 
-:func:`estimate_joint` reads the distinct report pairs (:class:`~ldpstream.estimators.pairs.PairPatterns`),
+:func:`estimate_joint` reads the distinct report pairs (:class:`~ldpstream.estimators.joint.pairs.PairPatterns`),
 builds each variable's per-pattern likelihoods with an "Other" category
-(:mod:`ldpstream.estimators.joint_likelihood`), runs the SQUAREM-accelerated EM over the patterns
-(:mod:`ldpstream.estimators.joint_em`) and derives the covariance (the stacked sandwich with the Other law's
-uncertainty, :mod:`ldpstream.estimators.joint_sandwich`), intervals, conditional tables and the independence
-test (:mod:`ldpstream.estimators.joint_inference`).
+(:mod:`ldpstream.estimators.joint.likelihood`), runs the SQUAREM-accelerated EM over the patterns
+(:mod:`ldpstream.estimators.joint.em`) and derives the covariance (the stacked sandwich with the Other law's
+uncertainty, :mod:`ldpstream.estimators.joint.sandwich`), intervals, conditional tables and the independence
+test (:mod:`ldpstream.estimators.joint.inference`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ import numpy as np
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
 
-from . import joint_direct
-from .estimate import Estimate
-from .joint_em import JointFit, PairChannel, fit_joint, warm_start
-from .joint_identification import VariableIdentification, identified_cells
-from .joint_inference import (
+from ..dispatch import DesignCache
+from ..estimate import Estimate
+from ..factor_cache import FactorCache
+from ..numerics.simplex import project_simplex
+from . import direct as joint_direct
+from .em import JointFit, PairChannel, fit_joint, warm_start
+from .identification import VariableIdentification, identified_cells
+from .inference import (
     ConditionalTable,
     IndependenceTest,
     conditional_tables,
@@ -34,10 +37,9 @@ from .joint_inference import (
     wald_clipped,
     wald_independence_test,
 )
-from .joint_likelihood import VariableLikelihood, VariableModel, variable_model
-from .joint_sandwich import frequency_score_jacobian, margin_matrix, nuisance_terms, sandwich_covariance
+from .likelihood import VariableLikelihood, VariableModel, variable_model
 from .pairs import PairPatterns
-from .simplex import project_simplex
+from .sandwich import frequency_score_jacobian, margin_matrix, nuisance_terms, sandwich_covariance
 
 __all__ = [
     "INVERSION_INTERVAL_METHOD",
@@ -53,10 +55,10 @@ __all__ = [
 ]
 
 #: ``interval_method`` of cells whose covariance includes the Other law's uncertainty (the stacked sandwich of
-#: :mod:`ldpstream.estimators.joint_sandwich`); ``"wald-clipped"`` (observed information) without an Other law.
+#: :mod:`ldpstream.estimators.joint.sandwich`); ``"wald-clipped"`` (observed information) without an Other law.
 SANDWICH_INTERVAL_METHOD = "wald-clipped-sandwich"
 #: ``interval_method`` of two direct members decoded by the unbiased inversion of their full alphabets'
-#: channels (:mod:`ldpstream.estimators.joint_direct`): the covariance of the i.i.d. per-pair terms.
+#: channels (:mod:`ldpstream.estimators.joint.direct`): the covariance of the i.i.d. per-pair terms.
 INVERSION_INTERVAL_METHOD = "wald-clipped-inversion"
 #: The label of each variable's "Other" category.
 OTHER_LABEL = "Other"
@@ -70,8 +72,8 @@ class JointVariable:
     ``frequencies``: the candidates' frequencies among all reports from the marginal decoder, used by the
     "Other" rule; ``None``: the candidates' rows of the least squares against ``dictionary`` on the patterns'
     own sketch when it is given and well-determined (hashed mechanisms; the metric's candidate list:
-    :func:`~ldpstream.estimators.joint_likelihood.dictionary_frequencies`), else least squares on the
-    candidates alone (:func:`~ldpstream.estimators.joint_likelihood.candidate_frequencies`;
+    :func:`~ldpstream.estimators.joint.likelihood.dictionary_frequencies`), else least squares on the
+    candidates alone (:func:`~ldpstream.estimators.joint.likelihood.candidate_frequencies`;
     docs/math/joint.md#candidate-frequencies-from-the-dictionary).
 
     ``other``: whether this variable gets an "Other" category; ``None`` (default): :func:`estimate_joint`'s
@@ -141,7 +143,7 @@ class JointEstimate:
     patterns: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     #: ``(r, c)`` bool: whether each cell's interval is a promise (docs/math/joint.md#cells-the-reports-do-not-
-    #: identify; :mod:`ldpstream.estimators.joint_identification`); ``None``: every cell.
+    #: identify; :mod:`ldpstream.estimators.joint.identification`); ``None``: every cell.
     identified: np.ndarray | None = None
     #: Why some cells are not identified (empty when all are).
     identification: tuple[str, ...] = ()
@@ -225,7 +227,7 @@ def _self_consistent_fit(fit: JointFit, mx: VariableModel | None, my: VariableMo
     variable's ``f`` stays), by Newton's method on ``G p̂(f) − f``, each refit's EM warm-started from the last
     table. The Jacobian is ``G ∂p̂/∂f − I`` with
     ``∂p̂/∂f_V = −J I_θ⁻¹ Jᵀ F_V/(1 − Σf_V)`` (the implicit function theorem on the EM's score equations;
-    :func:`~ldpstream.estimators.joint_sandwich.frequency_score_jacobian`). Stops when no frequency differs from
+    :func:`~ldpstream.estimators.joint.sandwich.frequency_score_jacobian`). Stops when no frequency differs from
     its margin by ``frequency_tolerance``. Returns the last fit, likelihoods and channel (whose Other laws are
     built from ``f`` equal to that fit's margins within the tolerance), the refits done, the last gap and the EM
     iterations of every fit (the first one's included)."""
@@ -295,6 +297,8 @@ def estimate_joint(
     frequency_tolerance: float = FREQUENCY_TOLERANCE,
     max_refits: int = MAX_REFITS,
     inversion: bool = True,
+    design_cache: DesignCache | None = None,
+    factor_cache: FactorCache | None = None,
 ) -> JointEstimate:
     """The joint table of X's and Y's candidates (plus "Other" rows and columns when ``other``; a variable's
     own :attr:`JointVariable.other`, when set, decides for it).
@@ -303,7 +307,7 @@ def estimate_joint(
     the same shape, e.g. the last decode's, floored and renormalized; else uniform), stopping when no cell
     moves by ``tolerance`` in one iteration or after ``max_iterations``. Covariance: with an Other law and
     ``nuisance_sandwich`` (default), the stacked sandwich that adds the Other law's and the candidate
-    frequencies' estimation noise (:mod:`ldpstream.estimators.joint_sandwich`); otherwise from the observed
+    frequencies' estimation noise (:mod:`ldpstream.estimators.joint.sandwich`); otherwise from the observed
     information on the ``rc − 1`` free parameters; cells and conditionals with clipped Wald 95% intervals;
     independence by the Wald test of the interaction contrasts (docs/math/joint.md).
 
@@ -318,7 +322,7 @@ def estimate_joint(
     Two direct members (k-RR, k-RAPPOR) one of whose Other holds two values or more, each member's categories
     partitioning its alphabet (Other, or every value a candidate), are decoded instead, when
     ``inversion`` (default), by the unbiased inversion of their full alphabets' channels aggregated to the
-    published categories (:mod:`ldpstream.estimators.joint_direct`;
+    published categories (:mod:`ldpstream.estimators.joint.direct`;
     docs/math/joint.md#direct-members-the-full-alphabet): no Other law, no EM (``iterations`` 0; ``start`` and
     the EM's options unused), every cell identified, ``interval_method`` ``"wald-clipped-inversion"``,
     independence by the Wald test of the interaction contrasts. Likewise, when ``inversion``, two members that
@@ -326,7 +330,10 @@ def estimate_joint(
     holding its candidates: the per-report least squares against the dictionary (eq. J3;
     docs/math/joint.md#hashed-members-with-a-well-determined-dictionary),
     ``info["estimator"]`` ``"dictionary-inversion"``. ``inversion=False`` keeps the EM with its Other laws, whose
-    cells rule 2 of :mod:`~ldpstream.estimators.joint_identification` flags.
+    cells rule 2 of :mod:`~ldpstream.estimators.joint.identification` flags.
+
+    ``design_cache``, ``factor_cache``: the caller's caches of the members' designs and of the candidate
+    frequencies' least squares (:func:`~ldpstream.estimators.estimate`); None: every call builds its own.
     """
     if len(x.values) == 0 or len(y.values) == 0:
         raise ParameterError("joint estimation needs at least one candidate value per variable")
@@ -339,13 +346,13 @@ def estimate_joint(
     if inversion and joint_direct.applies(x.mechanism, x.values, other_x, y.mechanism, y.values, other_y):
         return _estimate_direct(patterns, x, y, other_x, other_y, began)
     designs = (joint_direct.hashed_designs(x.mechanism, x.values, other_x, x.dictionary, y.mechanism, y.values,
-                                           other_y, y.dictionary) if inversion else None)
+                                           other_y, y.dictionary, design_cache) if inversion else None)
     if designs is not None:
         return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
-                        dictionary=x.dictionary)
+                        dictionary=x.dictionary, design_cache=design_cache, factor_cache=factor_cache)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
-                        dictionary=y.dictionary)
+                        dictionary=y.dictionary, design_cache=design_cache, factor_cache=factor_cache)
     fx = None if x.frequencies is None else np.asarray(x.frequencies, dtype=np.float64)
     fy = None if y.frequencies is None else np.asarray(y.frequencies, dtype=np.float64)
     lx, ly = mx.likelihood(fx), my.likelihood(fy)
@@ -405,12 +412,12 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
                      began: float, designs: tuple[joint_direct.Design, joint_direct.Design] | None = None
                      ) -> JointEstimate:
     """Two direct members, one of whose Other holds several values: the unbiased inversion of the full alphabets'
-    channels aggregated to the published categories (:mod:`ldpstream.estimators.joint_direct`, eqs. J1–J2;
+    channels aggregated to the published categories (:mod:`ldpstream.estimators.joint.direct`, eqs. J1–J2;
     docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified.
     The table is the unbiased one, projected onto the simplex only if a cell came out negative; intervals are
     clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts.
 
-    ``designs`` (:func:`~ldpstream.estimators.joint_direct.hashed_designs`): a hashed member's categories come
+    ``designs`` (:func:`~ldpstream.estimators.joint.direct.hashed_designs`): a hashed member's categories come
     from the per-report least squares against its well-determined dictionary instead (eq. J3;
     docs/math/joint.md#hashed-members-with-a-well-determined-dictionary)."""
     hashed = designs is not None

@@ -177,7 +177,7 @@ def _wald_interaction(p: np.ndarray, cov: np.ndarray, df: int) -> tuple[float, f
 
 #: ``IndependenceTest.method`` when the published statistic is the Wald statistic of the interaction contrasts
 #: (estimates that are not the maximum likelihood of a product channel, e.g.
-#: :mod:`ldpstream.estimators.joint_direct`'s, for which ``T = dᵀ I_p d`` has no information to weigh by).
+#: :mod:`ldpstream.estimators.joint.direct`'s, for which ``T = dᵀ I_p d`` has no information to weigh by).
 WALD_INDEPENDENCE_METHOD = "wald-interaction-contrasts"
 
 
