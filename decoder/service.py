@@ -1,38 +1,18 @@
 """The periodic decoder: snapshot the sketches, estimate, publish (Redis, Kafka, Prometheus).
 
-Every ``interval`` seconds, for each metric of the registry:
-
-1. read all of the metric's sketches as one consistent snapshot (one MULTI/EXEC, see
-   :meth:`ldpstream.store.RedisSketchStore.snapshot`);
-2. for each configured window (``all``, or the last ``1h``, ``1d``, ...), sum the sketches of the time
-   buckets it covers and decode them with the metric's estimator (:func:`ldpstream.estimators.estimate`),
-   widening the intervals by the design effect of the reports that its buckets repeat
-   (:mod:`ldpstream.estimators.windows`, :func:`ldpstream.decoder.published.decode_window`). A window whose
-   counts did not change since the last pass is not decoded again: its previous estimate is republished
-   (``reused``); the iterative decoders ("nnls", "mle") start from the window's previous estimate
-   (docs/math/estimators.md#warm-starts-of-the-iterative-decoders);
-3. publish the estimate: as JSON to Redis (``P:estimate:<metric>:<window>``, plus a bounded history list
-   ``P:history:<metric>:<window>``), to the Kafka topic of estimates (key ``<metric>:<window>``), and as
-   Prometheus gauges for the top values only (see :mod:`ldpstream.decoder.metrics`).
-
-Then, for each association of two metrics and each of its windows:
-
-4. take the candidates of each member from its marginal estimate of the same window (the top ``candidates``
-   values, :func:`ldpstream.decoder.published.joint_variable`), read the association's pair statistic over the
-   window's buckets (:class:`ldpstream.estimators.joint.pairs.PairPatterns`) and run the joint EM
-   (:func:`ldpstream.estimators.joint.estimate_joint`), warm-started from the previous decode's table when
-   the candidates did not change;
-5. publish the joint estimate like a marginal: JSON to Redis (``P:joint:<association>:<window>`` and the
-   history ``P:joint-history:<association>:<window>``), to the estimates topic (key
-   ``joint:<association>:<window>``) and to Prometheus (the top cells, the independence test, the EM's
-   iterations and time).
-
-A discovery metric (a string metric without a dictionary) is decoded by :mod:`ldpstream.decoder.discovery`
-instead (its n-gram slot metrics and slot-pair associations are read there, never decoded on their own) and
-published like a marginal: its dictionary of discovered strings with estimates and intervals.
-
-A metric or association whose decode or publication fails is logged, counted and named in the pass's record;
-the others are decoded and published all the same.
+Every ``interval`` seconds, for each metric: read its sketches as one consistent snapshot
+(:meth:`ldpstream.store.RedisSketchStore.snapshot`); for each window, sum the buckets it covers and decode them
+(:func:`ldpstream.estimators.estimate`, intervals widened by the design effect of repeated reports,
+:func:`ldpstream.decoder.published.decode_window`), republishing a window whose counts did not change and
+warm-starting the iterative decoders; publish the estimate as JSON to Redis (latest and a bounded history), to
+the estimates topic (key ``<metric>:<window>``) and as Prometheus gauges of the top values. Then, for each
+two-member association and window: candidates from the members' marginals of the same window, the pair
+statistic over the window's buckets, the joint EM (:func:`ldpstream.estimators.joint.estimate_joint`),
+published likewise (key ``joint:<association>:<window>``). A discovery metric is decoded by
+:mod:`ldpstream.decoder.discovery` and published as its dictionary. The service owns the estimators' caches
+(:class:`~ldpstream.estimators.DesignCache`, :class:`~ldpstream.estimators.FactorCache`) and passes them in. A
+metric or association whose decode or publication fails is logged, counted and named in the pass's record; the
+others are published all the same. Keys: docs/redis-layout.md; what is published: docs/schema/.
 """
 
 from __future__ import annotations
