@@ -41,11 +41,11 @@ CONFIG_FLAGS = ("kafka", "kafka_config", "consumer_config", "redis", "prefix", "
 _RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
-def add_log_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--log-level`` (default info) and ``--log-format`` (default text); :func:`configure_from_args` applies
-    them."""
-    parser.add_argument("--log-level", choices=LEVELS, type=str.lower, default="info",
-                        help="least severe level logged (default info; warning hides the start line)")
+def add_log_arguments(parser: argparse.ArgumentParser, level: str = "info") -> None:
+    """``--log-level`` (default ``level``) and ``--log-format`` (default text); :func:`configure_from_args`
+    applies them."""
+    parser.add_argument("--log-level", choices=LEVELS, type=str.lower, default=level,
+                        help=f"least severe level logged (default {level}; warning hides the start line)")
     parser.add_argument("--log-format", choices=FORMATS, default="text",
                         help="text (default) or json: one object a line with time, level, logger, message and "
                         "the record's fields")

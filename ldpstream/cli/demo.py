@@ -30,6 +30,7 @@ import numpy as np
 
 from ldpstream.cli.interrupts import Interrupts
 from ldpstream.config import KafkaConfig, ServiceConfig, add_service_arguments
+from ldpstream.logs import add_log_arguments, configure_from_args, log_start
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument("--no-screen", action="store_true", help="print updates as lines instead of redrawing")
     demo.add_argument("--serve-port", type=int, default=8765,
                       help="port of the live web view on 127.0.0.1 while the demo runs (0: any free port; -1: none)")
+    add_log_arguments(demo, level="warning")  # the terminal view owns the screen unless asked
     demo.set_defaults(func=run)
 
 
@@ -82,10 +84,13 @@ def _run(args: argparse.Namespace, interrupts: Interrupts) -> int:
     from ldpstream.producers.publisher import ReportPublisher
     from ldpstream.registry import Registry
 
-    logging.basicConfig(level=logging.WARNING)
+    configure_from_args(args)
     run_id = uuid.uuid4().hex[:8]
     topic, group = f"ldp-demo-{run_id}", f"ldp-demo-{run_id}"
     config = ServiceConfig.from_args(args)
+    log_start(logging.getLogger("ldpstream.demo"), "demo", args, config,
+              {"metric": args.metric, "clients": args.clients, "topic": topic, "metrics_port": args.metrics_port,
+               "serve_port": args.serve_port})
     if config.uses_local_stack():
         print("starting the local stack (Kafka in KRaft mode and Redis) ...", flush=True)
         started = time.monotonic()
