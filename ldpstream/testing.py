@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import secrets
 import time
@@ -311,9 +312,9 @@ class Pipeline:
     def prefix(self) -> str:
         return self.config.redis.prefix
 
-    @property
+    @functools.cached_property
     def store(self) -> RedisSketchStore:
-        """The sketch store (Redis, under :attr:`prefix`)."""
+        """The sketch store (Redis, under :attr:`prefix`), one client for the pipeline's life."""
         return self.config.redis.store()
 
     def client(self, secret: bytes | None = None) -> LdpClient:
