@@ -26,6 +26,7 @@ from typing import Any
 from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from ldpstream.mechanisms.base import DECODER_METHODS
+from ldpstream.mechanisms.factory import DEFAULT_DISCOVERY_MECHANISM
 
 #: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
 #: tells the true value 22,026 times more often than any other. The papers' range (ε up to 10) stays usable;
@@ -58,9 +59,6 @@ _SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidat
                  "retention"}
 _ASSOCIATION_KEYS = {"id", "metrics", "windows", "candidates", "retention", "description"}
 _DISCOVERY_METRIC_KEYS = {"id", "topic", "bucket_seconds", "windows", "description", "retention", "discovery"}
-_DISCOVERY_KEYS = {"epsilon", "length", "ngram", "alphabet", "pad", "positions", "full_share", "mechanism",
-                   "full_bits", "ngram_bits", "hashes", "cohorts", "f", "retire_after", "alpha", "pattern",
-                   "max_candidates"}
 #: The default alphabet of a discovery metric: lower-case letters, digits and ``. - /`` (the pad is appended).
 DEFAULT_DISCOVERY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
 #: Most n-grams per slot a discovery metric may have (|Σ|^n): the decoder tests every one at every slot.
@@ -76,6 +74,13 @@ JOINT_MECHANISMS: tuple[str, ...] = tuple(name for name, cls in MECHANISMS.items
 #: decode test against any candidate list and whose pairs the joint EM decodes
 #: (:attr:`~ldpstream.mechanisms.base.Mechanism.discovery_carrier`).
 DISCOVERY_MECHANISMS: tuple[str, ...] = tuple(name for name, cls in MECHANISMS.items() if cls.discovery_carrier)
+#: Discovery settings that are options of the carrier's reports (its
+#: :attr:`~ldpstream.mechanisms.base.Mechanism.discovery_options`).
+_DISCOVERY_REPORT_OPTIONS: tuple[str, ...] = tuple(sorted(
+    {option for name in DISCOVERY_MECHANISMS for option in MECHANISMS[name].discovery_options}))
+_DISCOVERY_KEYS = {"epsilon", "length", "ngram", "alphabet", "pad", "positions", "full_share", "mechanism",
+                   "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after", "alpha", "pattern",
+                   "max_candidates", *_DISCOVERY_REPORT_OPTIONS}
 
 
 def discovery_mechanism_error(name: str) -> str | None:
@@ -623,7 +628,7 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     if unknown:
         raise ConfigError(unknown_keys(f"metric {name!r}", unknown, _DISCOVERY_KEYS, what="discovery setting"))
     where = f"metric {name!r}: discovery"
-    numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", "f") if key in spec}
+    numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", *_DISCOVERY_REPORT_OPTIONS) if key in spec}
     for key, value in numbers.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
@@ -631,38 +636,33 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
               ("length", "ngram", "positions", "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after",
                "max_candidates") if key in spec}
     texts = {key: _string(name, key, spec[key]) for key in ("alphabet", "pad", "mechanism", "pattern") if key in spec}
-    mechanism = texts.get("mechanism", "rappor")
+    mechanism = texts.get("mechanism", DEFAULT_DISCOVERY_MECHANISM)
     refusal = discovery_mechanism_error(mechanism)
     if refusal is not None:
         raise ConfigError(f"{where}: {refusal}")
-    if mechanism != "rappor" and "f" in numbers:
-        raise ConfigError(f"{where}: f is RAPPOR's permanent response; {mechanism} reports have none (O-RAPPOR "
-                          "memoizes its whole report by default)")
+    carrier = MECHANISMS[mechanism]
+    report_options = {key: float(numbers[key]) for key in _DISCOVERY_REPORT_OPTIONS if key in numbers}
+    foreign = sorted(set(report_options) - set(carrier.discovery_options))
+    if foreign:
+        raise ConfigError(f"{where}: {', '.join(foreign)} is not an option of {mechanism} reports (its options: "
+                          f"{', '.join(carrier.discovery_options) or 'none'})")
     options: dict[str, Any] = {k: v for k, v in counts.items() if k in ("length", "ngram", "positions", "retire_after",
                                                                       "max_candidates")}
     options.update({k: v for k, v in texts.items() if k in ("alphabet", "pad", "pattern")})
-    options.update({k: float(v) for k, v in numbers.items() if k != "f"})
+    options.update({k: float(v) for k, v in numbers.items() if k not in _DISCOVERY_REPORT_OPTIONS})
     try:
         config = DiscoveryConfig(**options)
     except ConfigError as exc:
         raise ConfigError(f"metric {name!r}: {exc}") from None
-    f = float(numbers.get("f", 0.0))
     hashes = counts.get("hashes", 2)
     cohorts = counts.get("cohorts", 32)
     if hashes < 1:
         raise ConfigError(f"{where}: hashes must be at least 1")
 
     def report_mechanism(epsilon: float, bits: int) -> Mechanism:
-        # RAPPOR: one-report ε_1 = 2h·ln(q/p) = ``epsilon`` at f = 0; a permanent layer f > 0 only adds noise
-        # (ε_1 below the share) and bounds repeated reports by ε∞. O-RAPPOR: ε per report is ``epsilon`` (the
-        # same per-bit rates), memoized (ε∞ = ε). (docs/math/dictionary.md, "The budget".)
+        # ε per report is exactly ``epsilon`` (docs/math/dictionary.md, "The budget")
         try:
-            if mechanism == "orappor":
-                return make_mechanism({"mechanism": "orappor", "k": bits, "hashes": hashes, "cohorts": cohorts,
-                                       "epsilon": epsilon})
-            q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
-            return make_mechanism({"mechanism": "rappor", "k": bits, "hashes": hashes, "cohorts": cohorts,
-                                   "p": 1.0 - q, "q": q, "f": f})
+            return carrier.discovery_report(epsilon, bits, hashes, cohorts, **report_options)
         except (ParameterError, TypeError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
 

@@ -41,6 +41,7 @@ import numpy as np
 from ldpstream.config import ServiceConfig, add_service_arguments
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.factory import DEFAULT_DISCOVERY_MECHANISM
 from ldpstream.progress import Progress
 
 #: Published dictionaries kept in the history of ``--publish NAME`` (as the decoder's default).
@@ -50,6 +51,7 @@ PUBLISH_HISTORY = 100
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``discover`` subcommand."""
     from ldpstream.estimators.discovery import DEFAULT_ALPHABET
+    from ldpstream.registry import DISCOVERY_MECHANISMS
 
     cmd = subparsers.add_parser(
         "discover",
@@ -67,8 +69,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--length", type=int, default=8, help="string length M (padded or truncated)")
     cmd.add_argument("--ngram", type=int, default=2, help="n-gram size n (M must be a multiple)")
     cmd.add_argument("--alphabet", default=DEFAULT_ALPHABET, help="characters Σ (the pad '$' is added)")
-    cmd.add_argument("--mechanism", default="rappor",
-                     help="mechanism of every report: rappor or orappor (hashed Bloom bits; others are refused)")
+    cmd.add_argument("--mechanism", default=None,
+                     help=f"with --simulate: mechanism of every report, one of {', '.join(DISCOVERY_MECHANISMS)} "
+                     f"(default {DEFAULT_DISCOVERY_MECHANISM}; hashed Bloom bits, the others are refused)")
     cmd.add_argument("--full-bits", type=int, default=128, help="Bloom bits of the full-string report")
     cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
     cmd.add_argument("--hashes", type=int, default=2)
@@ -102,7 +105,7 @@ def run_discover(args: argparse.Namespace) -> int:
     from ldpstream.simulation.discovery import run_discovery
 
     if not args.simulate:
-        if args.mechanism != "rappor":
+        if args.mechanism is not None:
             raise ParameterError("--mechanism applies to --simulate; a report file names its own mechanisms")
         if args.reports is None:
             raise ParameterError("give --simulate or --reports FILE")
@@ -114,8 +117,8 @@ def run_discover(args: argparse.Namespace) -> int:
     for s in strings:
         shape.padded(s)  # every string must be over the alphabet
     probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
-    scheme = bit_scheme(args.epsilon, shape, mechanism=args.mechanism, full_bits=args.full_bits,
-                        ngram_bits=args.ngram_bits, hashes=args.hashes, cohorts=args.cohorts)
+    scheme = bit_scheme(args.epsilon, shape, mechanism=args.mechanism or DEFAULT_DISCOVERY_MECHANISM,
+                        full_bits=args.full_bits, ngram_bits=args.ngram_bits, hashes=args.hashes, cohorts=args.cohorts)
     if args.save_reports is not None:
         from ldpstream.distributions import sample_values
         from ldpstream.estimators.discovery import encode_population

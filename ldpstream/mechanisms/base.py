@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, Protocol, Self
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, Protocol, Self, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -104,6 +104,8 @@ class Mechanism(ABC):
     discovery_carrier: ClassVar[bool] = False
     #: Why it cannot carry them, when there is more to say than that it is not a carrier.
     discovery_refusal: ClassVar[str | None] = None
+    #: The options of :meth:`discovery_report` beyond (ε, k, h, C) (RAPPOR's permanent-response ``f``).
+    discovery_options: ClassVar[tuple[str, ...]] = ()
     #: The parameters the tuner chooses on :meth:`tuning_grid` (``()``: none, k = S; ``None``: not tuned).
     tuning_parameters: ClassVar[tuple[str, ...] | None] = None
     #: Parameters the mechanism fixes (name, value) that a simulation's options may not set otherwise.
@@ -133,6 +135,22 @@ class Mechanism(ABC):
     def example(cls) -> Self:
         """The first of :meth:`examples`."""
         return cls.examples()[0]
+
+    @classmethod
+    def for_alphabet(cls, support: int, epsilon: float) -> Self:
+        """The instance over the symbols ``0..support-1`` at ε of a direct mechanism (``decoder_family`` direct):
+        ``k = support`` by default; a mechanism whose fields differ says how. Others are a ParameterError."""
+        if not cls.decoder_family.startswith("direct"):
+            raise ParameterError(f"{cls.name} hashes its values: it has no instance for an alphabet alone")
+        return cast("Callable[..., Self]", cls)(k=support, epsilon=epsilon)
+
+    @classmethod
+    def discovery_report(cls, epsilon: float, k: int, hashes: int, cohorts: int, **options: float) -> BitMechanism:
+        """One report of a discovery metric: ``k`` Bloom bits, ``hashes`` hashes, ``cohorts`` cohorts and exactly
+        ε = ``epsilon`` per report, with :attr:`discovery_options` (docs/math/dictionary.md, "The budget").
+        Only a :attr:`discovery_carrier` has one."""
+        raise ParameterError(f"{cls.name} cannot carry discovery reports"
+                             + (f": {cls.discovery_refusal}" if cls.discovery_refusal else ""))
 
     @classmethod
     def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:

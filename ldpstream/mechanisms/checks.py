@@ -16,6 +16,9 @@ failed. The checks:
   law per value and its worst-case likelihood ratio over pairs of values and outputs is e^ε exactly;
 - :func:`check_reports_follow_channel`: the reports ``encode_clients`` draws follow that channel (chi-square per
   value, level 10⁻⁴ Bonferroni over the values);
+- :func:`check_for_alphabet`: a direct mechanism's ``for_alphabet(S, ε)`` has k = S and ε; a hashed one refuses;
+- :func:`check_discovery_report`: a discovery carrier's ``discovery_report`` has exactly the asked ε; any other
+  mechanism refuses one;
 - :func:`check_decoder_recovers`: decoding the simulated sketch of a known population gives its frequencies within
   a few standard errors of the decoder's own variance (only when a decoder is passed: decoders live above the
   mechanisms).
@@ -34,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import stats
 
+from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism, pack_bits
 from ldpstream.mechanisms.factory import MECHANISMS, make_mechanism
 
@@ -239,6 +243,43 @@ def check_decoder_recovers(mechanism: Mechanism, decode: Decode, seed: int = 0, 
     assert np.all(error <= z * se), f"{mechanism.name}: errors {error} exceed {z:.2f} × se {se}"
 
 
+def check_for_alphabet(mechanism: Mechanism) -> None:
+    """A direct mechanism builds its instance over ``0..S-1`` at ε (what simulations and the tuner ask): of its own
+    class, k = S, exactly that ε; a hashed one refuses."""
+    cls = type(mechanism)
+    if not cls.decoder_family.startswith("direct"):
+        try:
+            cls.for_alphabet(5, 1.0)
+        except ParameterError:
+            return
+        raise AssertionError(f"{cls.name} hashes its values yet built an instance for an alphabet alone")
+    for support, epsilon in ((2, 0.7), (7, 2.5)):
+        instance = cls.for_alphabet(support, epsilon)
+        assert type(instance) is cls, instance
+        assert instance.k == support and math.isclose(instance.epsilon, epsilon, rel_tol=1e-12), instance
+        assert make_mechanism(instance.parameters()) == instance
+
+
+def check_discovery_report(mechanism: Mechanism) -> None:
+    """A :attr:`~Mechanism.discovery_carrier` builds reports of its own class with the asked k, h, C and exactly
+    the asked ε (tight by enumeration); any other class refuses with a ParameterError."""
+    cls = type(mechanism)
+    if not cls.discovery_carrier:
+        try:
+            cls.discovery_report(1.0, 4, 2, 2)
+        except ParameterError:
+            return
+        raise AssertionError(f"{cls.name} is no discovery carrier yet built a discovery report")
+    for epsilon, k, hashes, cohorts in ((1.3, 4, 2, 2), (0.4, 5, 1, 3)):
+        report = cls.discovery_report(epsilon, k, hashes, cohorts)
+        assert type(report) is cls and (report.k, report.cohorts) == (k, cohorts), report
+        assert getattr(report, "hashes", None) == hashes, report
+        assert math.isclose(report.epsilon, epsilon, rel_tol=1e-12), (report.epsilon, epsilon)
+        check_channel_privacy(report)
+    for option in cls.discovery_options:
+        assert option in {f.name for f in dataclasses.fields(report)}, (cls.name, option)  # type: ignore[arg-type]
+
+
 def check_mechanism(mechanism: Mechanism, decode: Decode | None = None, seed: int = 0) -> None:
     """Every check of the module on ``mechanism`` (the decoder check only with ``decode``)."""
     check_parameters_round_trip(mechanism)
@@ -248,5 +289,7 @@ def check_mechanism(mechanism: Mechanism, decode: Decode | None = None, seed: in
     check_channel_privacy(mechanism)
     check_reports_follow_channel(mechanism, seed)
     check_simulate_sketch_law(mechanism, seed)
+    check_for_alphabet(mechanism)
+    check_discovery_report(mechanism)
     if decode is not None:
         check_decoder_recovers(mechanism, decode, seed)

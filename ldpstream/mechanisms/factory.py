@@ -41,6 +41,9 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     HadamardCountMeanSketch.name: HadamardCountMeanSketch,
 }
 
+#: The mechanism of a discovery metric's reports when its configuration names none (the paper's).
+DEFAULT_DISCOVERY_MECHANISM: str = Rappor.name
+
 
 def make_mechanism(spec: Mapping[str, Any]) -> Mechanism:
     """The mechanism described by ``spec = {"mechanism": name, **constructor parameters}``.

@@ -32,6 +32,7 @@ from ldpstream.mechanisms._common import (
     bit_sketch_from_true_counts,
     bits_from_table,
     bloom_design_matrix,
+    check_epsilon,
     check_int,
     distinct_bit_rows,
     draw_cohorts,
@@ -109,6 +110,13 @@ class ORappor(Memoizing, HashedEncoding, BitMechanism):
     @classmethod
     def examples(cls) -> tuple[ORappor, ...]:
         return (cls(k=4, epsilon=1.5, cohorts=2, hashes=2), cls(k=4, epsilon=1.5, cohorts=3, hashes=1, support=6))
+
+    @classmethod
+    def discovery_report(cls, epsilon: float, k: int, hashes: int, cohorts: int, **options: float) -> ORappor:
+        """O-RAPPOR at ε = ``epsilon`` per report (q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p* = 1 − q*), memoized."""
+        if not cls.discovery_carrier:
+            return super().discovery_report(epsilon, k, hashes, cohorts, **options)  # type: ignore[return-value]
+        return cls(k=k, epsilon=check_epsilon(epsilon), cohorts=cohorts, hashes=hashes)
 
     @classmethod
     def tuning_grid(cls, support: int, closed: bool, n: int | None = None) -> list[dict[str, int]]:

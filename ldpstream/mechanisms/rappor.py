@@ -51,6 +51,7 @@ from ldpstream.mechanisms._common import (
     bit_sketch_from_true_counts,
     bits_from_table,
     bloom_design_matrix,
+    check_epsilon,
     check_int,
     check_probability,
     draw_cohorts,
@@ -134,6 +135,7 @@ class Rappor(HashedEncoding, BitMechanism):
     alphabet: ClassVar[AlphabetKind] = "open"
     joint_member: ClassVar[bool] = True
     discovery_carrier: ClassVar[bool] = True
+    discovery_options: ClassVar[tuple[str, ...]] = ("f",)
 
     k: int
     hashes: int
@@ -141,6 +143,13 @@ class Rappor(HashedEncoding, BitMechanism):
     p: float
     q: float
     f: float
+
+    @classmethod
+    def discovery_report(cls, epsilon: float, k: int, hashes: int, cohorts: int, **options: float) -> Rappor:
+        """RAPPOR with ε_1 = 2h·ln(q/p) = ``epsilon`` at f = 0: q = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p = 1 − q; a
+        permanent layer ``f`` > 0 (default 0) only adds noise and bounds repeated reports by ε∞."""
+        q = 1.0 / (1.0 + math.exp(-check_epsilon(epsilon) / (2.0 * hashes)))
+        return cls(k=k, hashes=hashes, cohorts=cohorts, p=1.0 - q, q=q, f=float(options.get("f", 0.0)))
 
     @classmethod
     def examples(cls) -> tuple[Rappor, ...]:

@@ -27,10 +27,9 @@ from ldpstream.estimators.discovery import (
     discover,
     encode_population,
 )
+from ldpstream.estimators.discovery.scheme import carrier_error
+from ldpstream.mechanisms.base import BitMechanism
 from ldpstream.mechanisms.factory import make_mechanism
-from ldpstream.mechanisms.orappor import ORappor
-from ldpstream.mechanisms.rappor import Rappor
-from ldpstream.registry import discovery_mechanism_error
 
 __all__ = ["DiscoveryRun", "load_reports", "run_discovery", "save_reports", "simulate_collection"]
 
@@ -145,9 +144,10 @@ def load_reports(path: str | Path) -> tuple[DiscoveryScheme, ClientReports]:
             full = make_mechanism(params["full"])
             ngram = make_mechanism(params["ngram_report"])
             for mech in (full, ngram):
-                if not isinstance(mech, Rappor | ORappor):
-                    raise ParameterError(f"the report file's {discovery_mechanism_error(mech.name)}")
-            assert isinstance(full, Rappor | ORappor) and isinstance(ngram, Rappor | ORappor)  # checked above
+                refusal = carrier_error(mech)
+                if refusal is not None:
+                    raise ParameterError(f"the report file's {refusal}")
+            assert isinstance(full, BitMechanism) and isinstance(ngram, BitMechanism)  # checked above
             scheme = DiscoveryScheme(shape, full, ngram)
             slots = np.asarray(archive["slots"], dtype=np.int64)
             n = len(slots)

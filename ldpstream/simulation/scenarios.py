@@ -62,7 +62,7 @@ def build_setup(
             raise ParameterError(f"{name} encodes the symbols 0..S-1 directly: k must equal the support ({S})")
         if cohorts not in (None, 1) or hashes not in (None, 1):
             raise ParameterError(f"{name} has no cohorts or hashes")
-        mech = make_mechanism({"mechanism": name, "k": S, "epsilon": require_epsilon(epsilon)})
+        mech = kind.for_alphabet(S, require_epsilon(epsilon))
         return Setup(name, mech, S, True)
     if kind.alphabet == "open":  # RAPPOR
         if closed:

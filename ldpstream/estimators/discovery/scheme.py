@@ -13,11 +13,11 @@ decode against any candidate list): RAPPOR, calibrated by :func:`rappor_for_epsi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ldpstream.errors import ParameterError
-from ldpstream.mechanisms.orappor import ORappor
+from ldpstream.mechanisms.base import BitMechanism
+from ldpstream.mechanisms.factory import DEFAULT_DISCOVERY_MECHANISM, MECHANISMS
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.registry import MetricConfig, Registry, discovery_mechanism_error, discovery_slot_name
 
@@ -28,6 +28,7 @@ __all__ = [
     "BitReports",
     "DiscoveryScheme",
     "bit_scheme",
+    "carrier_error",
     "rappor_for_epsilon",
     "rappor_scheme",
     "report_for_epsilon",
@@ -37,8 +38,9 @@ __all__ = [
 #: n-gram reports per client (two distinct slots: one pair of slots per client for the joint estimation).
 NGRAM_REPORTS = 2
 
-#: The mechanisms a discovery report may use (:data:`~ldpstream.registry.DISCOVERY_MECHANISMS`).
-BitReports = Rappor | ORappor
+#: A discovery report's mechanism: a bit mechanism whose class is a
+#: :attr:`~ldpstream.mechanisms.base.Mechanism.discovery_carrier` (:data:`~ldpstream.registry.DISCOVERY_MECHANISMS`).
+BitReports = BitMechanism
 
 
 @dataclass(frozen=True)
@@ -63,32 +65,33 @@ class DiscoveryScheme:
 
 
 def rappor_for_epsilon(epsilon: float, k: int, hashes: int, cohorts: int) -> Rappor:
-    """One-report RAPPOR with ε_1 = ``epsilon`` exactly: f = 0, q = e^{ε/(2h)}/(1 + e^{ε/(2h)}), p = 1 − q."""
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise ParameterError(f"epsilon must be positive and finite, got {epsilon}")
-    q = 1.0 / (1.0 + math.exp(-epsilon / (2.0 * hashes)))
-    return Rappor(k=k, hashes=hashes, cohorts=cohorts, p=1.0 - q, q=q, f=0.0)
+    """One-report RAPPOR with ε_1 = ``epsilon`` exactly (:meth:`Rappor.discovery_report` at f = 0)."""
+    return Rappor.discovery_report(epsilon, k, hashes, cohorts)
 
 
 def report_for_epsilon(mechanism: str, epsilon: float, k: int, hashes: int, cohorts: int) -> BitReports:
     """One report of ``mechanism`` (one of :data:`~ldpstream.registry.DISCOVERY_MECHANISMS`) with ε = ``epsilon``
-    exactly: :func:`rappor_for_epsilon`, or O-RAPPOR at ``epsilon`` (q* = e^{ε/(2h)}/(1 + e^{ε/(2h)}),
-    p* = 1 − q*). Any other mechanism is a ParameterError saying why it cannot carry discovery reports."""
+    exactly (its :meth:`~ldpstream.mechanisms.base.Mechanism.discovery_report`). Any other mechanism is a
+    ParameterError saying why it cannot carry discovery reports."""
     refusal = discovery_mechanism_error(mechanism)
     if refusal is not None:
         raise ParameterError(refusal)
-    if mechanism == "orappor":
-        if not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ParameterError(f"epsilon must be positive and finite, got {epsilon}")
-        return ORappor(k=k, epsilon=epsilon, cohorts=cohorts, hashes=hashes)
-    return rappor_for_epsilon(epsilon, k, hashes, cohorts)
+    return MECHANISMS[mechanism].discovery_report(epsilon, k, hashes, cohorts)
+
+
+def carrier_error(mechanism: object) -> str | None:
+    """``None`` when ``mechanism`` can carry discovery reports, else why not."""
+    if isinstance(mechanism, BitMechanism) and type(mechanism).discovery_carrier:
+        return None
+    name = getattr(mechanism, "name", type(mechanism).__name__)
+    return discovery_mechanism_error(str(name)) or f"{name!r} cannot carry discovery reports"
 
 
 def bit_scheme(
     total_epsilon: float,
     shape: StringShape | None = None,
     *,
-    mechanism: str = "rappor",
+    mechanism: str = DEFAULT_DISCOVERY_MECHANISM,
     full_share: float = 1.0 / 3.0,
     full_bits: int = 128,
     ngram_bits: int = 128,
@@ -118,7 +121,7 @@ def rappor_scheme(
     cohorts: int = 32,
 ) -> DiscoveryScheme:
     """:func:`bit_scheme` with RAPPOR reports (the paper's)."""
-    return bit_scheme(total_epsilon, shape, mechanism="rappor", full_share=full_share, full_bits=full_bits,
+    return bit_scheme(total_epsilon, shape, mechanism=Rappor.name, full_share=full_share, full_bits=full_bits,
                       ngram_bits=ngram_bits, hashes=hashes, cohorts=cohorts)
 
 
@@ -130,7 +133,9 @@ def scheme_of(registry: Registry, metric: MetricConfig) -> DiscoveryScheme:
     if config is None or metric.part_of is not None:
         raise ParameterError(f"metric {metric.name!r} is not a discovery metric's full-string metric")
     full, ngram = metric.mechanism, registry[discovery_slot_name(metric.name, 0)].mechanism
-    if not isinstance(full, Rappor | ORappor) or not isinstance(ngram, Rappor | ORappor):
-        name = full.name if not isinstance(full, Rappor | ORappor) else ngram.name
-        raise ParameterError(f"metric {metric.name!r}: {discovery_mechanism_error(name)}")
+    for mechanism in (full, ngram):
+        refusal = carrier_error(mechanism)
+        if refusal is not None:
+            raise ParameterError(f"metric {metric.name!r}: {refusal}")
+    assert isinstance(full, BitMechanism) and isinstance(ngram, BitMechanism)  # checked above
     return DiscoveryScheme(StringShape(config.length, config.ngram, config.alphabet, config.pad), full, ngram)
