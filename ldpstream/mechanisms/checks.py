@@ -244,8 +244,8 @@ def check_decoder_recovers(mechanism: Mechanism, decode: Decode, seed: int = 0, 
 
 
 def check_for_alphabet(mechanism: Mechanism) -> None:
-    """A direct mechanism builds its instance over ``0..S-1`` at ε (what simulations and the tuner ask): of its own
-    class, k = S, exactly that ε; a hashed one refuses."""
+    """A direct mechanism builds its instance over ``0..S-1`` at ε (what simulations and the tuner ask; S = the
+    example's k): of its own class, k = S, exactly that ε; a hashed one refuses."""
     cls = type(mechanism)
     if not cls.decoder_family.startswith("direct"):
         try:
@@ -253,10 +253,10 @@ def check_for_alphabet(mechanism: Mechanism) -> None:
         except ParameterError:
             return
         raise AssertionError(f"{cls.name} hashes its values yet built an instance for an alphabet alone")
-    for support, epsilon in ((2, 0.7), (7, 2.5)):
-        instance = cls.for_alphabet(support, epsilon)
+    for epsilon in (0.7, 2.5):
+        instance = cls.for_alphabet(mechanism.k, epsilon)
         assert type(instance) is cls, instance
-        assert instance.k == support and math.isclose(instance.epsilon, epsilon, rel_tol=1e-12), instance
+        assert instance.k == mechanism.k and math.isclose(instance.epsilon, epsilon, rel_tol=1e-12), instance
         assert make_mechanism(instance.parameters()) == instance
 
 

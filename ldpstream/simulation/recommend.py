@@ -207,7 +207,12 @@ def tune(
         if on_step is not None:
             on_step(done, len(fams), f"{fam}: searching its grid")
         if fam in DIRECT_MECHANISMS:
-            setups: list[tuple[Setup, dict[str, int]]] = [(build_setup(fam, eps, S, closed=True), {"k": S})]
+            try:
+                setups: list[tuple[Setup, dict[str, int]]] = [(build_setup(fam, eps, S, closed=True), {"k": S})]
+            except ParameterError:
+                if mechanisms is not None:
+                    raise
+                continue  # a direct mechanism that has no instance for S values (its for_alphabet refuses S)
         else:
             ranked: list[dict[str, Any]] = []
             for r in ranked_predictions(
