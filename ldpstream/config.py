@@ -425,8 +425,9 @@ class RedisConfig:
         is a :class:`ServiceError` in one line, naming the server (not the password)."""
         import redis
 
+        client = self.client()
         try:
-            self.client().ping()
+            client.ping()
         except redis.AuthenticationError as exc:
             raise ServiceError(f"Redis at {self.safe_url} refused the client (user {self.user or 'default'}): "
                                f"{exc}") from None
@@ -448,6 +449,8 @@ class RedisConfig:
                         " (if it requires client certificates (mutual TLS): give redis.cert and redis.key)")
             raise ServiceError(f"Redis at {self.safe_url} did not answer{' over TLS' if self.tls else ''}: "
                                f"{exc}{hint}") from None
+        finally:
+            client.close()
 
     def store(self) -> RedisSketchStore:
         from ldpstream.store.redis_store import RedisSketchStore

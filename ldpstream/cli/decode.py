@@ -105,6 +105,7 @@ def _watch(args: argparse.Namespace) -> int:
     config.check_access(kafka=False)
     from ldpstream.registry import Registry
 
-    watch(config.redis.store(), args.metric, args.window, args.interval, args.top, args.iterations,
-          registry=lambda: Registry.load(config.registry))
+    with config.redis.store() as store:
+        watch(store, args.metric, args.window, args.interval, args.top, args.iterations,
+              registry=lambda: Registry.load(config.registry))
     return 0

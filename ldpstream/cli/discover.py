@@ -211,11 +211,11 @@ def _publish(args: argparse.Namespace, out: dict[str, Any], n_reports: int) -> N
         return
     import time
 
-    store = ServiceConfig.from_args(args).redis.store()
-    held = store.latest_estimate(args.publish, "all")
-    if held is not None and (held.get("discovery") or {}).get("source") != "offline":
-        raise ParameterError(f"--publish {args.publish!r}: the decoder publishes an estimate under that name "
-                             f"({held.get('schema')}); choose another name")
-    body = published_dictionary(args.publish, out, n_reports, time.time())
-    store.publish_dictionary(args.publish, json.dumps(body), PUBLISH_HISTORY)
+    with ServiceConfig.from_args(args).redis.store() as store:
+        held = store.latest_estimate(args.publish, "all")
+        if held is not None and (held.get("discovery") or {}).get("source") != "offline":
+            raise ParameterError(f"--publish {args.publish!r}: the decoder publishes an estimate under that name "
+                                 f"({held.get('schema')}); choose another name")
+        body = published_dictionary(args.publish, out, n_reports, time.time())
+        store.publish_dictionary(args.publish, json.dumps(body), PUBLISH_HISTORY)
     print(f"published dictionary {args.publish!r} ({len(out['discovered'])} strings) to Redis", file=sys.stderr)

@@ -200,7 +200,8 @@ def _publish_string_truth(args: argparse.Namespace, config: ServiceConfig, regis
         published = shape.unpadded(shape.padded(text))
         drawn[published] = drawn.get(published, 0) + int(count)
     try:
-        config.redis.store().add_string_truth(name, drawn)
+        with config.redis.store() as store:
+            store.add_string_truth(name, drawn)
     except redis.RedisError as exc:
         print(f"ldpstream produce: the truth is not published (Redis: {exc}); --redis says where, --no-truth "
               "silences this", file=sys.stderr)

@@ -36,27 +36,28 @@ def _report(args: argparse.Namespace) -> int:
     from ldpstream.errors import ParameterError
 
     out = check_output(args.out)
-    store = ServiceConfig.from_args(args).redis.store()
-    joint = store.latest_joint(args.name, args.window)
-    if joint is not None:
-        plot_joint(out, joint, store.joint_history(args.name, args.window))
-        print(f"wrote {out}: joint table of {args.name} ({args.window}), {joint['n_reports']:,} report pairs")
-        unidentified = unidentified_cells(joint)
-        if unidentified:
-            reasons = "; ".join(str(r) for r in joint.get("identification") or [])
-            print(f"{len(unidentified)} cells marked ?: {UNIDENTIFIED_NOTE[2:]}" + (f": {reasons}" if reasons else ""))
+    with ServiceConfig.from_args(args).redis.store() as store:
+        joint = store.latest_joint(args.name, args.window)
+        if joint is not None:
+            plot_joint(out, joint, store.joint_history(args.name, args.window))
+            print(f"wrote {out}: joint table of {args.name} ({args.window}), {joint['n_reports']:,} report pairs")
+            unidentified = unidentified_cells(joint)
+            if unidentified:
+                reasons = "; ".join(str(r) for r in joint.get("identification") or [])
+                print(f"{len(unidentified)} cells marked ?: {UNIDENTIFIED_NOTE[2:]}"
+                      + (f": {reasons}" if reasons else ""))
+            return 0
+        latest = store.latest_estimate(args.name, args.window)
+        if latest is None:
+            raise ParameterError(f"no estimate of {args.name!r} ({args.window}) is published under prefix "
+                                 f"{store.prefix!r}: is the decoder running, with this --redis and --prefix?")
+        # A simulation's truth, where one was published (values in the order the decoder publishes them).
+        truth = truth_frequencies(store.truth(args.name), [v["value"] for v in latest["values"]])
+        drawn = store.string_truth(args.name) if "discovery" in latest else None
+        if drawn:  # a discovery metric's: the strings its simulated clients drew
+            total = sum(drawn.values())
+            truth = {text: count / total for text, count in drawn.items()}
+        plot_metric(out, latest, store.estimate_history(args.name, args.window), truth, top=args.top)
+        print(f"wrote {out}: {args.name} ({args.window}), {latest['n_reports']:,} reports"
+              + (", with the simulation's truth" if truth else ""))
         return 0
-    latest = store.latest_estimate(args.name, args.window)
-    if latest is None:
-        raise ParameterError(f"no estimate of {args.name!r} ({args.window}) is published under prefix "
-                             f"{store.prefix!r}: is the decoder running, with this --redis and --prefix?")
-    # A simulation's truth, where one was published (values in the order the decoder publishes them).
-    truth = truth_frequencies(store.truth(args.name), [v["value"] for v in latest["values"]])
-    drawn = store.string_truth(args.name) if "discovery" in latest else None
-    if drawn:  # a discovery metric's: the strings its simulated clients drew
-        total = sum(drawn.values())
-        truth = {text: count / total for text, count in drawn.items()}
-    plot_metric(out, latest, store.estimate_history(args.name, args.window), truth, top=args.top)
-    print(f"wrote {out}: {args.name} ({args.window}), {latest['n_reports']:,} reports"
-          + (", with the simulation's truth" if truth else ""))
-    return 0

@@ -26,6 +26,7 @@ def _status(args: argparse.Namespace) -> int:
     config = ServiceConfig.from_args(args)
     registry = Registry.load(config.registry)
     config.check_access()
-    report = collect_status(registry, config.kafka, config.redis.store())
+    with config.redis.store() as store:
+        report = collect_status(registry, config.kafka, store)
     print(json.dumps(report, indent=2) if args.json else format_status(report))
     return 0

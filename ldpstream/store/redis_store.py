@@ -390,6 +390,16 @@ class RedisSketchStore:
     def client(self) -> RedisClient:
         return self._redis
 
+    def close(self) -> None:
+        """Close the client's connections (every node's, on a cluster)."""
+        self._redis.close()
+
+    def __enter__(self) -> RedisSketchStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _get_many(self, names: list[str]) -> list[Any]:
         """GET of each name (one round trip per node; names may lie in different slots)."""
         if not names:

@@ -158,10 +158,15 @@ def test_a_real_prometheus_scrapes_the_consumer_and_the_decoder(
             time.sleep(3 * SCRAPE)  # samples after the last report: the window's end is flat
 
             # The ingest rate over a window that holds every report, within the extrapolation bounds.
-            at = time.time()
-            window = int(at - before) + 3
+            # Both queries are evaluated at the last sample already ingested: a scrape stamped before ``at`` but
+            # ingested between the two queries would otherwise give the rate fewer samples than the bound reads.
+            now = time.time()
+            window = int(now - before) + 3
+            raw = f'ldpstream_reports_applied_total{{metric="app_language"}}[{window}s]'
+            (series,) = prom.query(raw, now)
+            at = float(series["values"][-1][0])
             rate = prom.value(f'sum(rate(ldpstream_reports_applied_total{{metric="app_language"}}[{window}s]))', at)
-            (series,) = prom.query(f'ldpstream_reports_applied_total{{metric="app_language"}}[{window}s]', at)
+            (series,) = prom.query(raw, at)
             samples = [(float(t), float(v)) for t, v in series["values"]]
             assert samples[0][1] == 0.0 and samples[-1][1] == counted
             sampled = samples[-1][0] - samples[0][0]
