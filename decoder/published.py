@@ -153,6 +153,7 @@ class PublishedEstimate:
             "n_reports": int(est.n_reports),
             "residual": est.residual,
             "detection_floor": est.detection_floor,
+            **({} if est.misfit is None else {"fit": est.misfit.to_json()}),
             **self._detection(),
         }
 

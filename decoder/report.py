@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ldpstream.decoder.watch import fit_line
 from ldpstream.errors import ParameterError
 
 FORMATS = (".png", ".svg")
@@ -122,8 +123,9 @@ def plot_metric(out: str | Path, latest: Mapping[str, Any], history: Sequence[Ma
     order = np.argsort(-freq, kind="stable")[:top]
     shown = [names[i] for i in order]
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.2), constrained_layout=True)
-    fig.suptitle(title or f"{latest.get('metric', '')} ({latest.get('window', 'all')}): "
-                 f"{int(latest['n_reports']):,} reports")
+    fit = latest.get("fit")
+    fig.suptitle((title or f"{latest.get('metric', '')} ({latest.get('window', 'all')}): "
+                  f"{int(latest['n_reports']):,} reports") + (f"\n{fit_line(fit)}" if isinstance(fit, Mapping) else ""))
 
     ax = axes[0]
     x = np.arange(len(order))

@@ -19,6 +19,19 @@ if TYPE_CHECKING:
 _BAR_WIDTH = 30
 
 
+def fit_line(fit: Mapping[str, Any]) -> str:
+    """One line on the candidate model's goodness of fit (a published ``fit``, docs/math/misfit.md)."""
+    p = float(fit["p_value"])
+    line = (f"fit: dispersion {float(fit['dispersion']):.2f} on {int(fit['df']):,} df "
+            f"(p {'< 1e-16' if p < 1e-16 else f'= {p:.2g}'})")
+    if p < 0.01:
+        cells = ", ".join(f"cohort {c['cohort']} cell {c['cell']}" for c in list(fit.get("cells", ()))[:3])
+        line += (f": the candidates miss mass, about {float(fit['excess_reports']):,.0f} reports unexplained"
+                 + (f" (most at {cells})" if cells else "")
+                 + f"; standard errors widened by {float(fit['inflation']):.2f}")
+    return line
+
+
 def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | None = None, top: int = 20,
            now: float | None = None) -> str:
     """A table of the top values: frequency, 95% interval, design effect, a bar, and the true frequency when
@@ -44,6 +57,9 @@ def render(published: Mapping[str, Any], truth: Sequence[float] | np.ndarray | N
         lines.append(how)
     if published.get("interval_assumes"):
         lines.append(f"assumes: {published['interval_assumes']}")
+    fit = published.get("fit")
+    if isinstance(fit, Mapping):
+        lines.append(fit_line(fit))
     detection = published.get("detection")
     if isinstance(detection, Mapping):
         # objects published before the field: the adaptive rule was Storey's whenever its share was below 1

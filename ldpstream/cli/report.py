@@ -60,4 +60,8 @@ def _report(args: argparse.Namespace) -> int:
         plot_metric(out, latest, store.estimate_history(args.name, args.window), truth, top=args.top)
         print(f"wrote {out}: {args.name} ({args.window}), {latest['n_reports']:,} reports"
               + (", with the simulation's truth" if truth else ""))
+        if isinstance(latest.get("fit"), dict):
+            from ldpstream.decoder.watch import fit_line
+
+            print(fit_line(latest["fit"]))
         return 0

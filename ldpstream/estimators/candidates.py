@@ -45,6 +45,7 @@ from ldpstream.mechanisms.base import CANDIDATE_METHODS
 from .channels import AffineChannel, compressed_affine_channel
 from .estimate import ConfidenceInterval, Estimate, detection_floor
 from .factor_cache import CachedLeastSquares, FactorCache
+from .misfit import pearson_misfit
 from .numerics.least_squares import WeightedLeastSquares, face_solve_constrained_ls, fista_constrained_ls
 from .numerics.newton_mle import newton_multinomial
 from .numerics.sandwich import bits_meat, orr_meat
@@ -130,6 +131,10 @@ def _decode(
     start: ArrayLike | None = None,
     counts: np.ndarray | None = None,
     cohort_reports: np.ndarray | None = None,
+    cells_per_value: float = 1.0,
+    fixed_cohort_sums: bool = False,
+    pearson_var_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    inflate: bool = True,
 ) -> Estimate:
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
@@ -199,6 +204,16 @@ def _decode(
     held_var = wls.reused_variances() if isinstance(wls, CachedLeastSquares) else None
     se_ls = np.sqrt(held_var if held_var is not None else wls.variances(top, meat_fn(wls)))
     info.update(wls.info if isinstance(wls, CachedLeastSquares) else wls.gram.info)
+    misfit = None
+    if cohort_reports is not None:
+        fitted = wls.fitted()
+        width = X.shape[0] // max(len(cohort_reports), 1)
+        misfit = pearson_misfit(z, fitted, (pearson_var_fn or var_fn)(fitted), beta.size, width=width,
+                                reports=np.repeat(cohort_reports, width), cells_per_value=cells_per_value,
+                                fixed_cohort_sums=fixed_cohort_sums)
+    # quasi-likelihood: every standard error times sqrt(max(1, φ̂)) (docs/math/misfit.md)
+    factor = misfit.inflation if misfit is not None and inflate else 1.0
+    se_ls = se_ls * factor
     se = se_ls
     if method == "mle" and kind == "orr":
         # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs, from an
@@ -216,7 +231,7 @@ def _decode(
             if isinstance(wls, CachedLeastSquares) and factor_cache is not None:
                 factor_cache.add_information(info_key, d, var_info)
                 info["information_variances"] = "exact"
-        se = np.sqrt(var_info)
+        se = np.sqrt(var_info) * factor
     freq = est[:S]
     if other:
         residual, residual_se = float(est[S]), float(se[S])
@@ -236,7 +251,8 @@ def _decode(
     floor = detection_floor(float(np.median(se)), S) if S else None
     return Estimate(frequencies=freq, std_errors=se, n_reports=n_reports, method=f"{kind}/{method}", labels=labels,
                     residual=residual, residual_std_error=residual_se, detection_floor=floor, info=info,
-                    interval=interval, interval_method=interval_method, unclipped_interval=unclipped)
+                    interval=interval, interval_method=interval_method, unclipped_interval=unclipped,
+                    misfit=misfit)
 
 
 def decode_orr(
@@ -254,6 +270,7 @@ def decode_orr(
     factor_cache: FactorCache | None = None,
     cache_key: Hashable | None = None,
     start: ArrayLike | None = None,
+    inflate: bool = True,
 ) -> Estimate:
     """Decode an O-RR ``(C, k)`` symbol sketch against the candidates of ``design`` (C·k × S, sparse).
 
@@ -263,7 +280,8 @@ def decode_orr(
     ``start``: a previous solution of the same design (the candidates' frequencies, then "other" when
     ``other``), from which ``"nnls"`` and ``"mle"`` iterate instead of their default start (they converge to the
     same optimum: docs/math/estimators.md#warm-starts-of-the-iterative-decoders); ignored by ``"ls"`` and
-    ``"project"`` (closed form).
+    ``"project"`` (closed form). ``inflate``: standard errors times the fit's
+    :attr:`~ldpstream.estimators.misfit.Misfit.inflation` (False: the model's alone; the misfit is measured either way).
     """
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
@@ -285,6 +303,12 @@ def decode_orr(
         var = krr_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), eps, k)
         return np.where(Nrow > 0, var, np.inf)
 
+    def pearson_var_fn(fit: np.ndarray) -> np.ndarray:
+        # a cohort's cells are multinomial: Pearson's statistic divides by N m, not N m (1 − m) (docs/math/misfit.md)
+        m = ((e - 1) * np.clip(fit, 0.0, 1.0) + 1) / (e + k - 1)
+        out: np.ndarray = var_fn(fit) / (1 - m)
+        return out
+
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         extra = [1.0 / (C * k)] if with_other else None
         return compressed_affine_channel(X, [(e - 1) / (C * (e + k - 1))], [1 / (C * (e + k - 1))], extra,
@@ -295,7 +319,8 @@ def decode_orr(
         meat_fn=lambda wls: orr_meat(X, wls.o, wls.w, wls.fitted(), Nc, eps),
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
-        cache_key=cache_key, start=start, counts=counts, cohort_reports=Nc,
+        cache_key=cache_key, start=start, counts=counts, cohort_reports=Nc, fixed_cohort_sums=True,
+        pearson_var_fn=pearson_var_fn, inflate=inflate,
     )
 
 
@@ -316,12 +341,13 @@ def decode_bits(
     factor_cache: FactorCache | None = None,
     cache_key: Hashable | None = None,
     start: ArrayLike | None = None,
+    inflate: bool = True,
 ) -> Estimate:
     """Decode an O-RAPPOR / RAPPOR ``(C, k + 1)`` bit sketch against the candidates of ``design``.
 
     ``bits_per_string`` (h̄, for the "other" term) defaults to ``nnz(X)/(S·C)``, the mean number of bits a
-    candidate sets per cohort (≈ h, less Bloom collisions). ``factor_cache``, ``cache_key``, ``start``: as
-    :func:`decode_orr`.
+    candidate sets per cohort (≈ h, less Bloom collisions). ``factor_cache``, ``cache_key``, ``start``,
+    ``inflate``: as :func:`decode_orr`.
     """
     arr = np.asarray(sketch, dtype=np.float64)
     if arr.ndim != 2:
@@ -364,7 +390,7 @@ def decode_bits(
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
         # h̄ shapes the "other" column, so a given bits_per_string is part of the design's name
         cache_key=cache_key if bits_per_string is None or cache_key is None else (cache_key, hbar), start=start,
-        counts=arr, cohort_reports=Nc,
+        counts=arr, cohort_reports=Nc, cells_per_value=hbar, inflate=inflate,
     )
 
 

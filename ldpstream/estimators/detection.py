@@ -44,6 +44,7 @@ from .candidates import decode_bits
 from .empirical_bayes import npmle_prior, posterior_mean
 from .estimate import ConfidenceInterval, detection_floor
 from .intervals import Z95, ScoreTestedEstimate
+from .misfit import pearson_misfit, robust_variance_ratio
 
 __all__ = [
     "AdaptiveProcedure", "Correction", "DetectionEstimate", "FullDesignFit", "detect", "nn_lasso",
@@ -277,6 +278,7 @@ def detect(
     adaptive: AdaptiveProcedure | bool = "two-stage",
     shrink: bool = True,
     ls_interval: bool = True,
+    inflate: bool = True,
 ) -> DetectionEstimate:
     """Screen, refit, test (default: two-stage adaptive Benjamini–Hochberg at q = 0.10) and estimate the
     candidates of ``design`` (``(C·k, S)``, cohort-major) against a ``(C, k + 1)`` bit sketch (module
@@ -288,6 +290,8 @@ def detect(
     ``adaptive=False, shrink=False``, plain BH on the refit values.
     ``ls_interval``: the interval and standard errors of the least squares of all candidates when that design is
     well-determined (False: the refit's, for a caller that uses the selection only; the tests are the same).
+    ``inflate``: tests and standard errors scaled by the fit's misfit inflation (``est.misfit``; False: the
+    model's alone, the misfit still measured).
     """
     if correction not in _CORRECTIONS:
         raise ParameterError(f"unknown correction {correction!r}; use one of {_CORRECTIONS}")
@@ -404,18 +408,42 @@ def detect(
         dG = np.diag(G)[:S]
         se = np.where(dG > 0, 1 / np.sqrt(np.maximum(dG, 1e-300)), 1.0)
     refit = freq.copy()
+    full = _full_least_squares(G, g_now, rows, max_fraction, cond_max)
+    # the fit's misfit: of the least squares of every candidate when determined, else of the refit (which leaves
+    # the unselected candidates' mass in the residual: larger, so conservative); its inflation scales every test
+    # and standard error (quasi-likelihood, docs/math/misfit.md)
+    if full is not None:
+        fitted, parameters = np.asarray(Xf @ full[0]).ravel(), S + n_other
+    else:
+        fitted = np.asarray(Xf[:, cols] @ coef).ravel() if cols.size else np.zeros(C * k)
+        parameters = int(cols.size)
+    rate = np.clip(p_star + delta * fitted, 1e-6, 1 - 1e-6)
+    with np.errstate(divide="ignore"):
+        variance = np.where(live, rate * (1 - rate) / (np.maximum(Nrow, 1) * delta**2), np.inf)
+    misfit = pearson_misfit(z, fitted, variance, parameters, width=k, reports=Nrow, cells_per_value=hbar)
+    # tests and standard errors: unchanged when the fit is not rejected at MISFIT_LEVEL; else each candidate's
+    # inflated by its own robust (residual-based) variance over the model's when the full design is determined,
+    # by the global quasi-likelihood factor otherwise (docs/math/misfit.md#detection)
+    factor: float | np.ndarray = 1.0
+    if misfit is not None and inflate and misfit.rejected:
+        if full is not None:
+            residual_cells = np.where(live, w * (z - fitted), 0.0)
+            factor = np.sqrt(np.maximum(1.0, robust_variance_ratio(Xf, G, residual_cells)))[:S]
+        else:
+            factor = misfit.inflation
+    se = se * factor
+    residual_se = None if residual_se is None or misfit is None or not inflate else residual_se * misfit.inflation
     null_z = refit / se
     # The weighted LS of every candidate (and "other") at the same weights, when that design is itself
     # well-determined: its z-scores are exactly N(0, 1) for absent candidates, so they estimate the share of
     # absent candidates (Storey's adaptive BH) and show that the candidates' p-values are valid (either
     # adaptive BH), and its estimates feed the empirical-Bayes points.
     null_fraction = 1.0
-    full = _full_least_squares(G, g_now, rows, max_fraction, cond_max)
     eb = False
     full_fit: FullDesignFit | None = None
     used: AdaptiveProcedure | None = None
     if full is not None:
-        beta, beta_se = full[0][:S], full[1][:S]
+        beta, beta_se = full[0][:S], full[1][:S] * factor
         full_fit = FullDesignFit(beta, beta_se)
         used = procedure
         if procedure == "storey":
@@ -449,7 +477,8 @@ def detect(
         # its sandwich standard errors (the "ls" decoder's), unbiased whatever the selection did; the refit's is
         # conditional on the selection made from the same data and under-covers near the threshold.
         # Its standard errors are published with it (the tests keep the refit's z-scores, ``null_z``).
-        ls = decode_bits(sketch, design, q_star, p_star, "ls", other=other, bits_per_string=bits_per_string)
+        ls = decode_bits(sketch, design, q_star, p_star, "ls", other=other, bits_per_string=bits_per_string,
+                         inflate=inflate)
         unclipped, interval_method = ls.ci(0.95), "ls-sandwich"
         se = np.asarray(ls.std_errors, dtype=np.float64)
     else:
@@ -462,7 +491,7 @@ def detect(
         detection_floor=detection_floor(float(np.median(se[sel])) if sel.size else float(np.median(se)), S, alpha),
         info=info, interval=interval, interval_method=interval_method, unclipped_interval=unclipped, null_z=null_z,
         null_fraction=null_fraction, adaptive=used,
-        full_fit=full_fit)
+        full_fit=full_fit, misfit=misfit)
     info["detected"] = np.flatnonzero(est.significant(alpha, correction)).tolist()
     info["n_detected"] = len(info["detected"])
     info["detected_mass"] = float(freq[info["detected"]].sum())

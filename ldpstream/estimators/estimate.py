@@ -16,6 +16,8 @@ from scipy import special, stats
 
 from ldpstream.errors import ParameterError
 
+from .misfit import Misfit
+
 __all__ = ["ConfidenceInterval", "Estimate", "bonferroni_z", "detection_floor"]
 
 
@@ -64,6 +66,8 @@ class Estimate:
             candidate decoders' ``"ls-sandwich"``, detect's), the same bounds before clipping; ``None`` when not
             kept. Not published: a window widens the interval from it (its centre is lost where both bounds were
             clipped, :func:`ldpstream.estimators.windows.widen_estimate`).
+        misfit: the goodness of fit of the candidate model (candidate decoders, detection), whose inflation the
+            standard errors and intervals include; ``None`` when not measured.
     """
 
     frequencies: np.ndarray
@@ -78,6 +82,7 @@ class Estimate:
     interval: ConfidenceInterval | None = None
     interval_method: str = "wald"
     unclipped_interval: ConfidenceInterval | None = None
+    misfit: Misfit | None = None
 
     def __post_init__(self) -> None:
         freq = np.asarray(self.frequencies, dtype=np.float64)
@@ -184,6 +189,7 @@ class Estimate:
             "detection_floor": None if self.detection_floor is None else float(self.detection_floor),
             "info": {key: _plain(val) for key, val in self.info.items()},
             "interval_method": self.interval_method,
+            "misfit": None if self.misfit is None else self.misfit.to_json(),
             "interval_95": None if self.interval is None else {"low": self.interval.low.tolist(),
                                                                "high": self.interval.high.tolist()},
         }

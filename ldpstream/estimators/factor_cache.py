@@ -18,10 +18,12 @@ O-RR maximum likelihood, ``J = Bᵀ diag(d) B`` with ``d = n / m²``; when ``d``
 cell by cell and ``b/a ≤ κ_I`` (default 1.04), the cache returns ``var_ref / sqrt(a b)``, each standard error
 within ``(b/a)^{1/4} − 1 ≤ 1%`` of the exact one (the bound is returned with it).
 
-**Sandwich variances of a grown window** (docs/math/estimators.md#sandwich-variances-of-a-grown-window), an
-approximation: when a decode's counts hold every count of an earlier exact computation on the same reference
-and each cohort's reports grew by at most ``variance_growth`` (default 1%), the earlier variances times
-``N_ref/N`` are returned (``info["se_sandwich"] = "reused"``, with the growth); otherwise they are computed
+**Sandwich variances of a grown window** (docs/math/estimators.md#sandwich-variances-of-a-grown-window): when a
+decode's counts hold every count of an earlier exact computation on the same reference, each cohort's reports
+grew by at most ``variance_growth`` (default 1%), and the fit moved little: the model variance of every cell at
+the new fit lies within ``[a, b]`` times its variance at the old one with ``b/a ≤ κ_V`` (default 1.04), the
+earlier variances times ``sqrt(a b)`` are returned (``info["se_sandwich"] = "reused"``, with the growth and
+``b/a``), each standard error within ``(b/a)^{1/4} − 1 ≤ 1%`` of the exact one; otherwise they are computed
 exactly.
 """
 
@@ -43,6 +45,7 @@ from .numerics.newton_mle import HeldInformation
 from .numerics.sandwich import SandwichMeat
 
 __all__ = ["DEFAULT_INFORMATION_TOLERANCE", "DEFAULT_MAX_BYTES", "DEFAULT_TOLERANCE", "DEFAULT_VARIANCE_GROWTH",
+           "DEFAULT_VARIANCE_SPREAD",
            "CachedLeastSquares", "FactorCache", "InformationReference", "ReferenceFactor", "VarianceMemo",
            "symmetric_inverse"]
 
@@ -62,6 +65,9 @@ DEFAULT_INFORMATION_TOLERANCE = 1.04
 #: Default largest growth of any cohort's reports for which a reference's sandwich variances are reused (module
 #: docstring): 1%.
 DEFAULT_VARIANCE_GROWTH = 0.01
+#: Default largest spread ``κ_V = b/a`` of the cells' model variances (new fit over old) for which a grown
+#: window's sandwich variances are reused: standard errors within ``κ_V^{1/4} − 1`` (1%) of the exact ones.
+DEFAULT_VARIANCE_SPREAD = 1.04
 #: Exact sandwich computations kept per reference (the windows of one metric that share its weights).
 VARIANCE_MEMOS = 3
 
@@ -88,10 +94,23 @@ class VarianceMemo:
     counts: np.ndarray
     cohort_reports: np.ndarray
     variances: np.ndarray
+    #: The model variance of each cell at the fit the variances were computed from.
+    cell_variances: np.ndarray
 
     @property
     def nbytes(self) -> int:
-        return int(self.counts.nbytes + self.cohort_reports.nbytes + self.variances.nbytes)
+        return int(self.counts.nbytes + self.cohort_reports.nbytes + self.variances.nbytes
+                   + self.cell_variances.nbytes)
+
+    def spread(self, cell_variances: np.ndarray) -> tuple[float, float] | None:
+        """``(a, b)``: the least and largest ratio of ``cell_variances`` to this computation's, over the cells
+        finite in both (None when the cells with a finite variance differ)."""
+        held = self.cell_variances
+        live, now = np.isfinite(held) & (held > 0), np.isfinite(cell_variances) & (cell_variances > 0)
+        if held.shape != cell_variances.shape or not np.array_equal(live, now) or not live.any():
+            return None
+        ratio = cell_variances[live] / held[live]
+        return float(ratio.min()), float(ratio.max())
 
     def growth(self, counts: np.ndarray, cohort_reports: np.ndarray) -> float | None:
         """The largest relative growth of a cohort's reports since this computation, when ``counts`` hold every
@@ -181,12 +200,15 @@ class FactorCache:
             reused.
         variance_growth: the largest growth of a cohort's reports for which sandwich variances are reused
             (``0`` computes every one).
+        variance_spread: ``κ_V``, the largest spread of the cells' model variances (new fit over old) for which
+            they are reused.
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, per_key: int = 4,
                  tolerance: float = DEFAULT_TOLERANCE,
                  information_tolerance: float = DEFAULT_INFORMATION_TOLERANCE,
-                 variance_growth: float = DEFAULT_VARIANCE_GROWTH) -> None:
+                 variance_growth: float = DEFAULT_VARIANCE_GROWTH,
+                 variance_spread: float = DEFAULT_VARIANCE_SPREAD) -> None:
         if tolerance < 1:
             raise ValueError(f"tolerance must be >= 1, got {tolerance}")
         if information_tolerance < 1:
@@ -198,6 +220,9 @@ class FactorCache:
         if variance_growth < 0:
             raise ValueError(f"variance_growth must be >= 0, got {variance_growth}")
         self.variance_growth = float(variance_growth)
+        if variance_spread < 1:
+            raise ValueError(f"variance_spread must be >= 1, got {variance_spread}")
+        self.variance_spread = float(variance_spread)
         self._entries: OrderedDict[Hashable, list[ReferenceFactor]] = OrderedDict()
         #: Information variances per key (:class:`InformationReference`), most recently stored first.
         self._information: OrderedDict[Hashable, list[InformationReference]] = OrderedDict()
@@ -392,6 +417,7 @@ class CachedLeastSquares:
         #: computation on the same reference (module docstring); None: always computed.
         self._counts = None if counts is None else np.asarray(counts, dtype=np.float64).ravel()
         self._cohort_reports = None if cohort_reports is None else np.asarray(cohort_reports, dtype=np.float64)
+        self._var_fn = var_fn
         # the key names the design (mechanism, candidates, "other"): its Xa is the one an earlier decode built
         held = references[0].design if references else None
         width = X.shape[1] + (other_col is not None)
@@ -460,23 +486,35 @@ class CachedLeastSquares:
             self._cache.grown(sum(a.nbytes for a in self.ref.pair_structure.values()))
         if self._counts is not None and self._cohort_reports is not None and self._cache.variance_growth > 0:
             memos = self.ref.variance_memos
-            memos.insert(0, VarianceMemo(self._counts.copy(), self._cohort_reports.copy(), var.copy()))
+            memos.insert(0, VarianceMemo(self._counts.copy(), self._cohort_reports.copy(), var.copy(),
+                                         self._cell_variances()))
             del memos[VARIANCE_MEMOS:]  # small beside B (R + C + P floats each): counted at the next bound check
         return var
 
+    def _cell_variances(self) -> np.ndarray:
+        """The model variance of each cell at this decode's least-squares fit (what the sandwich's meat holds)."""
+        return np.asarray(self._var_fn(self.fitted()), dtype=np.float64)
+
     def reused_variances(self) -> np.ndarray | None:
         """The variances of an earlier exact computation on this reference whose counts this decode's hold, grown
-        by at most ``variance_growth`` per cohort, times ``N_ref/N`` (module docstring); None when there is none (then
-        :meth:`variances` computes them, and keeps them for the next decodes)."""
+        by at most ``variance_growth`` per cohort, with every cell's model variance within a spread ``κ_V`` of its
+        old one, times ``sqrt(a b)`` (module docstring); None when there is none (then :meth:`variances`
+        computes them, and keeps them for the next decodes)."""
         counts, reports, limit = self._counts, self._cohort_reports, self._cache.variance_growth
-        if counts is None or reports is None or limit <= 0:
+        if counts is None or reports is None or limit <= 0 or not self.ref.variance_memos:
             return None
+        cells: np.ndarray | None = None
         for memo in self.ref.variance_memos:
             growth = memo.growth(counts, reports)
-            if growth is not None and growth <= limit:
-                self._cache.counted_variance_hit()
-                self.info.update(se_sandwich="reused", se_reused_growth=growth)
-                return memo.variances * (float(memo.cohort_reports.sum()) / float(reports.sum()))
+            if growth is None or growth > limit:
+                continue
+            cells = self._cell_variances() if cells is None else cells
+            spread = memo.spread(cells)
+            if spread is None or spread[1] > self._cache.variance_spread * spread[0]:
+                continue
+            self._cache.counted_variance_hit()
+            self.info.update(se_sandwich="reused", se_reused_growth=growth, se_reused_spread=spread[1] / spread[0])
+            return memo.variances * float(np.sqrt(spread[0] * spread[1]))
         return None
 
     def dense_gram(self) -> np.ndarray:

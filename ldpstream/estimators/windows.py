@@ -328,10 +328,18 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Mechanism, sketch
     d = np.maximum(np.asarray(deff, dtype=np.float64), 1.0)
     if d.shape != est.frequencies.shape:
         raise ValueError(f"{d.shape[0]} design effects for {est.frequencies.shape[0]} values")
+    changes: dict[str, Any] = {}
+    if est.misfit is not None:
+        # repeated reports inflate the window's dispersion by its design effect too: the misfit is tested with
+        # that part taken out, and the standard errors carry its inflation instead of the summed sketch's
+        # (docs/math/misfit.md#windows)
+        fit = est.misfit.scaled(float(np.mean(d)))
+        changes["misfit"] = fit
+        d = d * (fit.inflation / est.misfit.inflation) ** 2
     if np.all(d == 1.0):
         return est
     root = np.sqrt(d)
-    changes: dict[str, Any] = {"info": {**est.info, "design_effect_max": float(d.max())}}
+    changes["info"] = {**est.info, "design_effect_max": float(d.max())}
     if est.std_errors is not None:
         changes["std_errors"] = est.std_errors * root
     if est.residual_std_error is not None:

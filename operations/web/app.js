@@ -126,8 +126,19 @@ function marginalView(name, published, truth, width) {
   return [el("div", {class: "meta"},
              note, "method ", el("b", {}, published.method), " · intervals ", el("b", {}, published.interval_method ?? "none"),
              published.design_effect && published.design_effect > 1.0001 ? ` (design effect up to ${published.design_effect.toFixed(2)})` : "",
-             truth ? ` · truth from a simulation of ${num(truth.n)} clients` : ""),
+             truth ? ` · truth from a simulation of ${num(truth.n)} clients` : "",
+             published.fit ? fitNote(published.fit) : ""),
           svg];
+}
+
+// the candidate model's goodness of fit (docs/math/misfit.md)
+function fitNote(fit) {
+  const p = fit.p_value < 1e-16 ? "p < 1e-16" : `p = ${fit.p_value.toPrecision(2)}`;
+  const text = ` · fit: dispersion ${fit.dispersion.toFixed(2)} (${p})`;
+  return fit.p_value < 0.01
+    ? el("span", {class: "misfit"}, `${text}: the candidates miss about ${num(Math.round(fit.excess_reports))} reports; ` +
+         `standard errors widened by ${fit.inflation.toFixed(2)}`)
+    : text;
 }
 
 // ---------------------------------------------------------------- one association: the joint heat map
