@@ -37,6 +37,7 @@ __all__ = [
     "censored_moments",
     "censored_sd",
     "null_score_z",
+    "small_count_wilson",
     "wilson_interval",
 ]
 
@@ -52,13 +53,35 @@ def wilson_interval(x: ArrayLike, n: float, z: float = Z95) -> ConfidenceInterva
     return ConfidenceInterval(centre - half, centre + half)
 
 
+#: Counts up to which a score interval's bound takes the Poisson bound when wider (:func:`small_count_wilson`).
+SMALL_COUNT = 10.0
+
+
+def small_count_wilson(x: ArrayLike, n: float, z: float = Z95) -> ConfidenceInterval:
+    """The Wilson interval with Brown, Cai and DasGupta's (2001, §4.1.1) small-count bounds: for
+    ``0 < x ≤ SMALL_COUNT`` the lower bound is at most the one-sided Poisson bound ``χ²_{2x}(α)/(2n)``
+    (``α = Φ(−z)``), and likewise the upper bound for ``0 < n − x ≤ SMALL_COUNT``
+    (docs/math/estimators.md#small-counts).
+    ``x`` may be fractional (a window's effective count)."""
+    x = np.asarray(x, dtype=np.float64)
+    lo, hi = wilson_interval(x, n, z)
+    alpha = float(stats.norm.sf(z))
+    with np.errstate(invalid="ignore"):
+        lower = stats.chi2.ppf(alpha, 2 * np.maximum(x, 1e-12)) / (2 * n)
+        upper = 1 - stats.chi2.ppf(alpha, 2 * np.maximum(n - x, 1e-12)) / (2 * n)
+    lo = np.where((x > 0) & (x <= SMALL_COUNT), np.minimum(lo, lower), lo)
+    hi = np.where((n - x > 0) & (n - x <= SMALL_COUNT), np.maximum(hi, upper), hi)
+    return ConfidenceInterval(lo, hi)
+
+
 def affine_score_interval(x: ArrayLike, n: float, base: float, slope: float, z: float = Z95) -> ConfidenceInterval:
     """Score interval of ``p`` when ``x ~ Binomial(n, base + slope · p)`` (``slope > 0``), within [0, 1].
 
-    The Wilson interval of the rate is mapped through the increasing map ``p = (r − base)/slope`` and then
-    intersected with the parameter space [0, 1] (which removes only impossible values: coverage is kept).
+    The Wilson interval of the rate with small-count bounds (:func:`small_count_wilson`) is mapped through the
+    increasing map ``p = (r − base)/slope`` and then intersected with the parameter space [0, 1] (which removes
+    only impossible values: coverage is kept).
     """
-    lo, hi = wilson_interval(x, n, z)
+    lo, hi = small_count_wilson(x, n, z)
     return ConfidenceInterval(
         np.clip((lo - base) / slope, 0.0, 1.0), np.clip((hi - base) / slope, 0.0, 1.0)
     )
