@@ -18,8 +18,9 @@ import pytest
 from scipy.optimize import minimize
 
 from ldpstream.estimators import decode_bits, decode_orr
-from ldpstream.estimators.factor_cache import FactorCache
+from ldpstream.estimators.factor_cache import FactorCache, InformationReference
 from ldpstream.estimators.numerics.least_squares import face_solve_constrained_ls, fista_constrained_ls
+from ldpstream.estimators.numerics.sandwich import bits_meat
 from ldpstream.estimators.numerics.simplex import project_capped_simplex, project_simplex
 from tests.unit.estimators.designs import hashed_design
 
@@ -223,3 +224,126 @@ def test_a_burst_of_an_absent_value_moves_the_fit_and_its_variances_are_computed
     assert reused.info["se_sandwich"] == "reused"
     exact = decode(second, gated_on_growth, growth=0.0)
     assert abs(reused.std_errors[-1] / exact.std_errors[-1] - 1) > 0.02
+
+
+def test_information_variances_within_their_published_bound():
+    """O-RR mle: a refresh's information variances, reused from the previous decode, are within the bound they
+    publish of the exact ones (decoded without the cache), and the bound is at most 1%."""
+    rng = np.random.default_rng(4)
+    X, first, second = _sketches("orr", rng, 16, 16, 40, 40000, 40)
+    cache = FactorCache()
+    _decode("orr", first, X, "mle", cache)
+    warm = _decode("orr", second, X, "mle", cache)
+    exact = _decode("orr", second, X, "mle", None)
+    assert warm.info["information_variances"] == "reused"
+    bound = warm.info["information_se_bound"]
+    assert 0 < bound <= 0.01
+    np.testing.assert_allclose(warm.frequencies, exact.frequencies, rtol=0, atol=1e-12)
+    ratio = warm.std_errors / exact.std_errors
+    assert np.all(np.abs(ratio - 1) <= bound * (1 + 1e-9)), (ratio.min(), ratio.max(), bound)
+    assert abs(warm.residual_std_error / exact.residual_std_error - 1) <= bound * (1 + 1e-9)
+    # a common scale is free (4× the reports: the same bound), a window of other counts is computed exactly
+    assert _decode("orr", second * 4, X, "mle", cache).info["information_variances"] == "reused"
+    assert _decode("orr", second - first, X, "mle", cache).info["information_variances"] == "exact"
+
+
+def test_information_bound_holds_on_random_weights():
+    """``J = Bᵀ diag(d) B``: with ``d`` within ``[a, b]·d_ref`` cell by cell, every diagonal of ``J⁻¹`` lies within
+    ``[1/b, 1/a]`` of the reference one (the Loewner argument the reuse rests on), so the geometric middle the
+    cache returns is within ``sqrt(b/a)``."""
+    rng = np.random.default_rng(8)
+    B = rng.normal(size=(60, 12))
+    d_ref = rng.uniform(0.5, 2.0, 60)
+    var_ref = np.diag(np.linalg.inv(B.T @ (d_ref[:, None] * B)))
+    cache = FactorCache(information_tolerance=1.3)
+    cache.add_information("k", d_ref, var_ref)
+    for _ in range(20):
+        d = d_ref * rng.uniform(0.9, 1.15, 60)
+        exact = np.diag(np.linalg.inv(B.T @ (d[:, None] * B)))
+        a, b = InformationReference(d_ref, var_ref).spread(d)
+        assert np.all(exact >= var_ref / b * (1 - 1e-12)) and np.all(exact <= var_ref / a * (1 + 1e-12))
+        got = cache.information_variances("k", d)
+        if b / a <= 1.3:
+            assert got is not None
+            var, bound = got
+            assert np.all(np.abs(np.sqrt(var / exact) - 1) <= bound + 1e-12)
+        else:
+            assert got is None
+
+
+@pytest.mark.parametrize("kind", ["orr", "bits"])
+def test_warm_mle_equals_the_cold_decode(kind):
+    """A refresh's mle from the previous estimate (projected Newton reusing its information between steps)
+    reaches the cold decode's maximizer: every coordinate within 10⁻³ of its standard error, as the gap
+    certificate promises for both."""
+    rng = np.random.default_rng(6)
+    X, first, second = _sketches(kind, rng, 16, 16, 40, 20000, 200)
+    previous = _decode(kind, first, X, "mle", None)
+    start = np.append(previous.frequencies, previous.residual)
+    warm = _decode(kind, second, X, "mle", None, start=start)
+    cold = _decode(kind, second, X, "mle", None)
+    assert warm.info["certified"] and cold.info["certified"]
+    assert np.all(np.abs(warm.frequencies - cold.frequencies) <= 2e-3 * cold.std_errors)
+
+
+def test_pair_pattern_kept_between_calls_gives_the_same_variances():
+    """The sandwich's pair part with its design-only pattern made once and kept (the factor cache's use) equals
+    the variances computed from scratch."""
+    rng = np.random.default_rng(2)
+    C, k, S = 6, 16, 40
+    X = hashed_design(rng, C, k, S, 3)
+    R = C * k
+    B = rng.normal(size=(R, S + 1)).astype(np.float32)
+    o = np.full(R, 3 / k)
+    kept: dict = {}
+    for _ in range(3):
+        meat = bits_meat(X, o, rng.uniform(0.5, 2, R), rng.normal(0.02, 0.03, S + 1), rng.uniform(50, 90, C),
+                         0.75, 0.25, 3.0)
+        np.testing.assert_allclose(meat.sandwich_diagonal(B, kept), meat.sandwich_diagonal(B), rtol=1e-12)
+        assert kept
+
+
+def test_a_value_back_in_the_top_is_exported_again():
+    """The decoder's Prometheus series of a value are looked up once while shown; a value that leaves the top
+    (its series removed) and comes back is exported again."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from ldpstream.decoder.metrics import DecoderMetrics
+    from ldpstream.decoder.published import PublishedEstimate
+    from ldpstream.estimators import Estimate
+
+    registry = CollectorRegistry()
+    metrics = DecoderMetrics(registry)
+
+    def publish(freqs):
+        est = Estimate(frequencies=np.array(freqs), std_errors=np.full(3, 0.01), n_reports=100, method="krr/project")
+        metrics.observe(PublishedEstimate("m", "all", 0.0, 0.0, 1, est, ("a", "b", "c")), top_n=1)
+        return generate_latest(registry).decode()
+
+    assert 'value="a"' in publish([0.6, 0.3, 0.1])
+    shown = publish([0.2, 0.7, 0.1])
+    assert 'value="a"' not in shown and 'value="b"' in shown
+    back = publish([0.5, 0.4, 0.1])
+    assert 'ldpstream_estimate_ratio{metric="m",value="a",window="all"} 0.5' in back
+
+
+def test_published_body_is_the_json_of_the_estimate_and_of_its_republished_copy():
+    """The body published is ``json_text(to_json())`` byte for byte, also for a copy republished unchanged
+    (which reuses the text of its values) and for a discovery dictionary (a subclass with more keys)."""
+    from dataclasses import replace
+
+    from ldpstream.decoder.discovery import PublishedDictionary
+    from ldpstream.decoder.published import PublishedEstimate, json_text
+    from ldpstream.estimators import Estimate
+
+    est = Estimate(frequencies=np.array([0.5, 0.25, np.nan]), std_errors=np.array([0.1, 0.05, 0.2]), n_reports=100,
+                   method="krr/project",
+                   residual=0.1, info={"x": 1})
+    published = PublishedEstimate("m", "all", 1.0, 0.5, 3, est, ('a"', "é", "c"), (0, 3600), None,
+                                  np.array([1.0, 1.5, 2.0]))
+    assert published.body() == json_text(published.to_json())
+    again = replace(published, snapshot_time=2.0, reused=True)
+    assert again.values_text == published.values_text
+    assert again.body() == json_text(again.to_json()) != published.body()
+    dictionary = PublishedDictionary("d", "all", 1.0, 0.5, 1, est, ("a", "b", "c"), discovery={"k": 2})
+    assert dictionary.body() == json_text(dictionary.to_json())
