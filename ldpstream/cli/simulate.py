@@ -45,7 +45,7 @@ from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
 from ldpstream.simulation.recommend import TUNE_LOSSES, tune
 from ldpstream.simulation.scenarios import build_setup
-from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, SIMULATED_DECODERS, Setup
+from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, SIMULATED_DECODERS, Setup, with_candidate_list
 from ldpstream.simulation.trials import run_trials
 
 
@@ -73,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--dist", default="geometric", help="uniform, geometric, zipf:A, binomial:P, dirichlet:A, file:PATH"
     )
     sim.add_argument("--decoder", default="project", choices=SIMULATED_DECODERS)
+    sim.add_argument("--unlisted", type=int, default=0, metavar="K",
+                     help="hashed mechanisms: the K most frequent strings left off the candidate list (decoded with "
+                          "an 'other' term, as the live decoder does)")
+    sim.add_argument("--decoys", type=int, default=0, metavar="N",
+                     help="hashed mechanisms: N strings no client holds added to the candidate list")
     sim.add_argument("--trials", type=int, default=10)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", action="store_true", help="print one JSON object")
@@ -143,14 +148,22 @@ def run_simulate(args: argparse.Namespace) -> int:
         _check_range(name, getattr(args, name))
     _check_plot(args.plot)
     t0 = time.perf_counter()
+    _check_range("support", args.decoys, low=0)
     rng = np.random.default_rng(args.seed)
     p = parse_distribution(args.dist, args.support, rng)
+    wrong_list = bool(args.unlisted or args.decoys)
+    if wrong_list and args.plot:
+        raise ParameterError("--plot draws a complete candidate list: give it without --unlisted and --decoys")
+    if wrong_list:
+        p = np.concatenate([p, np.zeros(args.decoys)])  # the decoys: candidates no client holds
     with Progress("simulate", args.trials) as progress:
         progress.update(0, "choosing the parameters", force=True)
         setup = build_setup(
-            args.mechanism, args.epsilon, args.support, closed=args.closed, k=args.k, cohorts=args.cohorts,
+            args.mechanism, args.epsilon, p.size, closed=args.closed, k=args.k, cohorts=args.cohorts,
             hashes=args.hashes, p=args.p, q=args.q, f=args.f, n=args.n, dist=p, decoder=args.decoder,
         )
+        if wrong_list:
+            setup = with_candidate_list(setup, p, args.unlisted, args.decoys)
         progress.update(0, f"trials of {args.n:,} clients", force=True)
         res = run_trials(setup, p, args.n, args.decoder, args.trials, rng,
                          on_trial=lambda done: progress.update(done, force=True))[args.decoder]
@@ -168,10 +181,14 @@ def run_simulate(args: argparse.Namespace) -> int:
             "decoder": args.decoder,
             "trials": args.trials,
             "seed": args.seed,
+            "unlisted": args.unlisted,
+            "decoys": args.decoys,
         },
         "losses": res.summary(),
         "coverage": res.coverage,
         "coverage_min": res.coverage_min,
+        "detections": res.detections,
+        "false_detections": res.false_detections,
         "seconds": elapsed,
         "seconds_per_trial": res.seconds / args.trials,
     }
@@ -189,7 +206,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"{name:<10} {e['mean']:>17.6g} {e['median']:>19.6g} {t['mean']:>12.6g} {t['median']:>14.6g}")
     if out["coverage"] is not None:
         worst = "" if out["coverage_min"] is None else f", lowest per value (p >= 1%) {out['coverage_min']:.3f}"
-        print(f"95% interval coverage of the true probabilities: {out['coverage']:.3f}{worst}")
+        listed = " of the listed candidates" if wrong_list else ""
+        print(f"95% interval coverage of the true probabilities{listed}: {out['coverage']:.3f}{worst}")
+    if out["detections"] is not None:
+        print(f"detections per trial: {out['detections']:.1f}, of which no client holds {out['false_detections']:.1f}")
     print(f"{elapsed:.2f} s in all, {out['seconds_per_trial']:.3f} s per trial")
     if args.plot:
         print(f"figure: {out['plot']}")

@@ -14,7 +14,9 @@ sets it (from the window's rate ``r_j = lo + (hi − lo) f_j``): per-report vari
 
 **Estimating φ**: ``φ̂ = Σ_j (d_j − X²_j) / Σ_j d_j ρ_j`` clamped to [0, 1], with
 ``X²_j = Σ_b (x_bj − n_b r_j)² / (n_b v_j)`` and ``d_j`` the cell's buckets with reports − 1; with too few
-degrees of freedom (:data:`MIN_DOF`) the worst case ``φ = 1`` (rule ``"worst-case"``).
+degrees of freedom (:data:`MIN_DOF`) the worst case ``φ = 1`` (rule ``"worst-case"``). Values that change
+within the window spread the buckets' rates and lower ``φ̂``; the median over successive bucket pairs of their
+own overlap replaces it when larger by :data:`DRIFT_Z` standard errors (:func:`_successive_overlap`).
 
 **Per value**: ``deff_s`` from the variance-weighted mean ``ρ`` over the cells value ``s`` sets; a Wilson
 interval is recomputed with the effective counts ``x / deff``, ``n / deff``, any other interval and the standard
@@ -62,6 +64,9 @@ MIN_DOF = 30
 #: Largest standard error of φ̂ (without repetition) for which it is used; above, the overlap cannot be told
 #: from the noise (few cells or buckets, or a weak dependence ρ: an instantaneous layer) and φ = 1 is used.
 MAX_OVERLAP_SD = 0.25
+#: Standard errors by which the successive buckets' overlap must exceed the pooled one to be taken (the
+#: population changed within the window: :func:`window_design`).
+DRIFT_Z = 3.0
 
 
 def persistence_rates(mechanism: Mechanism) -> tuple[float, float, float, float] | None:
@@ -168,7 +173,7 @@ class WindowDesign:
         how = ("every client reports in every bucket (too few buckets to measure the overlap)"
                if self.rule == "worst-case" else "the client overlap between buckets measured from their dispersion")
         return (f"repeated reports of unchanged values over {self.span:.3g} buckets with memoized permanent "
-                f"responses; {how}; a stationary population")
+                f"responses; {how}; a population stationary between the buckets where values change")
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "buckets": self.buckets, "span": self.span, "overlap": self.overlap,
@@ -240,8 +245,42 @@ def window_design(mechanism: Mechanism, bucket_sketches: Sequence[np.ndarray], w
     if dof < min_dof or overlap_sd > max_overlap_sd:
         return WindowDesign(len(stack), span, 1.0, "worst-case", dof, None, rho, weight, share, mix_scale, reports)
     phi_hat = float((dof - terms.sum()) / denominator)
+    # a population that changes within the window moves the buckets' rates apart, which the dispersion about the
+    # pooled rate reads as clients that do not repeat; the successive buckets' differences see a change only
+    # where it happens, so their median estimate is taken when it is larger by more than noise allows
+    # (docs/math/estimators.md#drifting-values)
+    successive = _successive_overlap(x, nb, v_h, rho_h, max_overlap_sd)
+    if successive is not None and successive[0] - phi_hat > DRIFT_Z * float(np.hypot(successive[1], overlap_sd)):
+        phi_hat = successive[0]
     return WindowDesign(len(stack), span, float(np.clip(phi_hat, 0.0, 1.0)), "estimated", dof, phi_hat, rho,
                         weight, share, mix_scale, reports)
+
+
+def _successive_overlap(x: np.ndarray, nb: np.ndarray, v: np.ndarray, rho: np.ndarray,
+                        max_overlap_sd: float) -> tuple[float, float] | None:
+    """The overlap from each pair of successive buckets, ``φ̂_b = Σ_j (1 − T_bj) / Σ_j κ_b ρ_j`` with
+    ``T_bj = (x̄_bj − x̄_{b−1,j})² / (v_j (1/n_b + 1/n_{b−1}))`` and ``κ_b = 2 min(n_b, n_{b−1})/(n_b + n_{b−1})``
+    per cohort: their median over ``b`` and its sd without repetition (``1.2533 max_b sd(φ̂_b)/sqrt(B − 1)``,
+    ``sd(φ̂_b) = sqrt(2 cells)/Σ_j κ_b ρ_j``); None with fewer than 3 pairs or an ``sd(φ̂_b)`` above
+    ``max_overlap_sd``. O(B·C·k)."""
+    if x.shape[0] < 4:
+        return None
+    n0, n1 = nb[:-1], nb[1:]  # (B − 1, C)
+    both = (n0 > 0) & (n1 > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = x / np.maximum(nb, 1.0)[:, :, None]
+        scale = v[None] * (1.0 / np.maximum(n0, 1.0) + 1.0 / np.maximum(n1, 1.0))[:, :, None]
+        t = np.where(both[:, :, None] & (scale > 0), (mean[1:] - mean[:-1]) ** 2 / np.where(scale > 0, scale, 1.0),
+                     0.0)
+    kappa = np.where(both, 2 * np.minimum(n0, n1) / np.maximum(n0 + n1, 1.0), 0.0)  # (B − 1, C)
+    cells = both.sum(axis=1) * x.shape[2]  # cells with both buckets' reports, per pair
+    denominators = np.einsum("bc,ck->b", kappa, rho)
+    if np.any(denominators <= 0):
+        return None
+    sd = float(np.max(np.sqrt(2.0 * cells) / denominators))
+    if sd > max_overlap_sd:
+        return None
+    return float(np.median((cells - t.sum(axis=(1, 2))) / denominators)), 1.2533 * sd / np.sqrt(len(denominators))
 
 
 def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np.ndarray | None = None

@@ -88,6 +88,10 @@ class Setup:
     table: np.ndarray | None = None
     candidates: list[str] | None = None
     _design: sp.csr_matrix | None = field(default=None, repr=False)
+    #: The symbols the decoder is given as candidates (None: all S, without "other"); with a list, the decoders
+    #: decode those columns with an "other" term, as the live decoder does.
+    listed: np.ndarray | None = None
+    _listed_design: sp.csr_matrix | None = field(default=None, repr=False)
 
     @property
     def design(self) -> sp.csr_matrix:
@@ -95,6 +99,15 @@ class Setup:
         if self._design is None:
             self._design = self.mechanism.design_matrix(self.table)
         return self._design
+
+    @property
+    def candidate_design(self) -> sp.csr_matrix:
+        """The columns of :attr:`design` of the :attr:`listed` symbols (all of them without a list)."""
+        if self.listed is None:
+            return self.design
+        if self._listed_design is None:
+            self._listed_design = sp.csr_matrix(self.design.tocsc()[:, self.listed])
+        return self._listed_design
 
     def parameters(self) -> dict[str, Any]:
         """The mechanism's parameters plus the alphabet (JSON-friendly)."""
@@ -121,8 +134,9 @@ class Setup:
         Hashed mechanisms: ``ls`` (weighted least squares), ``project`` (LS then simplex projection, the
         paper's decoder), ``nnls``, ``mle``; ``unbiased`` is ``ls`` and ``truncate`` is ``ls`` followed by
         truncation and renormalization. ``detect`` (hashed bit mechanisms): the lasso screen, refit and
-        tests of :func:`~ldpstream.estimators.detection.detect`. The candidate list is complete here, so no
-        "other" term.
+        tests of :func:`~ldpstream.estimators.detection.detect`. The candidates are the :attr:`listed` symbols
+        (with an "other" term) when a list is set, else all S (complete: no "other" term); frequencies are
+        those of the candidates, in the list's order.
         """
         if decoder not in SIMULATED_DECODERS:
             raise ParameterError(f"unknown decoder {decoder!r}; expected one of {SIMULATED_DECODERS}")
@@ -133,22 +147,38 @@ class Setup:
                                      f"{mech.name}")
             margins = getattr(mech, "margin_sketch", None)  # HCMS: its agreement counts are a bit sketch
             bits = sketch if margins is None else margins(sketch)
-            return detect(bits, self.design, *mech.response_rates, other=False)
+            return detect(bits, self.candidate_design, *mech.response_rates, other=self.listed is not None)
         if is_direct(mech):
+            if self.listed is not None:
+                raise ParameterError(f"{mech.name} decodes its whole alphabet: it takes no candidate list")
             method = {"ls": "unbiased", "nnls": "project"}.get(decoder, decoder)
             return estimate(sketch, mech, method)
         method = {"unbiased": "ls", "truncate": "ls"}.get(decoder, decoder)
         margins = getattr(mech, "margin_sketch", None)  # HCMS: its agreement counts are a bit sketch
+        design, other = self.candidate_design, self.listed is not None
         if margins is not None:
-            est = decode_bits(margins(sketch), self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
+            est = decode_bits(margins(sketch), design, *mech.response_rates, method, other=other)  # type: ignore[arg-type]
         elif mech.report_kind == "bits":
-            est = decode_bits(sketch, self.design, *mech.response_rates, method, other=False)  # type: ignore[arg-type]
+            est = decode_bits(sketch, design, *mech.response_rates, method, other=other)  # type: ignore[arg-type]
         else:
-            est = decode_orr(sketch, self.design, float(mech.epsilon), method, other=False)  # type: ignore[arg-type]
+            est = decode_orr(sketch, design, float(mech.epsilon), method, other=other)  # type: ignore[arg-type]
         if decoder == "truncate":  # not a live decoder of hashed mechanisms: ls's interval, truncated point
             return dataclasses.replace(est, frequencies=truncate_normalize(est.frequencies),
                                        method=f"{est.method}+truncate")
         return est
+
+
+def with_candidate_list(setup: Setup, p: np.ndarray, unlisted: int, decoys: int) -> Setup:
+    """``setup`` (over S symbols, the last ``decoys`` of which no client holds) decoded against a wrong list: every
+    symbol but the ``unlisted`` most frequent of ``p`` and the decoys (docs/math/misfit.md)."""
+    if is_direct(setup.mechanism) or setup.closed:
+        raise ParameterError("--unlisted and --decoys need a hashed mechanism on an open alphabet (strings)")
+    present = setup.support - decoys
+    if not 0 <= unlisted < present:
+        raise ParameterError(f"--unlisted must be in 0..{present - 1}, got {unlisted}")
+    dropped = np.argsort(-np.asarray(p[:present]), kind="stable")[:unlisted]
+    listed = np.setdiff1d(np.arange(setup.support), dropped)
+    return dataclasses.replace(setup, listed=listed, _listed_design=None)
 
 
 def hashed_setup(

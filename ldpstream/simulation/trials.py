@@ -29,10 +29,15 @@ class TrialResults:
     losses: dict[str, dict[str, np.ndarray]]
     seconds: float
     #: Fraction of (trial, value) pairs whose published 95% interval contains the value's TRUE probability,
-    #: over every value with a true probability above 0 (None: the decoder publishes no interval).
+    #: over every value with a true probability above 0, or every listed candidate when the set-up has a
+    #: candidate list (None: the decoder publishes no interval).
     coverage: float | None = None
     #: The lowest per-value coverage among values with a true probability of 1% or more.
     coverage_min: float | None = None
+    #: Mean candidates detected per trial (decoder ``detect``; None for the others).
+    detections: float | None = None
+    #: Mean detected candidates per trial that no client holds.
+    false_detections: float | None = None
 
     def summary(self) -> dict[str, dict[str, dict[str, float]]]:
         """``{reference: {loss: {"mean": …, "median": …}}}``."""
@@ -67,6 +72,9 @@ def run_trials(
         raise ParameterError(f"n must be >= 1, got {n}")
     est: dict[str, list[np.ndarray]] = {d: [] for d in names}
     covered: dict[str, list[np.ndarray] | None] = {d: [] for d in names}
+    detected: dict[str, list[tuple[int, int]]] = {d: [] for d in names}
+    listed = np.arange(p.size) if setup.listed is None else setup.listed
+    truth = p[listed]  # the candidates' true frequencies
     secs = dict.fromkeys(names, 0.0)
     emp = []
     for trial in range(trials):
@@ -79,14 +87,19 @@ def run_trials(
             t1 = time.perf_counter()
             result = setup.decode_estimate(sketch, d)
             secs[d] += shared + time.perf_counter() - t1
-            est[d].append(result.frequencies)
+            full = np.zeros(p.size)
+            full[listed] = result.frequencies  # unlisted symbols: estimated 0
+            est[d].append(full)
             hits = covered[d]
             if hits is not None:
                 if result.std_errors is None and result.interval is None:
                     covered[d] = None
                 else:
                     low, high = result.ci(0.95, clip=True)
-                    hits.append((low <= p) & (p <= high))
+                    hits.append((low <= truth) & (truth <= high))
+            if d == "detect":
+                mask = result.significant(result.info["alpha"], result.info["rule"])
+                detected[d].append((int(mask.sum()), int(np.sum(mask & (truth == 0)))))
         if on_trial is not None:
             on_trial(trial + 1)
     emp_arr = np.asarray(emp)
@@ -97,16 +110,20 @@ def run_trials(
             "empirical": {name: fn(e, emp_arr) for name, fn in LOSSES.items()},
             "true": {name: fn(e, p) for name, fn in LOSSES.items()},
         }
-        out[d] = TrialResults(losses, secs[d], *_coverage(covered[d], p))
+        found = np.asarray(detected[d], dtype=np.float64).reshape(-1, 2)
+        counts_of = (None, None) if not detected[d] else (float(found[:, 0].mean()), float(found[:, 1].mean()))
+        out[d] = TrialResults(losses, secs[d], *_coverage(covered[d], truth, setup.listed is not None), *counts_of)
     return out
 
 
-def _coverage(hits: list[np.ndarray] | None, p: np.ndarray) -> tuple[float | None, float | None]:
-    """``(coverage, coverage_min)`` of :class:`TrialResults` from per-trial ``(S,)`` masks of covered values."""
+def _coverage(hits: list[np.ndarray] | None, p: np.ndarray,
+              every_candidate: bool = False) -> tuple[float | None, float | None]:
+    """``(coverage, coverage_min)`` of :class:`TrialResults` from per-trial ``(S,)`` masks of covered values: over
+    the values some client holds, or over ``every_candidate`` of a list (its decoys, at 0, included)."""
     if not hits:
         return None, None
     per_value = np.mean(hits, axis=0)
-    present, heavy = p > 0, p >= 0.01
+    present, heavy = (p >= 0) if every_candidate else (p > 0), p >= 0.01
     coverage = float(per_value[present].mean()) if present.any() else None
     coverage_min = float(per_value[heavy].min()) if heavy.any() else None
     return coverage, coverage_min

@@ -128,3 +128,30 @@ def test_simulate_measures_the_detect_decoder_of_hashed_bit_mechanisms_only(caps
     assert main(["simulate", "--mechanism", "krr", "--epsilon", "1", "--support", "16", "--n", "100",
                  "--decoder", "detect"]) == 1
     assert "decoder 'detect' decodes hashed bit sketches" in capsys.readouterr().err
+
+
+def test_simulate_with_heavy_strings_unlisted_and_decoys_listed(capsys):
+    """``--unlisted K --decoys N``: the K most frequent strings off the list and N absent ones on it; the JSON
+    gives coverage of the listed candidates and detect's detections, the false ones among them (the decoys
+    are the only candidates no client holds), and the options. Checked against the decodes it implies."""
+    args = ["simulate", "--mechanism", "rappor", "--p", "0.25", "--q", "0.75", "--f", "0.5", "--k", "64",
+            "--hashes", "2", "--cohorts", "16", "--support", "40", "--dist", "zipf:1.2", "--n", "200000",
+            "--trials", "3", "--seed", "4", "--json"]
+    assert main([*args, "--decoder", "detect", "--unlisted", "3", "--decoys", "40"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parameters"]["unlisted"] == 3 and data["parameters"]["decoys"] == 40
+    assert data["parameters"]["support"] == 80  # the strings clients hold and the decoys: one hash table
+    assert 0 <= data["false_detections"] <= data["detections"] <= 77
+    # coverage over the 77 listed candidates of 3 trials: whole (trial, candidate) pairs
+    assert data["coverage"] * 3 * 77 == pytest.approx(round(data["coverage"] * 3 * 77))
+    assert main([*args, "--decoder", "ls"]) == 0
+    complete = json.loads(capsys.readouterr().out)
+    assert complete["detections"] is None and complete["parameters"]["unlisted"] == 0
+
+
+def test_simulate_refuses_a_wrong_list_where_there_is_no_list(capsys):
+    base = ["simulate", "--epsilon", "2", "--support", "16", "--n", "1000", "--trials", "1"]
+    assert main([*base, "--mechanism", "krr", "--unlisted", "2"]) == 1
+    assert "hashed mechanism on an open alphabet" in capsys.readouterr().err
+    assert main([*base, "--mechanism", "orr", "--k", "8", "--cohorts", "4", "--unlisted", "16"]) == 1
+    assert "--unlisted must be in 0..15" in capsys.readouterr().err
