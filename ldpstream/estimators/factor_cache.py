@@ -418,6 +418,7 @@ class CachedLeastSquares:
         self._counts = None if counts is None else np.asarray(counts, dtype=np.float64).ravel()
         self._cohort_reports = None if cohort_reports is None else np.asarray(cohort_reports, dtype=np.float64)
         self._var_fn = var_fn
+        self._fitted: np.ndarray | None = None
         # the key names the design (mechanism, candidates, "other"): its Xa is the one an earlier decode built
         held = references[0].design if references else None
         width = X.shape[1] + (other_col is not None)
@@ -461,9 +462,10 @@ class CachedLeastSquares:
         return np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
 
     def fitted(self) -> np.ndarray:
-        """``Xa β``: the fitted responses."""
-        fit: np.ndarray = self.Xa @ self.beta
-        return fit
+        """``Xa β``: the fitted responses (computed once: ``β`` is fixed when the decode is made)."""
+        if self._fitted is None:
+            self._fitted = np.asarray(self.Xa @ self.beta)
+        return self._fitted
 
     def variances(self, top: Any = (), meat: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``diag Cov(β)``: ``diag(Ga⁻¹)`` without ``meat``, else the sandwich from ``B = Xa Ga⁻¹`` (exact;

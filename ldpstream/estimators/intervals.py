@@ -64,13 +64,16 @@ def small_count_wilson(x: ArrayLike, n: float, z: float = Z95) -> ConfidenceInte
     (docs/math/estimators.md#small-counts).
     ``x`` may be fractional (a window's effective count)."""
     x = np.asarray(x, dtype=np.float64)
-    lo, hi = wilson_interval(x, n, z)
-    alpha = float(stats.norm.sf(z))
-    with np.errstate(invalid="ignore"):
-        lower = stats.chi2.ppf(alpha, 2 * np.maximum(x, 1e-12)) / (2 * n)
-        upper = 1 - stats.chi2.ppf(alpha, 2 * np.maximum(n - x, 1e-12)) / (2 * n)
-    lo = np.where((x > 0) & (x <= SMALL_COUNT), np.minimum(lo, lower), lo)
-    hi = np.where((n - x > 0) & (n - x <= SMALL_COUNT), np.maximum(hi, upper), hi)
+    lo, hi = (np.array(b, dtype=np.float64) for b in wilson_interval(x, n, z))
+    alpha = float(special.ndtr(-z))
+    total = np.broadcast_to(np.asarray(n, dtype=np.float64), x.shape)
+    # χ²_{2x}(α)/2 is the regularized incomplete gamma's inverse at (x, α); evaluated on the few small counts only
+    for counts, bound, sign in ((x, lo, 1.0), (total - x, hi, -1.0)):
+        small = (counts > 0) & (counts <= SMALL_COUNT)
+        if np.any(small):
+            poisson = special.gammaincinv(counts[small], alpha) / total[small]
+            edge = (1.0 - poisson) if sign < 0 else poisson
+            bound[small] = np.minimum(bound[small], edge) if sign > 0 else np.maximum(bound[small], edge)
     return ConfidenceInterval(lo, hi)
 
 

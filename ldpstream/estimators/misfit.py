@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import stats
+from scipy import special
 
 __all__ = ["MISFIT_LEVEL", "Misfit", "pearson_misfit", "robust_variance_ratio"]
 
@@ -60,7 +60,7 @@ class Misfit:
         if factor == 1.0:
             return self
         statistic = self.statistic / factor
-        return replace(self, statistic=statistic, p_value=float(stats.chi2.sf(statistic, self.df)),
+        return replace(self, statistic=statistic, p_value=float(special.chdtrc(self.df, statistic)),
                        cells=tuple((c, j, z / float(np.sqrt(factor))) for c, j, z in self.cells))
 
     def to_json(self) -> dict[str, object]:
@@ -96,7 +96,7 @@ def pearson_misfit(
     excess = float(np.sum(reports * np.maximum(residual, 0.0)) - np.sum(reports * sd) / np.sqrt(2 * np.pi))
     order = np.argsort(-scaled)[:LARGEST_CELLS]
     cells = tuple((int(i // width), int(i % width), float(scaled[i])) for i in order if scaled[i] > 0)
-    return Misfit(statistic=statistic, df=df, p_value=float(stats.chi2.sf(statistic, df)),
+    return Misfit(statistic=statistic, df=df, p_value=float(special.chdtrc(df, statistic)),
                   excess_reports=max(excess, 0.0) / max(cells_per_value, 1e-12), cells=cells)
 
 
