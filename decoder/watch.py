@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ldpstream.errors import ConfigError
+from ldpstream.estimators.misfit import MISFIT_LEVEL
 from ldpstream.store.contract import EstimateStore
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def fit_line(fit: Mapping[str, Any]) -> str:
     p = float(fit["p_value"])
     line = (f"fit: dispersion {float(fit['dispersion']):.2f} on {int(fit['df']):,} df "
             f"(p {'< 1e-16' if p < 1e-16 else f'= {p:.2g}'})")
-    if p < 0.01:
+    if p < MISFIT_LEVEL:
         cells = ", ".join(f"cohort {c['cohort']} cell {c['cell']}" for c in list(fit.get("cells", ()))[:3])
         line += (f": the candidates miss mass, about {float(fit['excess_reports']):,.0f} reports unexplained"
                  + (f" (most at {cells})" if cells else "")

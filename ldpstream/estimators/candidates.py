@@ -211,7 +211,7 @@ def _decode(
         misfit = pearson_misfit(z, fitted, (pearson_var_fn or var_fn)(fitted), beta.size, width=width,
                                 reports=np.repeat(cohort_reports, width), cells_per_value=cells_per_value,
                                 fixed_cohort_sums=fixed_cohort_sums)
-    # quasi-likelihood: every standard error times sqrt(max(1, φ̂)) (docs/math/misfit.md)
+    # quasi-likelihood: when the fit is rejected, every standard error times sqrt(φ̂) (docs/math/misfit.md)
     factor = misfit.inflation if misfit is not None and inflate else 1.0
     se_ls = se_ls * factor
     se = se_ls

@@ -68,12 +68,11 @@ def small_count_wilson(x: ArrayLike, n: float, z: float = Z95) -> ConfidenceInte
     alpha = float(special.ndtr(-z))
     total = np.broadcast_to(np.asarray(n, dtype=np.float64), x.shape)
     # χ²_{2x}(α)/2 is the regularized incomplete gamma's inverse at (x, α); evaluated on the few small counts only
-    for counts, bound, sign in ((x, lo, 1.0), (total - x, hi, -1.0)):
-        small = (counts > 0) & (counts <= SMALL_COUNT)
-        if np.any(small):
-            poisson = special.gammaincinv(counts[small], alpha) / total[small]
-            edge = (1.0 - poisson) if sign < 0 else poisson
-            bound[small] = np.minimum(bound[small], edge) if sign > 0 else np.maximum(bound[small], edge)
+    small = (x > 0) & (x <= SMALL_COUNT)
+    lo[small] = np.minimum(lo[small], special.gammaincinv(x[small], alpha) / total[small])
+    rest = total - x
+    small = (rest > 0) & (rest <= SMALL_COUNT)
+    hi[small] = np.maximum(hi[small], 1.0 - special.gammaincinv(rest[small], alpha) / total[small])
     return ConfidenceInterval(lo, hi)
 
 
