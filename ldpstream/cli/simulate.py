@@ -17,6 +17,9 @@
     exactly E-LDP (:func:`ldpstream.simulation.setups.rappor_rates_for_epsilon`); or give ``--p --q [--f]``
     explicitly (then ε is derived). Defaults: k = next power of two ≥ S, h = 2, C = 32.
 
+    ``--buckets B [--change X]``: windows of B buckets over a memoized panel, X of it changing value halfway,
+    decoded as the live decoder does (:mod:`ldpstream.simulation.panel`), measured against each window's values.
+
 ``tune``
     Recommends a mechanism and parameters for ``(ε, S, n, distribution)`` (:func:`ldpstream.simulation.recommend.tune`).
     The analytic variance model is the primary criterion: for decoders on the simplex (``project``,
@@ -33,16 +36,21 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ldpstream.decoder.published import decode_window
 from ldpstream.distributions import parse_distribution
 from ldpstream.errors import ParameterError
+from ldpstream.estimators import DesignCache, Estimate, FactorCache
 from ldpstream.progress import Progress
+from ldpstream.registry import MetricConfig, Registry
 from ldpstream.simulation.error_model import criterion
 from ldpstream.simulation.losses import LOSSES
+from ldpstream.simulation.panel import WindowDecoder, run_window_trials
 from ldpstream.simulation.recommend import TUNE_LOSSES, tune
 from ldpstream.simulation.scenarios import build_setup
 from ldpstream.simulation.setups import DECODERS, MECHANISM_NAMES, SIMULATED_DECODERS, Setup, with_candidate_list
@@ -78,6 +86,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                           "an 'other' term, as the live decoder does)")
     sim.add_argument("--decoys", type=int, default=0, metavar="N",
                      help="hashed mechanisms: N strings no client holds added to the candidate list")
+    sim.add_argument("--buckets", type=int, default=1, metavar="B",
+                     help="a window of B buckets over one panel of clients, every client reporting in each, "
+                          "memoized as the SDK does by default, decoded as the live decoder decodes windows")
+    sim.add_argument("--change", type=float, default=0.0, metavar="X",
+                     help="with --buckets: the share X of clients that draw a new value halfway through the window "
+                          "(coverage is of the distribution of the values over the window's reports)")
     sim.add_argument("--trials", type=int, default=10)
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--json", action="store_true", help="print one JSON object")
@@ -154,6 +168,13 @@ def run_simulate(args: argparse.Namespace) -> int:
     wrong_list = bool(args.unlisted or args.decoys)
     if wrong_list and args.plot:
         raise ParameterError("--plot draws a complete candidate list: give it without --unlisted and --decoys")
+    window = args.buckets > 1 or args.change > 0
+    if not 1 <= args.buckets <= 1000 or not 0 <= args.change <= 1:
+        raise ParameterError(f"--buckets must be in 1..1,000 and --change in 0..1, got {args.buckets} and "
+                             f"{args.change}")
+    if window and (wrong_list or args.plot or args.buckets < 2):
+        raise ParameterError("--buckets B (B >= 2, with --change) simulates a complete list without --plot: give it "
+                             "without --unlisted, --decoys and --plot")
     if wrong_list:
         p = np.concatenate([p, np.zeros(args.decoys)])  # the decoys: candidates no client holds
     with Progress("simulate", args.trials) as progress:
@@ -165,8 +186,13 @@ def run_simulate(args: argparse.Namespace) -> int:
         if wrong_list:
             setup = with_candidate_list(setup, p, args.unlisted, args.decoys)
         progress.update(0, f"trials of {args.n:,} clients", force=True)
-        res = run_trials(setup, p, args.n, args.decoder, args.trials, rng,
-                         on_trial=lambda done: progress.update(done, force=True))[args.decoder]
+        if window:
+            res = run_window_trials(window_metric(setup, args.decoder), p, args.n, args.buckets, args.change,
+                                    args.trials, rng, _live_window_decoder(window_metric(setup, args.decoder)),
+                                    on_trial=lambda done: progress.update(done, force=True))
+        else:
+            res = run_trials(setup, p, args.n, args.decoder, args.trials, rng,
+                             on_trial=lambda done: progress.update(done, force=True))[args.decoder]
         if args.plot:
             progress.update(note="drawing the figure", force=True)
             figure = str(plot_stream(args.plot, setup, p, args.n, args.decoder, np.random.default_rng(args.seed),
@@ -183,6 +209,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "unlisted": args.unlisted,
             "decoys": args.decoys,
+            "buckets": args.buckets,
+            "change": args.change,
         },
         "losses": res.summary(),
         "coverage": res.coverage,
@@ -207,13 +235,34 @@ def run_simulate(args: argparse.Namespace) -> int:
     if out["coverage"] is not None:
         worst = "" if out["coverage_min"] is None else f", lowest per value (p >= 1%) {out['coverage_min']:.3f}"
         listed = " of the listed candidates" if wrong_list else ""
-        print(f"95% interval coverage of the true probabilities{listed}: {out['coverage']:.3f}{worst}")
+        truth = "the window's distribution of values" if window else "the true probabilities"
+        print(f"95% interval coverage of {truth}{listed}: {out['coverage']:.3f}{worst}")
     if out["detections"] is not None:
         print(f"detections per trial: {out['detections']:.1f}, of which no client holds {out['false_detections']:.1f}")
     print(f"{elapsed:.2f} s in all, {out['seconds_per_trial']:.3f} s per trial")
     if args.plot:
         print(f"figure: {out['plot']}")
     return 0
+
+
+def window_metric(setup: Setup, decoder: str) -> MetricConfig:
+    """The live metric of ``setup``'s mechanism (its values the symbols 0..S−1) decoded by ``decoder``."""
+    spec: dict[str, Any] = {"id": 1, "bucket_seconds": 3600, **setup.mechanism.parameters(), "estimator": decoder}
+    if setup.mechanism.name == "rappor":
+        spec["candidates"] = list(setup.candidates or [f"s{i}" for i in range(setup.support)])
+    elif not setup.closed:
+        spec["support"] = setup.support
+    return Registry.from_dict({"metrics": {"simulated": spec}})["simulated"]
+
+
+def _live_window_decoder(metric: MetricConfig) -> WindowDecoder:
+    """The live decoder's window decode of ``metric`` (its caches kept across the trials)."""
+    designs, factors = DesignCache(), FactorCache()
+
+    def decode(summed: np.ndarray, buckets: Sequence[np.ndarray]) -> Estimate:
+        return decode_window(metric, summed, buckets, design_cache=designs, factor_cache=factors)[0]
+
+    return decode
 
 
 def _fmt_params(d: dict[str, Any]) -> str:

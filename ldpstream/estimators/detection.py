@@ -5,7 +5,8 @@
 the responses ``z_cj = (c_cj/N_c − p*)/(q* − p*)`` (``E z = X f``), weights ``W``, ``G = XᵀWX``, ``g = XᵀWz``:
 
 1. **Screen**: minimize ``½ fᵀGf − gᵀf + λ Σ_s sqrt(G_ss) f_s`` over ``f >= 0`` (:func:`nn_lasso`), "other"
-   unpenalized, ``λ = Φ⁻¹(1 − alpha_screen)``, raised until the selected columns are well-determined.
+   unpenalized, ``λ = Φ⁻¹(1 − alpha_screen)``, raised until the selected columns are well-determined; when the
+   full design is not, candidates whose score at that fit exceeds ``prune_z`` are selected too.
 2. **Refit**: weighted NNLS on the selected columns, standard errors of the unconstrained weighted LS on them;
    candidates with refit ``z < prune_z`` are dropped and the rest refit until none drops.
 3. **Test**: one-sided ``z = refit / se`` (0 for the unselected), corrected over all S candidates:
@@ -47,8 +48,8 @@ from .intervals import Z95, ScoreTestedEstimate
 from .misfit import pearson_misfit, robust_variance_ratio
 
 __all__ = [
-    "AdaptiveProcedure", "Correction", "DetectionEstimate", "FullDesignFit", "detect", "nn_lasso",
-    "storey_null_fraction", "two_stage_step_up",
+    "AdaptiveProcedure", "Correction", "DetectionEstimate", "FullDesignFit", "WeightedColumns", "detect",
+    "nn_lasso", "nonnegative_quadratic", "storey_null_fraction", "two_stage_step_up",
 ]
 
 Correction = Literal["bonferroni", "bh"]
@@ -58,66 +59,109 @@ _CORRECTIONS = ("bonferroni", "bh")
 #: Siegmund 2004; docs/math/estimators.md compares them).
 AdaptiveProcedure = Literal["two-stage", "storey"]
 _ADAPTIVE = ("two-stage", "storey")
-#: :func:`nn_lasso` multiplies by the columns of ``G`` on the support of its iterate when that support is less
-#: than this share of the columns (gathering them costs about as much as using them), else by all of ``G``.
-SPARSE_PRODUCT_SHARE = 0.25
+#: :func:`nn_lasso` adds at most this many violators of the optimality conditions to its working set at once
+#: (or as many as the working set holds, if more).
+WORKING_SET_STEP = 32
 
 
-def _top_eigenvalue(G: np.ndarray, iters: int = 50) -> float:
-    """Largest eigenvalue of a symmetric PSD matrix (power iteration, 2% safety margin)."""
-    if G.shape[0] == 0:
-        return 0.0
-    v = np.ones(G.shape[0]) / np.sqrt(G.shape[0])
-    lam = 0.0
-    for _ in range(iters):
-        w = G @ v
-        norm = float(np.linalg.norm(w))
-        if norm == 0:
-            return 0.0
-        lam = float(v @ w)
-        v = w / norm
-    return max(lam, float(np.max(np.diag(G)))) * 1.02
+class WeightedColumns:
+    """Blocks, products and the diagonal of ``G = Xᵀ diag(w) X`` for a sparse design ``X``: from the dense ``G``
+    when ``dense`` (formed once, for a caller that needs all of it), else from sparse products of the columns asked
+    for (memory O(nnz(X)), never S × S)."""
+
+    full: np.ndarray | None
+
+    def __init__(self, X: Any, w: np.ndarray, *, dense: bool) -> None:
+        self.X = sp.csc_matrix(X, dtype=np.float64)
+        self.WX = sp.csc_matrix(sp.diags(np.asarray(w, dtype=np.float64)) @ self.X)
+        self.diagonal = np.asarray(self.X.multiply(self.WX).sum(axis=0), dtype=np.float64).ravel()
+        self.full = np.asarray((self.X.T @ self.WX).todense()) if dense else None
+
+    @classmethod
+    def of_dense(cls, G: np.ndarray) -> WeightedColumns:
+        """The operator of an already formed symmetric ``G``."""
+        self = cls.__new__(cls)
+        self.full = np.asarray(G, dtype=np.float64)
+        self.diagonal = np.diag(self.full).copy()
+        return self
+
+    def block(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``G[rows][:, cols]``, dense."""
+        if self.full is not None:
+            return np.asarray(self.full[np.ix_(rows, cols)])
+        return np.asarray((self.X[:, rows].T @ self.WX[:, cols]).todense())
+
+    def times(self, x: np.ndarray, support: np.ndarray) -> np.ndarray:
+        """``G x`` for an ``x`` that is zero off ``support``."""
+        if self.full is not None:
+            return np.asarray(self.full[:, support] @ x[support])
+        return np.asarray(self.X.T @ (self.WX[:, support] @ x[support])).ravel()
+
+
+def nonnegative_quadratic(G: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``argmin ½ xᵀGx − bᵀx`` over ``x >= 0`` for a positive definite ``G``: with ``G = LLᵀ`` it is the NNLS
+    ``min ‖Lᵀx − L⁻¹b‖²`` (the same objective up to a constant), solved by Lawson–Hanson (``scipy.optimize.nnls``)
+    on the ``n × n`` factor. A numerically singular ``G`` gets the smallest ridge ``10^j · 1e-12 · max G_ss`` that
+    factors."""
+    n = b.size
+    if n == 0:
+        return np.zeros(0)
+    scale = float(np.max(np.diag(G)))
+    ridge = 0.0
+    for _ in range(12):
+        chol, status = sl.lapack.dpotrf(G + ridge * np.eye(n) if ridge else G, lower=1, clean=1)
+        if status == 0:
+            break
+        ridge = 1e-12 * scale if ridge == 0.0 else ridge * 10
+    else:
+        raise ParameterError("the working set's Gram matrix does not factor")
+    target = sl.solve_triangular(chol, b, lower=True, check_finite=False)
+    x, _rnorm = optimize.nnls(chol.T, target, maxiter=50 * n)
+    return np.asarray(x, dtype=np.float64)
 
 
 def nn_lasso(
-    G: np.ndarray,
+    G: np.ndarray | WeightedColumns,
     g: np.ndarray,
     penalty: np.ndarray,
     x0: np.ndarray | None = None,
     *,
     tol: float = 1e-9,
-    max_iter: int = 5000,
+    max_iter: int = 200,
 ) -> tuple[np.ndarray, int]:
-    """Minimize ``½ xᵀGx − gᵀx + penaltyᵀx`` over ``x >= 0`` (FISTA with gradient restart).
+    """Minimize ``½ xᵀGx − gᵀx + penaltyᵀx`` over ``x >= 0`` exactly, by working sets; returns ``(x, rounds)``.
 
-    Stops when the largest change of ``x`` is below ``tol · max(1, max x)``; returns ``(x, iterations)``.
-
-    The extrapolated point ``y`` is nonzero only on the supports of the last two iterates (the penalty keeps
-    most candidates at 0), so ``G y`` is computed from those columns of ``G`` alone when they are fewer than
-    :data:`SPARSE_PRODUCT_SHARE` of them: the same sums without their zero terms (equal up to the order of
-    the additions), at ``|supp y|/S`` of the cost (docs/math/estimators.md#detection-which-candidates-are-there,
-    "Cost").
+    Each round solves the problem restricted to the working set (:func:`nonnegative_quadratic`), keeps its
+    support, and adds the coordinates that most violate the optimality conditions ``(Gx − g + penalty)_s >= 0``
+    (scaled by ``sqrt(G_ss)``; at most :data:`WORKING_SET_STEP` or the support's size at once). It stops when no
+    scaled violation exceeds ``tol · max(1, max |g − penalty|_s / sqrt(G_ss))``
+    (docs/math/estimators.md#detection-which-candidates-are-there, "Cost").
+    ``G`` dense or a :class:`WeightedColumns`: only working-set blocks and products ``G x`` are used.
     """
-    n = g.shape[0]
+    gram = G if isinstance(G, WeightedColumns) else WeightedColumns.of_dense(np.asarray(G, dtype=np.float64))
+    b = np.asarray(g, dtype=np.float64) - np.asarray(penalty, dtype=np.float64)
+    n = b.size
     x = np.zeros(n) if x0 is None else np.maximum(np.asarray(x0, dtype=np.float64), 0.0)
-    L = _top_eigenvalue(G)
-    if L <= 0 or n == 0:
+    if n == 0:
         return x, 0
-    columns = np.ascontiguousarray(G.T)  # row s: column s of G, so a support's columns are read contiguously
-    y, t, it = x.copy(), 1.0, 0
-    for it in range(1, max_iter + 1):  # noqa: B007
-        support = np.flatnonzero(y)
-        Gy = y[support] @ columns[support] if support.size < SPARSE_PRODUCT_SHARE * n else G @ y
-        x_new = np.maximum(y - (Gy - g + penalty) / L, 0.0)
-        change = float(np.max(np.abs(x_new - x)))
-        t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
-        y = x_new + ((t - 1) / t_new) * (x_new - x)
-        if float((y - x_new) @ (x_new - x)) > 0:  # restart (O'Donoghue and Candès)
-            y, t_new = x_new.copy(), 1.0
-        x, t = x_new, t_new
-        if change <= tol * max(1.0, float(np.max(x))):
+    scale = np.sqrt(np.maximum(gram.diagonal, 1e-300))
+    threshold = tol * max(1.0, float(np.max(np.abs(b) / scale)))
+    support = np.flatnonzero(x)
+    rounds = 0
+    for rounds in range(1, max_iter + 1):
+        violation = (b - gram.times(x, support)) / scale  # minus the scaled gradient: > 0 wants to grow
+        violation[support] = 0.0
+        worst = np.flatnonzero(violation > threshold)
+        if worst.size == 0 and rounds > 1:
             break
-    return x, it
+        step = max(WORKING_SET_STEP, support.size)
+        if worst.size > step:
+            worst = worst[np.argpartition(-violation[worst], step - 1)[:step]]
+        work = np.union1d(support, worst)
+        x = np.zeros(n)
+        x[work] = nonnegative_quadratic(gram.block(work, work), b[work])
+        support = np.flatnonzero(x)
+    return x, rounds
 
 
 def storey_null_fraction(p_values: np.ndarray, lam: float = 0.5) -> float:
@@ -341,13 +385,15 @@ def detect(
     # columns: the S candidates, then "other" (unpenalized)
     Xf = sp.hstack([X, sp.csr_matrix(np.full((C * k, 1), hbar / k))]).tocsc() if other else X.tocsc()
     n_other = 1 if other else 0
-    WX = sp.diags(w) @ Xf
-    G = np.asarray((Xf.T @ WX).todense())
-    g = np.asarray(WX.T @ z).ravel()
     rows = int(live.sum())
-    diag = np.sqrt(np.maximum(np.diag(G), 0.0))
+    # G is formed densely only when the least squares of every column may be computed (step 3); otherwise its
+    # blocks come from sparse products and nothing S × S is held
+    dense = S + n_other <= max_fraction * rows
+    gram = WeightedColumns(Xf, w, dense=dense)
+    g = np.asarray(gram.WX.T @ z).ravel()
+    diag = np.sqrt(np.maximum(gram.diagonal, 0.0))
 
-    lam = float(stats.norm.isf(alpha_screen))
+    lam = lam_start = float(stats.norm.isf(alpha_screen))
     raised = 0
     fit = np.zeros(S + n_other)
     sel = np.zeros(0, dtype=np.int64)
@@ -356,10 +402,16 @@ def detect(
         penalty = lam * diag
         if other:
             penalty[S] = 0.0
-        fit, _n = nn_lasso(G, g, penalty, fit)
-        sel = np.flatnonzero(fit[:S] > 0)
-        cols = np.concatenate([sel, [S]]) if other else sel
-        if _well_determined(G[np.ix_(cols, cols)], rows, max_fraction, cond_max):
+        fit, _n = nn_lasso(gram, g, penalty, fit)
+        kept = fit[:S] > 0
+        if not dense and prune_z > 0:
+            # no least squares of every candidate to test against: the refit's tests decide, so the candidates the
+            # lasso's shrinkage left at 0 with a score at its fit the pruning would keep are admitted too
+            score = (g - gram.times(fit, np.flatnonzero(fit)))[:S] / np.maximum(diag[:S], 1e-300)
+            kept |= score > prune_z * lam / lam_start
+        sel = np.flatnonzero(kept)
+        cols = np.concatenate([sel, [S]]).astype(np.int64) if other else sel
+        if _well_determined(gram.block(cols, cols), rows, max_fraction, cond_max):
             determined = True
             break
         lam *= 1.25
@@ -377,15 +429,12 @@ def detect(
     if cols.size:
         # refit with weights at the screened fit
         w = weights(p_star + delta * np.asarray(Xf[:, cols] @ fit[cols]).ravel())
-        sw = np.sqrt(w)
-        WA = sp.diags(w) @ Xf
-        G = np.asarray((Xf.T @ WA).todense())  # Gram at the refit weights, all columns
-        g_now = np.asarray(WA.T @ z).ravel()
+        gram = WeightedColumns(Xf, w, dense=dense)  # the Gram at the refit weights
+        g_now = np.asarray(gram.WX.T @ z).ravel()
         while True:
-            A = Xf[:, cols]
-            Aw = np.asarray(A.multiply(sw[:, None]).todense())
-            coef, _rnorm = optimize.nnls(Aw, sw * z, maxiter=50 * max(cols.size, 1))
-            G_AA = G[np.ix_(cols, cols)]
+            # the weighted NNLS min ‖W^½(z − X_A c)‖², c >= 0, in its Gram form
+            G_AA = gram.block(cols, cols)
+            coef = nonnegative_quadratic(G_AA, g_now[cols])
             inv = np.linalg.inv(G_AA)
             se_sel = np.sqrt(np.maximum(np.diag(inv), 0.0))
             drop = coef[: sel.size] < prune_z * se_sel[: sel.size]
@@ -400,15 +449,15 @@ def detect(
             residual, residual_se = float(coef[-1]), float(se_sel[-1])
         rest = np.setdiff1d(np.arange(S), sel)
         if rest.size:
-            G_RA = G[np.ix_(rest, cols)]
-            schur = np.diag(G)[rest] - np.einsum("ij,ij->i", G_RA @ inv, G_RA)
+            G_RA = gram.block(rest, cols)
+            schur = gram.diagonal[rest] - np.einsum("ij,ij->i", G_RA @ inv, G_RA)
             with np.errstate(divide="ignore"):
                 se[rest] = np.minimum(np.where(schur > 0, 1 / np.sqrt(np.maximum(schur, 1e-300)), 1.0), 1.0)
     else:
-        dG = np.diag(G)[:S]
+        dG = gram.diagonal[:S]
         se = np.where(dG > 0, 1 / np.sqrt(np.maximum(dG, 1e-300)), 1.0)
     refit = freq.copy()
-    full = _full_least_squares(G, g_now, rows, max_fraction, cond_max)
+    full = None if gram.full is None else _full_least_squares(gram.full, g_now, rows, max_fraction, cond_max)
     # the fit's misfit: of the least squares of every candidate when determined, else of the refit (which leaves
     # the unselected candidates' mass in the residual: larger, so conservative); its inflation scales every test
     # and standard error (quasi-likelihood, docs/math/misfit.md)
@@ -426,9 +475,9 @@ def detect(
     # by the global quasi-likelihood factor otherwise (docs/math/misfit.md#detection)
     factor: float | np.ndarray = 1.0
     if misfit is not None and inflate and misfit.rejected:
-        if full is not None:
+        if full is not None and gram.full is not None:
             residual_cells = np.where(live, w * (z - fitted), 0.0)
-            factor = np.sqrt(np.maximum(1.0, robust_variance_ratio(Xf, G, residual_cells)))[:S]
+            factor = np.sqrt(np.maximum(1.0, robust_variance_ratio(Xf, gram.full, residual_cells)))[:S]
         else:
             factor = misfit.inflation
     se = se * factor

@@ -112,12 +112,13 @@ def run_trials(
         }
         found = np.asarray(detected[d], dtype=np.float64).reshape(-1, 2)
         counts_of = (None, None) if not detected[d] else (float(found[:, 0].mean()), float(found[:, 1].mean()))
-        out[d] = TrialResults(losses, secs[d], *_coverage(covered[d], truth, setup.listed is not None), *counts_of)
+        coverage = per_value_coverage(covered[d], truth, setup.listed is not None)
+        out[d] = TrialResults(losses, secs[d], *coverage, *counts_of)
     return out
 
 
-def _coverage(hits: list[np.ndarray] | None, p: np.ndarray,
-              every_candidate: bool = False) -> tuple[float | None, float | None]:
+def per_value_coverage(hits: list[np.ndarray] | None, p: np.ndarray,
+                       every_candidate: bool = False) -> tuple[float | None, float | None]:
     """``(coverage, coverage_min)`` of :class:`TrialResults` from per-trial ``(S,)`` masks of covered values: over
     the values some client holds, or over ``every_candidate`` of a list (its decoys, at 0, included)."""
     if not hits:

@@ -1,10 +1,11 @@
 """Coverage of a window's published interval when its buckets repeat reports of the same clients
 (docs/math/estimators.md#windows-of-several-buckets-repeated-reports, :mod:`ldpstream.estimators.windows`).
 
-Simulated clients (k-RR, k-RAPPOR, O-RR, O-RAPPOR, RAPPOR) report once per bucket in every bucket of an 8-bucket
-window, with the semantics of :class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder` (vectorized):
-each client's cohort and permanent response are drawn once with the mechanism's first layer (RAPPOR: its
-PRR); per bucket the report is the permanent response itself (memo only: identical reports), or the
+Simulated clients (k-RR, k-RAPPOR, O-RR, O-RAPPOR, RAPPOR; :func:`ldpstream.simulation.panel.panel_bucket_sketches`,
+what ``simulate --buckets`` runs) report once per bucket in every bucket of an 8-bucket window, with the semantics
+of :class:`~ldpstream.mechanisms.longitudinal.MemoizedEncoder` (vectorized): each client's cohort and permanent
+response are drawn once with the mechanism's first layer (RAPPOR: its PRR); per bucket the report is the
+permanent response itself (memo only: identical reports), or the
 instantaneous layer applied to it (``epsilon_permanent``; RAPPOR's IRR), or fresh noise at ε
 (``memoize=False``). Control: new clients in every bucket (each reports once). Every window is decoded
 through :func:`ldpstream.decoder.published.decode_window`, the decoder's own path, and the interval checked
@@ -29,8 +30,8 @@ import pytest
 
 from ldpstream.decoder.published import decode_sketch, decode_window
 from ldpstream.estimators import DesignCache, FactorCache
-from ldpstream.mechanisms._common import perturb_bits
 from ldpstream.registry import MetricConfig, Registry
+from ldpstream.simulation.panel import panel_bucket_sketches
 
 pytestmark = pytest.mark.statistical
 
@@ -48,66 +49,6 @@ LAYERS = {"memo": {}, "instantaneous": {"epsilon_permanent": 4.0}, "fresh": {"me
 
 def make_metric(spec: dict[str, Any]) -> MetricConfig:
     return Registry.from_dict({"metrics": {"m": {"id": 1, "bucket_seconds": 3600, **spec}}})["m"]
-
-
-def channel_inputs(mechanism: Any, values: np.ndarray, cohorts: np.ndarray, table: Any = None) -> np.ndarray:
-    """Each client's pre-noise channel input: its (hashed) symbol in its cohort, or its bits."""
-    if mechanism.report_kind == "symbol":
-        if mechanism.needs_value_table:
-            return np.asarray(mechanism.value_table(None)[cohorts, values], dtype=np.int64)
-        return values.astype(np.int64)
-    if mechanism.needs_value_table:  # (C, S, h) Bloom bit indices
-        bits = np.zeros((values.size, mechanism.k), dtype=bool)
-        rows = np.arange(values.size)[:, None]
-        bits[rows, np.asarray(mechanism.value_table(table))[cohorts, values]] = True
-        return bits
-    return np.eye(mechanism.k, dtype=bool)[values]
-
-
-def bucket_sketches(metric: MetricConfig, values: np.ndarray, buckets: int, rng: np.random.Generator, *,
-                    panel: bool, changed: np.ndarray | None = None) -> list[np.ndarray]:
-    """Per-bucket sketches: the clients holding ``values`` report in every bucket (``panel``; cohort and
-    permanent response drawn once), or each bucket holds new clients with the same values. ``changed``: the
-    values from the middle bucket on; a client whose value changes gets a new permanent response then (the
-    memoized encoder's is per value), the others keep theirs."""
-    mech = metric.mechanism
-    half = buckets // 2 if changed is not None else buckets
-    movers = np.zeros(values.size, dtype=bool) if changed is None else changed != values
-    if mech.name == "rappor":  # PRR (1 − f/2, f/2) memoized, IRR (q, p) on every report
-        candidates = list(metric.candidates or ())
-        out = []
-        for b in range(buckets):
-            now = values if b < half else changed
-            if b == 0 or not panel:
-                cohorts = rng.integers(0, mech.cohorts, size=values.size)
-                inputs = channel_inputs(mech, now, cohorts, candidates)
-                permanent = perturb_bits(inputs, 1 - mech.f / 2, mech.f / 2, rng)
-            elif b == half:
-                permanent = permanent.copy()
-                fresh = channel_inputs(mech, now[movers], cohorts[movers], candidates)
-                permanent[movers] = perturb_bits(fresh, 1 - mech.f / 2, mech.f / 2, rng)
-            out.append(mech.sketch(cohorts, perturb_bits(permanent, mech.q, mech.p, rng)))
-        return out
-    first, irr = mech.layers
-    out = []
-    for b in range(buckets):
-        now = values if b < half else changed
-        if b == 0 or not panel:
-            cohorts = rng.integers(0, mech.cohorts, size=values.size)
-            inputs = channel_inputs(mech, now, cohorts)
-            permanent = mech.perturb(inputs, first, rng)
-        elif b == half:
-            inputs, permanent = inputs.copy(), permanent.copy()
-            inputs[movers] = channel_inputs(mech, now[movers], cohorts[movers])
-            permanent[movers] = mech.perturb(inputs[movers], first, rng)
-        if not mech.memoize:
-            reports = mech.perturb(inputs, first, rng)
-        elif irr is None:
-            reports = permanent
-        else:
-            reports = mech.perturb(permanent, irr, rng)
-        out.append(mech.sketch(cohorts, reports))
-    return out
 
 
 def coverage(spec: dict[str, Any], panel: bool, seed: int, change: float = 0.0) -> tuple[float, float, float, str]:
@@ -129,7 +70,7 @@ def coverage(spec: dict[str, Any], panel: bool, seed: int, change: float = 0.0) 
             changed = np.where(movers, rng.choice(size, size=CLIENTS, p=p), values)
             half = BUCKETS // 2
             truth = (half * truth + (BUCKETS - half) * np.bincount(changed, minlength=size) / CLIENTS) / BUCKETS
-        held = bucket_sketches(metric, values, BUCKETS, rng, panel=panel, changed=changed)
+        held = panel_bucket_sketches(metric, values, BUCKETS, rng, panel=panel, changed=changed)
         est, design, deff = decode_window(metric, np.sum(held, axis=0), held, design_cache=design_cache,
                                           factor_cache=factor_cache)
         ci = est.ci(0.95, clip=True)
@@ -207,7 +148,7 @@ def test_identical_reports_in_every_bucket_give_the_interval_of_one_bucket(spec:
     metric = make_metric({**spec, "estimator": "project"})
     rng = np.random.default_rng(99)
     values = rng.choice(len(metric.value_names()), size=CLIENTS)
-    held = bucket_sketches(metric, values, BUCKETS, rng, panel=True)
+    held = panel_bucket_sketches(metric, values, BUCKETS, rng, panel=True)
     assert all(np.array_equal(h, held[0]) for h in held)
     window, design, deff = decode_window(metric, np.sum(held, axis=0), held)
     one, _, one_deff = decode_window(metric, held[0], held[:1])

@@ -155,3 +155,23 @@ def test_simulate_refuses_a_wrong_list_where_there_is_no_list(capsys):
     assert "hashed mechanism on an open alphabet" in capsys.readouterr().err
     assert main([*base, "--mechanism", "orr", "--k", "8", "--cohorts", "4", "--unlisted", "16"]) == 1
     assert "--unlisted must be in 0..15" in capsys.readouterr().err
+
+
+def test_simulate_a_window_over_a_panel_whose_values_change_halfway(capsys):
+    """``--buckets B --change X``: windows of B buckets over one memoized panel, a share X changing value halfway;
+    the JSON keeps the options and the coverage of the window's distribution (whole (trial, value) pairs)."""
+    args = ["simulate", "--mechanism", "krr", "--k", "16", "--epsilon", "2", "--support", "16", "--n", "5000",
+            "--trials", "4", "--seed", "3", "--json", "--buckets", "8", "--change", "0.3"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parameters"]["buckets"] == 8 and data["parameters"]["change"] == 0.3
+    assert data["coverage"] * 4 * 16 == pytest.approx(round(data["coverage"] * 4 * 16))
+    assert data["detections"] is None
+    assert main(["simulate", "--mechanism", "rappor", "--p", "0.25", "--q", "0.75", "--f", "0.5", "--k", "32",
+                 "--hashes", "2", "--cohorts", "8", "--support", "16", "--n", "5000", "--trials", "2", "--json",
+                 "--buckets", "4", "--change", "0.5", "--decoder", "detect"]) == 0
+    assert json.loads(capsys.readouterr().out)["coverage"] is not None
+    assert main([*args[:-4], "--buckets", "8", "--unlisted", "2"]) == 1
+    assert "without --unlisted" in capsys.readouterr().err
+    assert main([*args[:-4], "--buckets", "2", "--change", "1.5"]) == 1
+    assert "--change in 0..1" in capsys.readouterr().err

@@ -1,13 +1,19 @@
 """The solvers of :func:`ldpstream.estimators.detection.detect`: the screen's ``nn_lasso`` (its minimizer against
-scipy's bounded L-BFGS-B on the same objective, its support-restricted products against the dense ``G @ y``
-iteration) and the full weighted least squares (against ``numpy.linalg.inv``)."""
+scipy's bounded L-BFGS-B on the same objective and against the optimality conditions, the same from a dense ``G``
+and from the sparse design), ``nonnegative_quadratic`` (against NNLS on the design itself) and the full weighted
+least squares (against ``numpy.linalg.inv``)."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy import optimize
 
-import ldpstream.estimators.detection as detection
-from ldpstream.estimators.detection import _full_least_squares, nn_lasso
+from ldpstream.estimators.detection import (
+    WeightedColumns,
+    _full_least_squares,
+    nn_lasso,
+    nonnegative_quadratic,
+)
 
 
 def _problem(seed: int, rows: int = 400, cols: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -37,13 +43,33 @@ def test_minimizer_matches_scipy_bounded_quasi_newton(seed):
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_support_products_give_the_dense_iteration(seed, monkeypatch):
-    G, g, penalty = _problem(seed)
-    sparse = nn_lasso(G, g, penalty, max_iter=300)
-    monkeypatch.setattr(detection, "SPARSE_PRODUCT_SHARE", 0.0)  # every product dense: the plain iteration
-    dense = nn_lasso(G, g, penalty, max_iter=300)
-    assert sparse[1] == dense[1]
-    np.testing.assert_allclose(sparse[0], dense[0], rtol=0, atol=1e-12)
+def test_the_sparse_design_gives_the_dense_minimizer_and_meets_the_optimality_conditions(seed):
+    rng = np.random.default_rng(seed)
+    X = sp.random(900, 700, density=0.02, random_state=rng, data_rvs=lambda n: np.ones(n), format="csc")
+    w = rng.uniform(0.5, 2.0, 900)
+    truth = np.zeros(700)
+    truth[rng.choice(700, 12, replace=False)] = rng.uniform(1.0, 3.0, 12)
+    z = X @ truth + rng.normal(0.0, 1.0 / np.sqrt(w))
+    dense, implicit = WeightedColumns(X, w, dense=True), WeightedColumns(X, w, dense=False)
+    assert implicit.full is None
+    np.testing.assert_allclose(implicit.diagonal, np.diag(dense.full), rtol=1e-12)
+    g = X.T @ (w * z)
+    penalty = 1.645 * np.sqrt(implicit.diagonal)
+    x_dense, _ = nn_lasso(dense.full, g, penalty)
+    x_sparse, rounds = nn_lasso(implicit, g, penalty)
+    assert rounds > 1  # the working set grew
+    np.testing.assert_allclose(x_sparse, x_dense, rtol=1e-8, atol=1e-10)
+    gradient = (dense.full @ x_dense - g + penalty) / np.sqrt(implicit.diagonal)
+    assert gradient[x_dense == 0].min() > -1e-8  # no zero coordinate wants to grow
+    np.testing.assert_allclose(gradient[x_dense > 0], 0.0, atol=1e-8)  # the support is stationary
+
+
+def test_nonnegative_quadratic_is_nnls_on_the_design():
+    rng = np.random.default_rng(6)
+    A = rng.normal(size=(300, 40))
+    y = A @ np.maximum(rng.normal(size=40), 0.0) + rng.normal(size=300)
+    reference, _ = optimize.nnls(A, y)
+    np.testing.assert_allclose(nonnegative_quadratic(A.T @ A, A.T @ y), reference, rtol=1e-9, atol=1e-12)
 
 
 def test_full_least_squares_is_the_inverse_gram_solution_and_its_diagonal():
