@@ -275,6 +275,8 @@ class PublishedJoint:
             "high_95": _nested(est.high),
             "identified": [[bool(v) for v in row] for row in est.identified_mask()],
             "identification": list(est.identification),
+            "fit": {member: None if m is None else m.to_json()
+                    for member, m in zip(self.members, est.fit, strict=True)},
             "x_given_y": _conditional(est.x_given_y),
             "y_given_x": _conditional(est.y_given_x),
             "independence": {

@@ -105,12 +105,16 @@ def test_orr_inversion_against_the_dictionary_covers_at_a_million_pairs() -> Non
     var = JointVariable(mech, names[:5], dictionary=names)
     rng = np.random.default_rng(20261202)
     trials = 400
-    covered, errors = [], []
+    covered, errors, flagged = [], [], 0
     for _ in range(trials):
         est = estimate_joint(orr_pair_counts(m, N, rng), var, var)
-        assert est.info["estimator"] == "dictionary-inversion" and est.identified_mask().all()
+        assert est.info["estimator"] == "dictionary-inversion"
+        # a complete list: only the misfit test's false alarms (1% per member) flag the table
+        flagged += not est.identified_mask().all()
+        assert all("misses mass" in reason for reason in est.identification)
         covered.append((est.low <= truth) & (truth <= est.high))
         errors.append(est.table - truth)
+    assert flagged <= 20  # P(Binomial(400, 0.02) > 20) < 0.1%
     c, e = np.array(covered), np.array(errors)
     per_trial = c.reshape(trials, -1).mean(axis=1)
     cluster_se = per_trial.std(ddof=1) / np.sqrt(trials)

@@ -21,9 +21,10 @@ import numpy as np
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms.base import Mechanism
 
-from ..dispatch import DesignCache
+from ..dispatch import DesignCache, estimate
 from ..estimate import Estimate
 from ..factor_cache import FactorCache
+from ..misfit import Misfit
 from ..numerics.simplex import project_simplex
 from . import direct as joint_direct
 from .em import JointFit, PairChannel, fit_joint, warm_start
@@ -37,7 +38,7 @@ from .inference import (
     wald_clipped,
     wald_independence_test,
 )
-from .likelihood import VariableLikelihood, VariableModel, variable_model
+from .likelihood import VariableLikelihood, VariableModel, pattern_sketch, variable_model
 from .pairs import PairPatterns
 from .sandwich import frequency_score_jacobian, margin_matrix, nuisance_terms, sandwich_covariance
 
@@ -151,6 +152,9 @@ class JointEstimate:
     #: an inversion whose published table was projected onto the simplex; the intervals are then the hull of
     #: the Wald interval around it and the published point); ``None``: ``table``.
     interval_center: np.ndarray | None = None
+    #: Each member's misfit against its candidate list (hashed members with an Other; else ``None``):
+    #: identification rule 3.
+    fit: tuple[Misfit | None, Misfit | None] = (None, None)
 
     def intervals(self, se: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Clipped Wald 95% bounds for standard errors ``se`` around :attr:`interval_center` (or the table),
@@ -186,6 +190,7 @@ class JointEstimate:
             "stopping_rule": self.stopping_rule,
             "identified": self.identified_mask().tolist(),
             "identification": list(self.identification),
+            "fit": [None if m is None else m.to_json() for m in self.fit],
             "info": dict(self.info),
         }
 
@@ -211,6 +216,19 @@ def _identification(model: VariableModel, source: str) -> VariableIdentification
     hidden = None if support is None else int(support) - len(model.values)
     return VariableIdentification(other=model.other, hashed=hashed, bits=model.bits, frequency_source=source,
                                   hidden_values=hidden)
+
+
+def member_misfit(v: JointVariable, other: bool, cohorts: np.ndarray, reports: np.ndarray, counts: np.ndarray, *,
+                  design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None) -> Misfit | None:
+    """The Pearson misfit of one member's own reports (the patterns' sketch) against its candidate list, the
+    dictionary when given, by the least-squares decode (identification rule 3); ``None`` for a direct member or one
+    without an Other (its candidates are its whole alphabet)."""
+    if not other or not getattr(v.mechanism, "needs_value_table", False):
+        return None
+    words = list(v.dictionary) if v.dictionary is not None else list(v.values)
+    sketch = pattern_sketch(v.mechanism, cohorts, reports, counts)
+    return estimate(sketch, v.mechanism, "ls", candidates=words, design_cache=design_cache,
+                    factor_cache=factor_cache).misfit
 
 
 def _count(likelihood: VariableLikelihood) -> int:
@@ -348,7 +366,8 @@ def estimate_joint(
     designs = (joint_direct.hashed_designs(x.mechanism, x.values, other_x, x.dictionary, y.mechanism, y.values,
                                            other_y, y.dictionary, design_cache) if inversion else None)
     if designs is not None:
-        return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs)
+        return _estimate_direct(patterns, x, y, other_x, other_y, began, designs=designs,
+                                design_cache=design_cache, factor_cache=factor_cache)
     mx = variable_model(x.mechanism, x.values, patterns.cohort_x, patterns.reports_x, patterns.counts, other=other_x,
                         dictionary=x.dictionary, design_cache=design_cache, factor_cache=factor_cache)
     my = variable_model(y.mechanism, y.values, patterns.cohort_y, patterns.reports_y, patterns.counts, other=other_y,
@@ -390,7 +409,11 @@ def estimate_joint(
     seconds = time.perf_counter() - began
     method = "wald-clipped" if corrections is None else SANDWICH_INTERVAL_METHOD
     source_x, source_y = _frequency_source(x, mx, refine_x), _frequency_source(y, my, refine_y)
-    cells = identified_cells((r, c), _identification(mx, source_x), _identification(my, source_y))
+    fits = (member_misfit(x, other_x, patterns.cohort_x, patterns.reports_x, patterns.counts,
+                          design_cache=design_cache, factor_cache=factor_cache),
+            member_misfit(y, other_y, patterns.cohort_y, patterns.reports_y, patterns.counts,
+                          design_cache=design_cache, factor_cache=factor_cache))
+    cells = identified_cells((r, c), _identification(mx, source_x), _identification(my, source_y), misfits=fits)
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
         interval_method=method, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
@@ -404,16 +427,18 @@ def estimate_joint(
               "candidate_frequencies_y": None if ly.frequencies is None else ly.frequencies.tolist(),
               "frequencies_x": source_x, "frequencies_y": source_y,
               "frequency_refits": refits, "frequency_change": refit_change},
-        identified=cells.mask, identification=cells.reasons,
+        identified=cells.mask, identification=cells.reasons, fit=fits,
     )
 
 
 def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable, other_x: bool, other_y: bool,
-                     began: float, designs: tuple[joint_direct.Design, joint_direct.Design] | None = None
+                     began: float, designs: tuple[joint_direct.Design, joint_direct.Design] | None = None, *,
+                     design_cache: DesignCache | None = None, factor_cache: FactorCache | None = None
                      ) -> JointEstimate:
     """Two direct members, one of whose Other holds several values: the unbiased inversion of the full alphabets'
     channels aggregated to the published categories (:mod:`ldpstream.estimators.joint.direct`, eqs. J1–J2;
-    docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified.
+    docs/math/joint.md#direct-members-the-full-alphabet). No Other law and no EM: every cell is identified unless a
+    hashed member's list misses mass (identification rule 3).
     The table is the unbiased one, projected onto the simplex only if a cell came out negative; intervals are
     clipped Wald with the covariance J2; independence by the Wald test of the interaction contrasts.
 
@@ -445,6 +470,13 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
     rows = x.names() + ((OTHER_LABEL,) if other_x else ())
     cols = y.names() + ((OTHER_LABEL,) if other_y else ())
     margins_x, margins_y = unbiased.sum(axis=1), unbiased.sum(axis=0)
+    fits: tuple[Misfit | None, Misfit | None] = (None, None)
+    if hashed:
+        fits = (member_misfit(x, other_x, patterns.cohort_x, patterns.reports_x, patterns.counts,
+                              design_cache=design_cache, factor_cache=factor_cache),
+                member_misfit(y, other_y, patterns.cohort_y, patterns.reports_y, patterns.counts,
+                              design_cache=design_cache, factor_cache=factor_cache))
+    cells = identified_cells((r, c), None, None, misfits=fits)
     return JointEstimate(
         row_labels=rows, column_labels=cols, table=table, std_error=se, covariance=cov, low=low, high=high,
         interval_method=INVERSION_INTERVAL_METHOD, x_given_y=x_given_y, y_given_x=y_given_x, independence=test,
@@ -458,5 +490,5 @@ def _estimate_direct(patterns: PairPatterns, x: JointVariable, y: JointVariable,
               "frequency_refits": 0, "frequency_change": 0.0, "projected": projected,
               "hidden_x": joint_direct.hidden_values(x.mechanism, x.values, other_x),
               "hidden_y": joint_direct.hidden_values(y.mechanism, y.values, other_y)},
-        identified=np.ones((r, c), dtype=bool), identification=(), interval_center=center,
+        identified=cells.mask, identification=cells.reasons, interval_center=center, fit=fits,
     )

@@ -14,6 +14,10 @@ Every cell of the table is flagged when either rule applies:
    breaks, and the EM's misfit reaches every cell. Two direct members (k-RR, k-RAPPOR) and hashed members
    with a well-determined dictionary are inverted instead (:mod:`ldpstream.estimators.joint.direct`) and do
    not reach this rule; an Other of one value has an exact law and is identified.
+3. **A hashed member whose candidate list misses mass**: the Pearson misfit of that member's own reports against
+   its list (the dictionary when given; :mod:`ldpstream.estimators.misfit`) rejects at ``MISFIT_LEVEL``. The
+   unlisted values' reports sit on their own cells and move every category's estimate by an amount that does not
+   shrink with n (docs/math/misfit.md#joint-tables).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..misfit import Misfit
 
 __all__ = ["IdentifiedCells", "VariableIdentification", "identified_cells"]
 
@@ -56,12 +62,21 @@ class IdentifiedCells:
         return bool(self.mask.all())
 
 
-def identified_cells(shape: tuple[int, int], x: VariableIdentification, y: VariableIdentification,
-                     names: tuple[str, str] = ("X", "Y")) -> IdentifiedCells:
+def identified_cells(shape: tuple[int, int], x: VariableIdentification | None, y: VariableIdentification | None,
+                     names: tuple[str, str] = ("X", "Y"),
+                     misfits: tuple[Misfit | None, Misfit | None] = (None, None)) -> IdentifiedCells:
     """The cells of an ``shape`` table (Other last when a variable has one) that the reports identify, by the
-    two rules of the module docstring."""
+    rules of the module docstring (``None`` members: rules 1 and 2 do not apply, an inversion's)."""
     mask = np.ones(shape, dtype=bool)
     reasons: list[str] = []
+    for fit, name in zip(misfits, names, strict=True):
+        if fit is not None and fit.rejected:
+            mask[:] = False
+            reasons.append(f"{name}: its candidate list misses mass (Pearson X² {fit.statistic:.0f} on {fit.df} df, "
+                           f"p = {fit.p_value:.2g}; about {fit.excess_reports:.0f} reports unexplained): the unlisted "
+                           "values' reports bias every cell by an amount that does not shrink with n")
+    if x is None or y is None:
+        return IdentifiedCells(mask, tuple(reasons))
     for v, name in zip((x, y), names, strict=True):
         if v.other and v.hashed and v.frequency_source in UNIDENTIFIED_SOURCES:
             mask[:] = False

@@ -126,7 +126,8 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     validate(published, "joint-estimate/1")
     assert published["identified"] == [[False] * 6] * 6
     assert published["identification"] == list(est.identification) and len(est.identification) == 1
-    older = {k: v for k, v in published.items() if k not in ("identified", "identification")}
+    assert set(published["fit"]) == {"x", "y"} and all(f["df"] > 0 for f in published["fit"].values())
+    older = {k: v for k, v in published.items() if k not in ("identified", "identification", "fit")}
     validate(older, "joint-estimate/1")  # objects published before the field stay valid
     # ldpstream watch marks the cell and says why.
     from ldpstream.decoder.watch import render_joint
@@ -171,3 +172,30 @@ def test_the_decoder_passes_a_closed_alphabet_as_the_dictionary_so_its_table_is_
 def _pairs_closed(mech, joint, n=20_000):
     table = mech.value_table(list(range(joint.shape[0])))
     return sample_pairs(joint, mech, mech, n, np.random.default_rng(6), table, table)
+
+
+def test_a_hashed_member_whose_list_misses_heavy_strings_flags_every_cell_and_says_why():
+    """Identification rule 3, the review's case: O-RR k = 32, 8 cohorts, ε = 3, the strings ranked 6–19 (24% of the
+    mass) off the dictionary, 2·10^5 pairs: the inversion against that dictionary is biased in every cell (0.888
+    coverage there, 0.679 at 10^6), so every cell is flagged with the misfit that shows it; with the whole list,
+    the same reports leave every cell identified."""
+    names = value_names(100)
+    orr = ORR(k=32, epsilon=3.0, cohorts=8)
+    pairs = _pairs(orr, orr, names, n=200_000)
+    listed = names[:5] + names[19:]
+    short = JointVariable(orr, names[:5], dictionary=listed)
+    est = estimate_joint(pairs, short, short)
+    assert est.info["estimator"] == "dictionary-inversion"
+    assert not est.identified_mask().any() and len(est.identification) == 2
+    assert all(r.startswith(("X: its candidate list misses mass", "Y: its candidate list misses mass"))
+               for r in est.identification)
+    assert all(f is not None and f.rejected and f.excess_reports > 10_000 for f in est.fit)
+    whole = JointVariable(orr, names[:5], dictionary=names)
+    complete = estimate_joint(pairs, whole, whole)
+    assert complete.identified_mask().all() and complete.identification == ()
+    assert all(f is not None and not f.rejected for f in complete.fit)
+    # a direct member has no list to miss: no misfit
+    krr = KRR(k=100, epsilon=4.0)
+    direct = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
+                            JointVariable(krr, list(range(5))))
+    assert direct.fit == (None, None)
