@@ -265,6 +265,7 @@ class PublishedJoint:
             "rows": [str(label) for label in est.row_labels],
             "columns": [str(label) for label in est.column_labels],
             "interval_method": est.interval_method,
+            "point": est.point,
             "interval_assumes": self.interval_assumes(),
             "design_effect": self.design_effect,
             "repetition": {member: None if design is None else design.to_json()

@@ -123,7 +123,8 @@ def google_baseline(paths: dict[str, Path], var2: str, params2: ParamsFile, labe
         z = ((counts[:, 1:] / counts[:, :1] - params.p_star) / (params.q_star - params.p_star)).ravel()
         prop = np.clip(np.linalg.lstsq(design, z, rcond=None)[0], 0, None)
         other = google_other_probs(counts, design, prop, params.q_star, params.p_star)
-        cond.append(google_cond_prob(bits, cohorts, design, params.q_star, params.p_star, other))
+        cond.append(google_cond_prob(bits, cohorts, design, params.q_star, params.p_star,
+                                     other if "Other" in labels else None))
     return google_em(cond[0], cond[1])
 
 
@@ -146,18 +147,23 @@ def simulate_case(kind: str, n: int, rng: np.random.Generator, workdir: Path) ->
     ``rappor decode-assoc`` arguments that decode the files."""
     domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
     cands: dict[str, Sequence[str]]
+    names1 = DOMAINS
     if kind == "bool":
         second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
         names2, joint, cands = ["FALSE", "TRUE"], JOINT_BOOL, {"domain": DOMAINS[:4]}
+    elif kind == "bool-complete":  # Google's association test's shape: every domain in the map, no true Other
+        second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
+        names1, names2, joint, cands = DOMAINS[:4], ["FALSE", "TRUE"], JOINT_BOOL[:4] / JOINT_BOOL[:4].sum(), {
+            "domain": DOMAINS[:4]}
     else:
         second = AssocVariableSpec("color", "string", "color_params", COLOR_PARAMS)
         names2, joint, cands = COLORS, JOINT_STRINGS, {"domain": DOMAINS[:4], "color": COLORS[:3]}
-    sim = simulate_association(domain, DOMAINS, second, names2, joint, n, rng, bytes(32))
+    sim = simulate_association(domain, names1, second, names2, joint, n, rng, bytes(32))
     paths = write_association_files(workdir, "m", [domain, second], sim.reports, cands)
     args = ["rappor", "decode-assoc", "--metric-name", "m", "--schema", str(paths["schema"]), "--reports",
             str(paths["reports"]), "--params-dir", str(workdir), "--var1", "domain", "--var2", second.var,
             "--map1", str(paths["map:domain"]), "--output-dir", str(workdir)]
-    args += ["--create-bool-map"] if kind == "bool" else ["--map2", str(paths["map:color"])]
+    args += ["--create-bool-map"] if kind.startswith("bool") else ["--map2", str(paths["map:color"])]
     return sim, paths, second, names2, args
 
 
@@ -222,6 +228,33 @@ def coverage(kind: str, n: int, seeds: range, workdir: Path) -> None:
           f"(nominal 0.95 ± {np.sqrt(0.95 * 0.05 / cells):.3f}); z: mean {z.mean():+.3f}, sd {z.std():.3f}")
 
 
+def total_variation(kind: str, n: int, seeds: range, workdir: Path) -> None:
+    """Mean (sd) over ``seeds`` of the total variation to the truth of ours (with the Other test), ours always
+    with Other (``--keep-other``) and Google's association EM on the same reports (with Other exactly when ours
+    has it; on ``bool-complete`` none, as Google's decode-assoc on its own association test)."""
+    import contextlib
+    import io
+
+    tv: dict[str, list[float]] = {"ours": [], "ours --keep-other": [], "Google association.R (numpy)": []}
+    kept = 0
+    for seed in seeds:
+        sim, paths, second, names2, args = simulate_case(kind, n, np.random.default_rng(seed), workdir)
+        for name, extra in (("ours --keep-other", ["--keep-other"]), ("ours", [])):
+            with contextlib.redirect_stderr(io.StringIO()):
+                assert main([*args, *extra]) == 0
+            res = read_assoc_results(workdir / "assoc-results.csv")
+            labels1 = list(dict.fromkeys(res["var1_values"]))
+            labels2 = list(dict.fromkeys(res["var2_values"]))
+            true = truth(sim.index1, sim.index2, DOMAINS, names2, labels1, labels2)
+            tv[name].append(0.5 * float(np.abs(res["proportion"].reshape(true.shape) - true).sum()))
+        kept += "Other" in labels1
+        base, _ = google_baseline(paths, second.var, second.params, labels1, labels2)
+        tv["Google association.R (numpy)"].append(0.5 * float(np.abs(base - true).sum()))
+    print(f"total variation {kind}: {n:,} clients x {len(seeds)} seeds (ours kept Other in {kept})")
+    for name, values in tv.items():
+        print(f"  {name:<32} mean {np.mean(values):.4f}  sd {np.std(values):.4f}")
+
+
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=100_000)
@@ -230,6 +263,10 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--coverage-seeds", type=int, default=0,
                     help="also the 95%% intervals' coverage over this many seeds (ours only)")
     ap.add_argument("--coverage-clients", type=int, default=40_000)
+    ap.add_argument("--tv-seeds", type=int, default=0,
+                    help="also the mean total variation of ours, ours --keep-other and Google's EM over this many "
+                         "seeds")
+    ap.add_argument("--tv-clients", type=int, default=50_000)
     ap.add_argument("--domain-params", default="32,2,32",
                     help="the domain's (and the boolean's) k,h,m (p = .25, q = .75, f = .5); e.g. 8,1,128 for "
                          "the setup of Google's association smoke test")
@@ -242,6 +279,7 @@ if __name__ == "__main__":
     PARAMS = ParamsFile(k=_k, h=_h, m=_m, p=0.25, q=0.75, f=0.5)
     print(f"python -m bench.accuracy.decode_assoc --clients {opts.clients} --seed {opts.seed} --cases {opts.cases} "
           f"--coverage-seeds {opts.coverage_seeds} --coverage-clients {opts.coverage_clients} "
+          f"--tv-seeds {opts.tv_seeds} --tv-clients {opts.tv_clients} "
           f"--domain-params {opts.domain_params}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -251,3 +289,6 @@ if __name__ == "__main__":
     for case in opts.cases.split(",") if opts.coverage_seeds else []:
         with tempfile.TemporaryDirectory() as tmp:
             coverage(case, opts.coverage_clients, range(100, 100 + opts.coverage_seeds), Path(tmp))
+    for case in opts.cases.split(",") if opts.tv_seeds else []:
+        with tempfile.TemporaryDirectory() as tmp:
+            total_variation(case, opts.tv_clients, range(200, 200 + opts.tv_seeds), Path(tmp))

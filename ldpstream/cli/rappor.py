@@ -112,6 +112,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     da.add_argument("--output-dir", default=".", help="where assoc-results.csv and assoc-metrics.json go")
     da.add_argument("--all-candidates", action="store_true",
                     help="every map string is a candidate (default: those detected in the marginal, as Google)")
+    da.add_argument("--keep-other", action="store_true",
+                    help="always publish a string variable's \"Other\" category (default: only when the test of "
+                         "no mass outside its candidates rejects at 5%%)")
     da.add_argument("--top", type=int, help="at most this many candidates of a string variable (largest first)")
     da.add_argument("--correction", default="bh", choices=("bonferroni", "bh"),
                     help="multiple-testing rule of the marginal detection (default bh)")
@@ -284,8 +287,9 @@ Google's decode_assoc.R: the joint distribution of two variables of one metric, 
 reported both (one row of the reports file). var1 is a string variable (--map1); var2 is a boolean
 (--create-bool-map) or, our extension, a second string variable (--map2). Each string variable's
 candidates are the map strings detected in its marginal (as Google's decoder; --all-candidates: every
-map string; --top N: the N largest), plus an "Other" category for every string outside them; a boolean's
-are FALSE and TRUE. The joint EM runs over the distinct report pairs.
+map string; --top N: the N largest), plus an "Other" category for every string outside them, kept only when
+the one-sided test of "no mass outside the candidates" rejects at 5% (--keep-other: always); a
+boolean's are FALSE and TRUE. The joint EM runs over the distinct report pairs.
 
 Writes into --output-dir:
   assoc-results.csv   "<var2>","<var1>","proportion","std_error","low_95","high_95": one row per cell,
@@ -321,7 +325,7 @@ def run_decode_assoc(args: argparse.Namespace) -> int:
     )
     result = decode_association(
         inputs, rule="all" if args.all_candidates else "detected", top=args.top, correction=args.correction,
-        alpha=args.alpha, max_iterations=args.max_em_iters,
+        alpha=args.alpha, max_iterations=args.max_em_iters, test_other=not args.keep_other,
     )
     joint = result.joint
     rows, cols = list(joint.row_labels), list(joint.column_labels)
@@ -355,6 +359,8 @@ def run_decode_assoc(args: argparse.Namespace) -> int:
         "var1": {"name": args.var1, "type": "string", "candidates": rows, **result.candidates1.info},
         "var2": {"name": args.var2, "type": inputs.var2.var_type, "candidates": cols, **result.candidates2.info},
         "interval_method": joint.interval_method,
+        "other_test": {name: None if t is None else t.to_dict()
+                       for name, t in ((args.var1, result.other_test1), (args.var2, result.other_test2))},
         "independence": joint.independence.to_dict(),
     }
     write_assoc_metrics(out_dir / "assoc-metrics.json", metrics)

@@ -109,6 +109,16 @@ def _on_simplex(x: np.ndarray) -> np.ndarray:
     return pos / total if total > 0 else np.full(x.size, 1.0 / x.size)
 
 
+def _cell_slopes(var_fn: Callable[[np.ndarray], np.ndarray], fitted: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """``dV_i/dz_i`` of the cell variances at the fit (moved into [2h, 1 − 2h], where the variance functions do not
+    clip), by central differences: exact for the binomial and multinomial cells, quadratic in the rate; 0 where a
+    variance is not finite."""
+    at = np.clip(fitted, 2 * h, 1 - 2 * h)
+    with np.errstate(invalid="ignore", over="ignore"):
+        slope = (var_fn(at + h) - var_fn(at - h)) / (2 * h)
+    return np.where(np.isfinite(slope), slope, 0.0)
+
+
 def _decode(
     *,
     kind: str,
@@ -239,20 +249,25 @@ def _decode(
         residual = float(1.0 - est[:S].sum()) if method == "mle" else float(1.0 - beta.sum())
     se = se[:S]
     interval = unclipped = None
+    slopes = None
     interval_method = "wald"
     if method != "ls":
         # the least-squares estimate's interval (sandwich SE; its coverage is nominal) beside the constrained
         # point, clipped to [0, 1] (docs/math/estimators.md#intervals-of-the-constrained-candidate-decoders);
         # the bounds before clipping are kept for a window's widening (they hold β̂ where both are clipped)
-        half = _Z95 * se_ls[:S]
-        unclipped = ConfidenceInterval(beta[:S] - half, beta[:S] + half)
+        # the score form where the sandwich's slope in f_s is known: the interval {f : (β̂ − f)² ≤ z²(v + b(f − β̂))},
+        # centred z²b/2 above β̂ (docs/math/estimators.md#small-counts-of-the-candidate-decoders)
+        slopes = wls.variance_slopes(_cell_slopes(var_fn, wls.fitted()))
+        shift = np.zeros(S) if slopes is None else 0.5 * _Z95**2 * slopes[:S] * factor**2
+        half = np.sqrt(shift**2 + (_Z95 * se_ls[:S]) ** 2)
+        unclipped = ConfidenceInterval(beta[:S] + shift - half, beta[:S] + shift + half)
         interval = ConfidenceInterval(np.clip(unclipped.low, 0.0, 1.0), np.clip(unclipped.high, 0.0, 1.0))
         interval_method = "ls-sandwich"
     floor = detection_floor(float(np.median(se)), S) if S else None
     return Estimate(frequencies=freq, std_errors=se, n_reports=n_reports, method=f"{kind}/{method}", labels=labels,
                     residual=residual, residual_std_error=residual_se, detection_floor=floor, info=info,
                     interval=interval, interval_method=interval_method, unclipped_interval=unclipped,
-                    misfit=misfit)
+                    misfit=misfit, interval_shift=None if interval is None or slopes is None else shift)
 
 
 def decode_orr(

@@ -68,6 +68,9 @@ class Estimate:
             clipped, :func:`ldpstream.estimators.windows.widen_estimate`).
         misfit: the goodness of fit of the candidate model (candidate decoders, detection), whose inflation the
             standard errors and intervals include; ``None`` when not measured.
+        interval_shift: for an unclipped interval in the score form (the candidate decoders'), how far its centre
+            sits from the least-squares estimate (``z²b/2``), so that a window rescales it with the variance;
+            ``None``: the interval is centred on that estimate. Not published.
     """
 
     frequencies: np.ndarray
@@ -83,6 +86,7 @@ class Estimate:
     interval_method: str = "wald"
     unclipped_interval: ConfidenceInterval | None = None
     misfit: Misfit | None = None
+    interval_shift: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         freq = np.asarray(self.frequencies, dtype=np.float64)

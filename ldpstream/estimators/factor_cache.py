@@ -40,7 +40,7 @@ import scipy.linalg as sl
 import scipy.sparse as sp
 
 from .numerics.least_squares import FaceFactor, WeightedLeastSquares
-from .numerics.linalg import weighted_gram
+from .numerics.linalg import sandwich_slopes, weighted_gram
 from .numerics.newton_mle import HeldInformation
 from .numerics.sandwich import SandwichMeat
 
@@ -518,6 +518,16 @@ class CachedLeastSquares:
             self.info.update(se_sandwich="reused", se_reused_growth=growth, se_reused_spread=spread[1] / spread[0])
             return memo.variances * float(np.sqrt(spread[0] * spread[1]))
         return None
+
+    def variance_slopes(self, cell_slope: np.ndarray) -> np.ndarray | None:
+        """``∂ Var(β̂_s)/∂f_s`` per column from the reference's ``B = Xa Ga⁻¹`` (at Xa's nonzeros, O(nnz);
+        :func:`~ldpstream.estimators.numerics.linalg.sandwich_slopes`); None before ``B`` is formed."""
+        if self.ref.rows is None:
+            return None
+        Xa = sp.csr_matrix(self.Xa)
+        cell = np.repeat(np.arange(Xa.shape[0]), np.diff(Xa.indptr))
+        at = np.asarray(self.ref.rows[cell, Xa.indices], dtype=np.float64)
+        return sandwich_slopes(Xa, at, self.w, cell_slope)
 
     def dense_gram(self) -> np.ndarray:
         """``Ga`` (dense, P × P) for the reference weights, kept with the reference once made."""

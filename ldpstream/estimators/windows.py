@@ -327,23 +327,33 @@ def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np
     return out
 
 
-#: Intervals ``centre ± Z95 · se`` clipped to [0, 1] whose centre is not the published point (the candidate
-#: decoders' least-squares interval beside a constrained point; detect's refit interval beside its
-#: empirical-Bayes point): widened about their own centre.
+#: Intervals ``centre ± half`` (``half >= Z95 · se``) clipped to [0, 1] whose centre is not the published point
+#: (the candidate decoders' least-squares interval, in its score form, beside a constrained point; detect's refit
+#: interval beside its empirical-Bayes point): widened about their own centre.
 SYMMETRIC_CLIPPED = frozenset({"ls-sandwich", "wald-refit"})
 
 
 def _widen_symmetric(interval: ConfidenceInterval, se: np.ndarray, point: np.ndarray, root: np.ndarray,
-                     unclipped: ConfidenceInterval | None = None) -> tuple[ConfidenceInterval, ConfidenceInterval]:
+                     unclipped: ConfidenceInterval | None = None, shift: np.ndarray | None = None
+                     ) -> tuple[ConfidenceInterval, ConfidenceInterval]:
     """``clip(centre ± root · half)`` of ``clip(centre ± half)``, with the widened bounds before clipping.
 
     With ``unclipped`` (the bounds before clipping, :attr:`Estimate.unclipped_interval`) centre and half-width
     are exact. Without: from the two bounds when neither was clipped, else ``half = Z95 · se`` from the unclipped
     bound (both clipped: the point). An interval wholly below 0 (``[0, 0]``) then only bounds its centre,
-    ``≤ −half``: ``−half`` is taken, the widest (conservative) choice; likewise above 1."""
+    ``≤ −half``: ``−half`` is taken, the widest (conservative) choice; likewise above 1. A score-form interval
+    (``shift`` ``s = z²b/2`` from the least-squares estimate, half-width ``sqrt(s² + z²v)``) takes the variance and
+    its slope both times ``root²``: centre ``β̂ + root² s``, half-width ``sqrt(root⁴ s² + root² z² v)``."""
     if unclipped is not None:
         low, high = (np.asarray(b, dtype=np.float64) for b in unclipped)
         centre, half = (low + high) / 2, (high - low) / 2
+        if shift is not None:
+            d = root * root
+            wald2 = np.maximum(half * half - shift * shift, 0.0)  # z² v
+            centre = centre - shift + d * shift
+            wide = ConfidenceInterval(centre - np.sqrt(d * d * shift * shift + d * wald2),
+                                      centre + np.sqrt(d * d * shift * shift + d * wald2))
+            return ConfidenceInterval(np.clip(wide.low, 0.0, 1.0), np.clip(wide.high, 0.0, 1.0)), wide
     else:
         low, high = (np.asarray(b, dtype=np.float64) for b in interval)
         z_half = Z95 * np.asarray(se, dtype=np.float64)
@@ -396,9 +406,11 @@ def widen_estimate(est: Estimate, deff: np.ndarray, mechanism: Mechanism, sketch
             changes["interval"] = ConfidenceInterval(low, high)
         elif est.interval_method in SYMMETRIC_CLIPPED and est.std_errors is not None:
             changes["interval"], wide = _widen_symmetric(est.interval, est.std_errors, est.frequencies, root,
-                                                         est.unclipped_interval)
+                                                         est.unclipped_interval, est.interval_shift)
             if est.unclipped_interval is not None:
                 changes["unclipped_interval"] = wide
+                if est.interval_shift is not None:
+                    changes["interval_shift"] = est.interval_shift * root * root
         else:
             f = est.frequencies
             low, high = est.interval

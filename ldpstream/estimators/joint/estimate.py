@@ -161,6 +161,15 @@ class JointEstimate:
         widened to hold the published point."""
         return centred_intervals(self.table, se, self.interval_center)
 
+    @property
+    def point(self) -> str:
+        """What ``table`` is: ``"unbiased"`` (the inversion), ``"projected"`` (the inversion put onto the simplex
+        because a cell came out negative: consistent, biased at small n, its intervals centred on the unbiased table
+        and holding the point) or ``"maximum-likelihood"`` (the EM's)."""
+        if self.info.get("estimator") == "em":
+            return "maximum-likelihood"
+        return "projected" if self.info.get("projected") else "unbiased"
+
     def identified_mask(self) -> np.ndarray:
         """``(r, c)`` bool, all true when not assessed."""
         return np.ones(self.table.shape, dtype=bool) if self.identified is None else self.identified
@@ -175,6 +184,7 @@ class JointEstimate:
             "low_95": self.low.tolist(),
             "high_95": self.high.tolist(),
             "interval_method": self.interval_method,
+            "point": self.point,
             "covariance": self.covariance.tolist(),
             "x_given_y": self.x_given_y.to_dict(),
             "y_given_x": self.y_given_x.to_dict(),

@@ -16,6 +16,7 @@ from scipy.sparse.linalg import lsqr
 from ldpstream.errors import ParameterError
 
 from .gram import WeightedGram
+from .linalg import inverse_rows_at_nonzeros, sandwich_slopes
 from .sandwich import SandwichMeat
 
 __all__ = ["WeightedLeastSquares", "face_solve_constrained_ls", "fista_constrained_ls"]
@@ -227,6 +228,8 @@ class WeightedLeastSquares:
         ok = np.isfinite(v) & (v > 0)
         w = np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
         self.w, self.z, self.X, self.o, self.Xa = w, z, X, other_col, sp.csr_matrix(Xa)
+        #: ``Ga⁻¹`` once :meth:`variances` formed it (the exact sandwich), for :meth:`variance_slopes`.
+        self.inverse: np.ndarray | None = None
         self.gram = WeightedGram(X, w, exact_max=exact_max)
         self.b_x = X.T @ (w * z)
         rhs = [self.b_x]
@@ -287,6 +290,7 @@ class WeightedLeastSquares:
                 Gi = np.linalg.pinv(G, hermitian=True)
             M = meat.dense() if isinstance(meat, SandwichMeat) else meat(np.eye(G.shape[0]))
             var = np.einsum("ij,ij->i", Gi @ M, Gi)
+            self.inverse = Gi
             self.gram.info["se_sandwich"] = "exact"
             return np.asarray(np.maximum(var, 0.0))
         idx = self.gram.exact_idx
@@ -301,6 +305,13 @@ class WeightedLeastSquares:
             var[-1] = sand[-1]
         self.gram.info.update(se_sandwich="calibrated", sandwich_calibration=factor)
         return np.asarray(np.maximum(var, 0.0))
+
+    def variance_slopes(self, cell_slope: np.ndarray) -> np.ndarray | None:
+        """``∂ Var(β̂_s)/∂f_s`` per column (:func:`~ldpstream.estimators.numerics.linalg.sandwich_slopes`) once the
+        exact sandwich formed ``Ga⁻¹``; None on the calibrated back end."""
+        if self.inverse is None:
+            return None
+        return sandwich_slopes(self.Xa, inverse_rows_at_nonzeros(self.Xa, self.inverse), self.w, cell_slope)
 
     def dense_gram(self) -> np.ndarray | None:
         """``Ga`` (dense, with the "other" row and column when present) on the exact back end, else None."""

@@ -14,7 +14,10 @@ import scipy.linalg as sl
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
-__all__ = ["TINY", "block_pcg", "cholesky_inverse_diagonal", "dot", "weighted_gram"]
+__all__ = [
+    "TINY", "block_pcg", "cholesky_inverse_diagonal", "dot", "inverse_rows_at_nonzeros", "sandwich_slopes",
+    "weighted_gram",
+]
 
 #: Floor for probabilities and divisors that must stay positive.
 TINY = 1e-300
@@ -122,3 +125,34 @@ def block_pcg(
         rz = rz_new
     return (Xs[:, 0] if one_d else Xs), it, converged
 
+
+
+def sandwich_slopes(X: sp.csr_matrix, rows_at_nonzeros: np.ndarray, w: np.ndarray,
+                    cell_slope: np.ndarray) -> np.ndarray:
+    """``∂ diag Cov(β̂)_s / ∂f_s`` of the weighted least squares ``β̂ = G⁻¹XᵀWz`` when the cell variances are
+    ``V_i(Xf)`` with slope ``cell_slope_i = dV_i/d(Xf)_i``: ``Σ_i (w_i B_is)² X_is cell_slope_i`` over the nonzeros of
+    column s, ``B = X G⁻¹`` given at X's nonzeros (``rows_at_nonzeros``, aligned with ``X.data``;
+    docs/math/estimators.md#small-counts-of-the-candidate-decoders)."""
+    Xc = sp.csr_matrix(X)
+    cell = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
+    terms = (w[cell] * rows_at_nonzeros) ** 2 * Xc.data * cell_slope[cell]
+    return np.bincount(Xc.indices, weights=terms, minlength=Xc.shape[1]).astype(np.float64)
+
+
+def inverse_rows_at_nonzeros(X: sp.csr_matrix, inverse: np.ndarray) -> np.ndarray:
+    """``(X G⁻¹)_is`` at the nonzeros ``(i, s)`` of ``X`` (aligned with ``X.data``; a duplicate entry gets the
+    whole value), from each row's nonzeros alone: ``Σ_i L_i²`` products for rows of ``L_i`` nonzeros, not
+    ``nnz · S``."""
+    Xc = sp.csr_matrix(X)
+    lengths = np.diff(Xc.indptr).astype(np.int64)
+    sq = lengths**2
+    n_pairs = int(sq.sum())
+    if n_pairs == 0:
+        return np.zeros(Xc.nnz)
+    block_start = np.repeat(np.cumsum(sq) - sq, sq)
+    local = np.arange(n_pairs) - block_start
+    Lr = np.repeat(lengths, sq)
+    a, b = local // Lr, local % Lr  # entry b of the row (the output's column), summed over entries a
+    base = np.repeat(Xc.indptr[:-1], sq)
+    terms = Xc.data[base + a] * inverse[Xc.indices[base + a], Xc.indices[base + b]]
+    return np.bincount(base + b, weights=terms, minlength=Xc.nnz).astype(np.float64)

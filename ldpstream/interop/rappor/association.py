@@ -9,20 +9,23 @@ marginal, as Google's ``ComputeDistributionEM`` does (the candidates its margina
 detected ones, :func:`~ldpstream.estimators.detection.detect`), largest first. :func:`decode_association`
 runs the joint EM (:func:`~ldpstream.estimators.joint.estimate_joint`) over the distinct report pairs,
 with an "Other" category for each string variable and none for a boolean (its two values are the whole
-alphabet).
+alphabet), a string variable's Other kept only when the test of "no mass outside its candidates" rejects
+(:func:`other_test`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import stats
 
 from ldpstream.errors import ParameterError
+from ldpstream.estimators.candidates import decode_bits
 from ldpstream.estimators.detection import detect
 from ldpstream.estimators.dispatch import design_matrix
 from ldpstream.estimators.joint import OTHER_LABEL, JointEstimate, JointVariable, estimate_joint
@@ -199,14 +202,51 @@ class AssocResult:
     candidates2: Candidates
     marginal_seconds: float
     joint_seconds: float
+    #: Each variable's test of its "Other" category (:func:`other_test`); ``None`` for a boolean, or untested.
+    other_test1: OtherTest | None = None
+    other_test2: OtherTest | None = None
+
+
+#: A string variable keeps "Other" when the one-sided test of "no mass outside its candidates" rejects at this level.
+OTHER_LEVEL = 0.05
+
+
+@dataclass(frozen=True)
+class OtherTest:
+    """The test of ``H0``: none of a string variable's reports come from outside its candidates, by the least
+    squares of its bit sketch on the candidates and the "other" column (the candidate decoders' ``ls``):
+    ``z = residual / se``, one-sided ``p_value``; ``kept``: the table has the variable's Other
+    (``p_value < OTHER_LEVEL``; docs/math/joint.md#is-other-there)."""
+
+    residual: float
+    std_error: float
+    z: float
+    p_value: float
+    kept: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"residual": self.residual, "std_error": self.std_error, "z": self.z, "p_value": self.p_value,
+                "kept": self.kept, "level": OTHER_LEVEL}
+
+
+def other_test(variable: AssocVariable, candidates: Candidates) -> OtherTest:
+    """:class:`OtherTest` of a string variable's chosen candidates."""
+    p = variable.params
+    ls = decode_bits(variable.sketch(), candidates.design, p.q_star, p.p_star, "ls", other=True)
+    residual = float(ls.residual or 0.0)
+    se = float(ls.residual_std_error or 0.0)
+    z = residual / se if se > 0 else 0.0
+    p_value = float(stats.norm.sf(z))
+    return OtherTest(residual, se, z, p_value, p_value < OTHER_LEVEL)
 
 
 def decode_association(
     inputs: AssocInputs, *, rule: CandidateRule = "detected", top: int | None = None, correction: str = "bh",
-    alpha: float = 0.10, max_iterations: int = 1000, tolerance: float = 1e-6,
+    alpha: float = 0.10, max_iterations: int = 1000, tolerance: float = 1e-6, test_other: bool = True,
 ) -> AssocResult:
     """Choose each variable's candidates from its marginal, then run the joint EM over the distinct
-    report pairs (module docstring)."""
+    report pairs (module docstring); ``test_other``: a string variable's "Other" only where :func:`other_test`
+    rejects "no mass outside its candidates" (False: always)."""
     start = time.perf_counter()
     c1 = select_candidates(inputs.var1, rule, top=top, correction=correction, alpha=alpha)
     c2 = select_candidates(inputs.var2, rule, top=top, correction=correction, alpha=alpha)
@@ -217,6 +257,15 @@ def decode_association(
                                  "(Google's decoder stops here too; --all-candidates uses every map string)")
     start = time.perf_counter()
     patterns = PairPatterns.from_pairs(inputs.var1.cohorts, inputs.var1.bits, inputs.var2.cohorts, inputs.var2.bits)
-    joint = estimate_joint(patterns, joint_variable(inputs.var1, c1), joint_variable(inputs.var2, c2),
-                           other=True, tolerance=tolerance, max_iterations=max_iterations)
-    return AssocResult(joint, c1, c2, marginal_seconds, time.perf_counter() - start)
+    x, y = joint_variable(inputs.var1, c1), joint_variable(inputs.var2, c2)
+    tests: list[OtherTest | None] = []
+    for var, cand, joint_var in ((inputs.var1, c1, x), (inputs.var2, c2, y)):
+        # a string variable's Other only when the data ask for it
+        test = other_test(var, cand) if test_other and joint_var.other else None
+        tests.append(test)
+    if tests[0] is not None and not tests[0].kept:
+        x = replace(x, other=False)
+    if tests[1] is not None and not tests[1].kept:
+        y = replace(y, other=False)
+    joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance, max_iterations=max_iterations)
+    return AssocResult(joint, c1, c2, marginal_seconds, time.perf_counter() - start, tests[0], tests[1])

@@ -226,3 +226,35 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails([*args, "--max-em-iters", "0"], "--max-em-iters must be >= 1")
     j = args.index("--output-dir")
     fails([*args[:j + 1], str(tmp_path / "nope"), *args[j + 2:]], "is not a directory")
+
+
+def test_decode_assoc_keeps_other_only_when_the_data_ask_for_it(tmp_path):
+    """Every domain in the map and held (no true Other, the shape of Google's association test): the one-sided
+    test of mass outside the candidates does not reject, so the table has no Other row and covers the truth;
+    --keep-other restores it. With rare.org held but off the map (6% of clients), Other is kept."""
+    rng = np.random.default_rng(21)
+    domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
+    second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
+    joint = JOINT_BOOL[:4] / JOINT_BOOL[:4].sum()
+    sim = simulate_association(domain, DOMAINS[:4], second, ["FALSE", "TRUE"], joint, 50_000, rng, MASTER)
+    paths = write_association_files(tmp_path, "m", [domain, second], sim.reports, {"domain": DOMAINS[:4]})
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run(*decode_args(paths, second.var, out)) == 0
+    _res, labels1, labels2, t = read_table(out / "assoc-results.csv")
+    metrics = json.loads((out / "assoc-metrics.json").read_text())
+    test = metrics["other_test"]["domain"]
+    assert "Other" not in labels1 and not test["kept"] and test["p_value"] >= 0.05
+    assert metrics["other_test"]["flag..HTTPS"] is None  # a boolean has none
+    truth = truth_table(sim, labels1, labels2, DOMAINS[:4], ["FALSE", "TRUE"])
+    z = stats.norm.ppf(1 - 0.025 / truth.size)
+    assert np.all(np.abs(t["proportion"] - truth) <= z * t["std_error"])
+    assert run(*decode_args(paths, second.var, out, "--keep-other")) == 0
+    _res, labels1, _labels2, _t = read_table(out / "assoc-results.csv")
+    kept = json.loads((out / "assoc-metrics.json").read_text())["other_test"]["domain"]
+    assert labels1[-1] == "Other" and kept is None
+    (tmp_path / "held").mkdir()
+    paths, _sim, second = make_files(tmp_path / "held", "bool", 50_000, seed=22)
+    assert run(*decode_args(paths, second.var, out)) == 0
+    metrics = json.loads((out / "assoc-metrics.json").read_text())
+    assert metrics["other_test"]["domain"]["kept"] and metrics["other_test"]["domain"]["z"] > 3

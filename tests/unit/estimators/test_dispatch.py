@@ -49,10 +49,17 @@ def test_closed_alphabet_decodes_against_own_design(mech, method):
         # NNLS (the Ga-metric projection of the LS fit onto Σp <= 1, p >= 0) and the MLE are at least as
         # efficient as LS to first order; at the p = 0 coordinates the constraint only shrinks the error
         assert np.all(np.abs(est.frequencies - P) <= z * ls.std_errors)
-    # the published interval is the LS one, clipped to [0, 1]
-    lo, hi = est.ci(0.95, clip=True)
-    np.testing.assert_allclose(np.column_stack([lo, hi]), np.column_stack(ls.ci(0.95, clip=True)), atol=1e-12)
     assert {i for i, _ in est.top(3)} == {3, 17, 40}
+    # the published interval is the LS one in its score form (centre shifted by z²b/2), clipped to [0, 1]; the
+    # ls decoder's own is its Wald interval
+    if method == "ls":
+        assert est.interval is None and est.interval_method == "wald"
+        return
+    raw, shift = est.unclipped_interval, est.interval_shift
+    assert raw is not None and shift is not None
+    np.testing.assert_allclose((raw.low + raw.high) / 2, ls.frequencies + shift, atol=1e-12)
+    np.testing.assert_allclose((raw.high - raw.low) / 2, np.sqrt(shift**2 + (1.959963984540054 * ls.std_errors) ** 2),
+                               rtol=1e-10)
 
 
 def test_closed_alphabet_is_not_decoded_as_krr():

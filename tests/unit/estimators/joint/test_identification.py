@@ -127,7 +127,8 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     assert published["identified"] == [[False] * 6] * 6
     assert published["identification"] == list(est.identification) and len(est.identification) == 1
     assert set(published["fit"]) == {"x", "y"} and all(f["df"] > 0 for f in published["fit"].values())
-    older = {k: v for k, v in published.items() if k not in ("identified", "identification", "fit")}
+    assert published["point"] == "maximum-likelihood"  # the EM's (inversion=False)
+    older = {k: v for k, v in published.items() if k not in ("identified", "identification", "fit", "point")}
     validate(older, "joint-estimate/1")  # objects published before the field stay valid
     # ldpstream watch marks the cell and says why.
     from ldpstream.decoder.watch import render_joint
@@ -142,6 +143,7 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
     published = PublishedJoint("a", ("x", "y"), "all", 1.0, 0.1, 1, direct, warm_start=False).to_json()
     validate(published, "joint-estimate/1")
     assert published["identified"] == [[True] * 6] * 6 and published["identification"] == []
+    assert published["point"] == ("projected" if direct.info["projected"] else "unbiased")
     text = render_joint(published, now=2.0)
     assert published["em"]["iterations"] == 0 and "]?" not in text and "closed form" in text and "EM:" not in text
 
@@ -199,3 +201,20 @@ def test_a_hashed_member_whose_list_misses_heavy_strings_flags_every_cell_and_sa
     direct = estimate_joint(_pairs(krr, krr, None), JointVariable(krr, list(range(5))),
                             JointVariable(krr, list(range(5))))
     assert direct.fit == (None, None)
+
+
+def test_a_projected_table_says_so_and_its_intervals_hold_the_point_about_the_unbiased_centre():
+    """The review's case (k-RR × k-RR, k = 20, ε = 1, 2·10^4 pairs): the inversion has negative cells, so the
+    published table is its projection (``point`` "projected"), every interval holds the published point and is
+    centred on the unbiased table."""
+    krr = KRR(k=20, epsilon=1.0)
+    est = estimate_joint(_pairs(krr, krr, None, n=20_000, support=20), JointVariable(krr, list(range(5))),
+                         JointVariable(krr, list(range(5))))
+    assert est.point == "projected" and est.interval_center is not None
+    assert np.all(est.interval_center.sum() == pytest.approx(1.0)) and est.interval_center.min() < 0
+    assert np.all((est.low <= est.table + 1e-12) & (est.table <= est.high + 1e-12))
+    free = (est.low > 0) & (est.high < 1)
+    half = 1.959963984540054 * est.std_error
+    outside = (est.table < est.interval_center - half) | (est.table > est.interval_center + half)
+    # where the point lies inside the unbiased centre's interval, the interval is that one (the hull adds nothing)
+    np.testing.assert_allclose(est.low[free & ~outside], (est.interval_center - half)[free & ~outside], atol=1e-12)
