@@ -109,16 +109,6 @@ def _on_simplex(x: np.ndarray) -> np.ndarray:
     return pos / total if total > 0 else np.full(x.size, 1.0 / x.size)
 
 
-def _cell_slopes(var_fn: Callable[[np.ndarray], np.ndarray], fitted: np.ndarray, h: float = 1e-6) -> np.ndarray:
-    """``dV_i/dz_i`` of the cell variances at the fit (moved into [2h, 1 − 2h], where the variance functions do not
-    clip), by central differences: exact for the binomial and multinomial cells, quadratic in the rate; 0 where a
-    variance is not finite."""
-    at = np.clip(fitted, 2 * h, 1 - 2 * h)
-    with np.errstate(invalid="ignore", over="ignore"):
-        slope = (var_fn(at + h) - var_fn(at - h)) / (2 * h)
-    return np.where(np.isfinite(slope), slope, 0.0)
-
-
 def _decode(
     *,
     kind: str,
@@ -144,6 +134,7 @@ def _decode(
     cells_per_value: float = 1.0,
     fixed_cohort_sums: bool = False,
     pearson_var_fn: Callable[[np.ndarray], np.ndarray] | None = None,
+    slope_fn: Callable[[np.ndarray], np.ndarray] | None = None,
     inflate: bool = True,
 ) -> Estimate:
     if method not in _METHODS:
@@ -257,7 +248,7 @@ def _decode(
         # the bounds before clipping are kept for a window's widening (they hold β̂ where both are clipped)
         # the score form where the sandwich's slope in f_s is known: the interval {f : (β̂ − f)² ≤ z²(v + b(f − β̂))},
         # centred z²b/2 above β̂ (docs/math/estimators.md#small-counts-of-the-candidate-decoders)
-        slopes = wls.variance_slopes(_cell_slopes(var_fn, wls.fitted()))
+        slopes = None if slope_fn is None else wls.variance_slopes(slope_fn(wls.fitted()))
         shift = np.zeros(S) if slopes is None else 0.5 * _Z95**2 * slopes[:S] * factor**2
         half = np.sqrt(shift**2 + (_Z95 * se_ls[:S]) ** 2)
         unclipped = ConfidenceInterval(beta[:S] + shift - half, beta[:S] + shift + half)
@@ -318,6 +309,11 @@ def decode_orr(
         var = krr_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), eps, k)
         return np.where(Nrow > 0, var, np.inf)
 
+    def slope_fn(fit: np.ndarray) -> np.ndarray:
+        # d var_fn / d fit, unclipped: ((e + k − 1)/(e − 1)) (1 − 2m)/N (the score form's b, _decode)
+        m = ((e - 1) * np.clip(fit, 0.0, 1.0) + 1) / (e + k - 1)
+        return np.where(Nrow > 0, (e + k - 1) / (e - 1) * (1 - 2 * m) / np.where(Nrow > 0, Nrow, 1.0), 0.0)
+
     def pearson_var_fn(fit: np.ndarray) -> np.ndarray:
         # a cohort's cells are multinomial: Pearson's statistic divides by N m, not N m (1 − m) (docs/math/misfit.md)
         m = ((e - 1) * np.clip(fit, 0.0, 1.0) + 1) / (e + k - 1)
@@ -335,7 +331,7 @@ def decode_orr(
         channel_fn=channel_fn, n_reports=round(N), method=method, other=other, labels=labels,
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
         cache_key=cache_key, start=start, counts=counts, cohort_reports=Nc, fixed_cohort_sums=True,
-        pearson_var_fn=pearson_var_fn, inflate=inflate,
+        pearson_var_fn=pearson_var_fn, slope_fn=slope_fn, inflate=inflate,
     )
 
 
@@ -389,6 +385,11 @@ def decode_bits(
         var = bit_variance(np.clip(fit, 0.0, 1.0), np.where(Nrow > 0, Nrow, 1.0), q_star, p_star)
         return np.where(Nrow > 0, var, np.inf)
 
+    def slope_fn(fit: np.ndarray) -> np.ndarray:
+        # d var_fn / d fit, unclipped: (1 − 2r)/(N δ) (the score form's b, _decode)
+        r = p_star + delta * np.clip(fit, 0.0, 1.0)
+        return np.where(Nrow > 0, (1 - 2 * r) / (np.where(Nrow > 0, Nrow, 1.0) * delta), 0.0)
+
     def channel_fn(with_other: bool) -> tuple[AffineChannel, np.ndarray, float]:
         R = C * k
         extra = None
@@ -405,7 +406,7 @@ def decode_bits(
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
         # h̄ shapes the "other" column, so a given bits_per_string is part of the design's name
         cache_key=cache_key if bits_per_string is None or cache_key is None else (cache_key, hbar), start=start,
-        counts=arr, cohort_reports=Nc, cells_per_value=hbar, inflate=inflate,
+        counts=arr, cohort_reports=Nc, cells_per_value=hbar, slope_fn=slope_fn, inflate=inflate,
     )
 
 

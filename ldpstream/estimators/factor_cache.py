@@ -40,7 +40,7 @@ import scipy.linalg as sl
 import scipy.sparse as sp
 
 from .numerics.least_squares import FaceFactor, WeightedLeastSquares
-from .numerics.linalg import sandwich_slopes, weighted_gram
+from .numerics.linalg import weighted_gram
 from .numerics.newton_mle import HeldInformation
 from .numerics.sandwich import SandwichMeat
 
@@ -145,6 +145,9 @@ class ReferenceFactor:
     variance_memos: list[VarianceMemo] = field(default_factory=list)
     #: The non-negative least squares' face factorizations of ``gram`` (:func:`face_solve_constrained_ls`).
     face_factors: dict[bytes, FaceFactor] = field(default_factory=dict)
+    #: ``(w_i B_is)² X_is`` at the design's nonzeros and each nonzero's cell, made on first use: the sandwich
+    #: slopes are their sums weighted by the cells' variance slopes (:meth:`CachedLeastSquares.variance_slopes`).
+    slope_terms: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -152,7 +155,8 @@ class ReferenceFactor:
                    + (0 if self.gram is None else self.gram.nbytes)
                    + sum(a.nbytes for a in self.pair_structure.values())
                    + sum(m.nbytes for m in self.variance_memos)
-                   + sum(f.nbytes for f in list(self.face_factors.values())))
+                   + sum(f.nbytes for f in list(self.face_factors.values()))
+                   + (0 if self.slope_terms is None else sum(a.nbytes for a in self.slope_terms)))
 
     def matches(self, w: np.ndarray, tolerance: float) -> bool:
         """Whether ``w`` is within ``tolerance`` (``max r / min r``, ``r = w / w_ref``) of the reference, with
@@ -524,10 +528,14 @@ class CachedLeastSquares:
         :func:`~ldpstream.estimators.numerics.linalg.sandwich_slopes`); None before ``B`` is formed."""
         if self.ref.rows is None:
             return None
-        Xa = sp.csr_matrix(self.Xa)
-        cell = np.repeat(np.arange(Xa.shape[0]), np.diff(Xa.indptr))
-        at = np.asarray(self.ref.rows[cell, Xa.indices], dtype=np.float64)
-        return sandwich_slopes(Xa, at, self.w, cell_slope)
+        Xa = self.Xa
+        if self.ref.slope_terms is None:
+            cell = np.repeat(np.arange(Xa.shape[0]), np.diff(Xa.indptr))
+            at = np.asarray(self.ref.rows[cell, Xa.indices], dtype=np.float64)
+            self.ref.slope_terms = ((self.w[cell] * at) ** 2 * Xa.data, cell)
+            self._cache.grown(sum(a.nbytes for a in self.ref.slope_terms))
+        terms, cell = self.ref.slope_terms
+        return np.bincount(Xa.indices, weights=terms * cell_slope[cell], minlength=Xa.shape[1]).astype(np.float64)
 
     def dense_gram(self) -> np.ndarray:
         """``Ga`` (dense, P × P) for the reference weights, kept with the reference once made."""

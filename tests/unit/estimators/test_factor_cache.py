@@ -108,6 +108,11 @@ def test_constrained_methods_hit_and_publish_the_same_point(method):
     np.testing.assert_allclose(b.std_errors, a.std_errors, rtol=1e-7)
     np.testing.assert_allclose(b.interval.low, a.interval.low, atol=1e-9)
     assert b.interval_method == a.interval_method == "ls-sandwich"
+    # the score form's shift from the cached B (float32) is the uncached decode's from Ga⁻¹
+    plain = _decode("bits", sketch, X, rates, None, True, method)
+    assert a.interval_shift is not None and plain.interval_shift is not None and np.all(plain.interval_shift > 0)
+    np.testing.assert_allclose(b.interval_shift, plain.interval_shift, rtol=1e-5)
+    np.testing.assert_allclose(a.interval_shift, plain.interval_shift, rtol=1e-5)
 
 
 def test_distant_weights_miss_and_the_bound_holds():
