@@ -209,7 +209,8 @@ def _decode(
     if cohort_reports is not None:
         fitted = wls.fitted()
         width = X.shape[0] // max(len(cohort_reports), 1)
-        misfit = pearson_misfit(z, fitted, (pearson_var_fn or var_fn)(fitted), beta.size, width=width,
+        variance = wls.cell_variances() if pearson_var_fn is None else pearson_var_fn(fitted)
+        misfit = pearson_misfit(z, fitted, variance, beta.size, width=width,
                                 reports=np.repeat(cohort_reports, width), cells_per_value=cells_per_value,
                                 fixed_cohort_sums=fixed_cohort_sums)
     # quasi-likelihood: when the fit is rejected, every standard error times sqrt(φ̂) (docs/math/misfit.md)

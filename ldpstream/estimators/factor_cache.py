@@ -40,7 +40,7 @@ import scipy.linalg as sl
 import scipy.sparse as sp
 
 from .numerics.least_squares import FaceFactor, WeightedLeastSquares
-from .numerics.linalg import weighted_gram
+from .numerics.linalg import sandwich_slope_terms, slopes_from_terms, weighted_gram
 from .numerics.newton_mle import HeldInformation
 from .numerics.sandwich import SandwichMeat
 
@@ -438,12 +438,17 @@ class CachedLeastSquares:
         self._cache, self._key = cache, key
         #: ``Ga`` when this decode formed it (a miss), for :meth:`dense_gram`.
         self._fresh_gram: np.ndarray | None = None
+        #: The model variance of each cell at this decode's fit, once computed (:meth:`cell_variances`).
+        self._variances: np.ndarray | None = None
         for ref in references:
             b = np.asarray(self.Xa.T @ (ref.weights * z))
             beta = ref.inverse @ b
-            if ref.matches(self._weights(var_fn, self.Xa @ beta), cache.tolerance):
+            fit = np.asarray(self.Xa @ beta)
+            variances = np.asarray(var_fn(fit), dtype=np.float64)
+            if ref.matches(self._weights(variances), cache.tolerance):
                 cache.used(key, ref)
                 self.ref, self.w, self.b, self.beta = ref, ref.weights, b, beta
+                self._fitted, self._variances = fit, variances
                 self.info["factor_cache"] = "hit"
                 return
         wls = WeightedLeastSquares(z, X, other_col, var_fn, exact_max=exact_max)
@@ -460,8 +465,7 @@ class CachedLeastSquares:
         cache.add(key, self.ref)
 
     @staticmethod
-    def _weights(var_fn: Callable[[np.ndarray], np.ndarray], fit: np.ndarray) -> np.ndarray:
-        v = var_fn(fit)
+    def _weights(v: np.ndarray) -> np.ndarray:
         ok = np.isfinite(v) & (v > 0)
         return np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
 
@@ -493,13 +497,16 @@ class CachedLeastSquares:
         if self._counts is not None and self._cohort_reports is not None and self._cache.variance_growth > 0:
             memos = self.ref.variance_memos
             memos.insert(0, VarianceMemo(self._counts.copy(), self._cohort_reports.copy(), var.copy(),
-                                         self._cell_variances()))
+                                         self.cell_variances()))
             del memos[VARIANCE_MEMOS:]  # small beside B (R + C + P floats each): counted at the next bound check
         return var
 
-    def _cell_variances(self) -> np.ndarray:
-        """The model variance of each cell at this decode's least-squares fit (what the sandwich's meat holds)."""
-        return np.asarray(self._var_fn(self.fitted()), dtype=np.float64)
+    def cell_variances(self) -> np.ndarray:
+        """The model variance of each cell at this decode's least-squares fit (what the sandwich's meat holds;
+        computed once)."""
+        if self._variances is None:
+            self._variances = np.asarray(self._var_fn(self.fitted()), dtype=np.float64)
+        return self._variances
 
     def reused_variances(self) -> np.ndarray | None:
         """The variances of an earlier exact computation on this reference whose counts this decode's hold, grown
@@ -514,7 +521,7 @@ class CachedLeastSquares:
             growth = memo.growth(counts, reports)
             if growth is None or growth > limit:
                 continue
-            cells = self._cell_variances() if cells is None else cells
+            cells = self.cell_variances() if cells is None else cells
             spread = memo.spread(cells)
             if spread is None or spread[1] > self._cache.variance_spread * spread[0]:
                 continue
@@ -531,11 +538,10 @@ class CachedLeastSquares:
         Xa = self.Xa
         if self.ref.slope_terms is None:
             cell = np.repeat(np.arange(Xa.shape[0]), np.diff(Xa.indptr))
-            at = np.asarray(self.ref.rows[cell, Xa.indices], dtype=np.float64)
-            self.ref.slope_terms = ((self.w[cell] * at) ** 2 * Xa.data, cell)
+            at = np.asarray(self.ref.rows[cell, Xa.indices], dtype=np.float64)  # B at Xa's nonzeros
+            self.ref.slope_terms = sandwich_slope_terms(Xa, at, self.w)
             self._cache.grown(sum(a.nbytes for a in self.ref.slope_terms))
-        terms, cell = self.ref.slope_terms
-        return np.bincount(Xa.indices, weights=terms * cell_slope[cell], minlength=Xa.shape[1]).astype(np.float64)
+        return slopes_from_terms(Xa, self.ref.slope_terms, cell_slope)
 
     def dense_gram(self) -> np.ndarray:
         """``Ga`` (dense, P × P) for the reference weights, kept with the reference once made."""

@@ -94,7 +94,9 @@ def pearson_misfit(
     # excess reports: N·max(residual, 0) summed, less its null mean N·sd·φ(0) (a half-normal's mean, per cell)
     sd = np.sqrt(np.where(live, variance, 0.0))
     excess = float(np.sum(reports * np.maximum(residual, 0.0)) - np.sum(reports * sd) / np.sqrt(2 * np.pi))
-    order = np.argsort(-scaled)[:LARGEST_CELLS]
+    top = min(LARGEST_CELLS, scaled.size)
+    order = np.argpartition(-scaled, top - 1)[:top] if top < scaled.size else np.arange(scaled.size)
+    order = order[np.argsort(-scaled[order], kind="stable")]
     cells = tuple((int(i // width), int(i % width), float(scaled[i])) for i in order if scaled[i] > 0)
     return Misfit(statistic=statistic, df=df, p_value=float(special.chdtrc(df, statistic)),
                   excess_reports=max(excess, 0.0) / max(cells_per_value, 1e-12), cells=cells)

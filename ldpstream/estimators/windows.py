@@ -29,6 +29,7 @@ the window, and the population's distribution is stationary across its buckets.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -196,7 +197,7 @@ def window_design(mechanism: Mechanism, bucket_sketches: Sequence[np.ndarray], w
     reports fill at the held buckets' average size; with clients that churn the overlap decays with the lag,
     so applying the recent buckets' overlap to the whole span is conservative). Without any bucket, the rule
     is ``"unknown-independent"``. O(B·C·k)."""
-    stack = np.stack(list(bucket_sketches)).astype(np.float64) if len(bucket_sketches) else np.zeros((0, 1, 1))
+    stack = np.stack(list(bucket_sketches), dtype=np.float64) if len(bucket_sketches) else np.zeros((0, 1, 1))
     x, nb = _cells(mechanism, stack)  # (B, C, k), (B, C)
     keep = nb.sum(axis=1) > 0
     if not keep.all():
@@ -234,7 +235,8 @@ def window_design(mechanism: Mechanism, bucket_sketches: Sequence[np.ndarray], w
     r_held = np.where(n_held > 0, x_sum / np.maximum(n_held, 1.0), lo)
     v_h, c_h = _cell_moments(r_held, (hi, lo), persistence, int(mechanism.cohorts))
     rho_h = np.clip(c_h / v_h, 0.0, 1.0)
-    squares = np.einsum("bck,bck,bc->ck", x, x, 1.0 / np.maximum(nb, 1.0))
+    mean = x / np.maximum(nb, 1.0)[:, :, None]  # each bucket's rate per cell (0 in a cohort without reports)
+    squares = np.einsum("bck,bck->ck", mean, x)
     terms = np.maximum(squares - r_held * x_sum, 0.0) / v_h
     dof_cell = np.broadcast_to(np.maximum((nb > 0).sum(axis=0) - 1, 0)[:, None], r_held.shape)
     dof = float(dof_cell.sum())
@@ -249,38 +251,41 @@ def window_design(mechanism: Mechanism, bucket_sketches: Sequence[np.ndarray], w
     # pooled rate reads as clients that do not repeat; the successive buckets' differences see a change only
     # where it happens, so their median estimate is taken when it is larger by more than noise allows
     # (docs/math/estimators.md#drifting-values)
-    successive = _successive_overlap(x, nb, v_h, rho_h, max_overlap_sd)
+    successive = _successive_overlap(mean, nb, v_h, rho_h, max_overlap_sd)
     if successive is not None and successive[0] - phi_hat > DRIFT_Z * float(np.hypot(successive[1], overlap_sd)):
         phi_hat = successive[0]
     return WindowDesign(len(stack), span, float(np.clip(phi_hat, 0.0, 1.0)), "estimated", dof, phi_hat, rho,
                         weight, share, mix_scale, reports)
 
 
-def _successive_overlap(x: np.ndarray, nb: np.ndarray, v: np.ndarray, rho: np.ndarray,
+def _successive_overlap(mean: np.ndarray, nb: np.ndarray, v: np.ndarray, rho: np.ndarray,
                         max_overlap_sd: float) -> tuple[float, float] | None:
-    """The overlap from each pair of successive buckets, ``φ̂_b = Σ_j (1 − T_bj) / Σ_j κ_b ρ_j`` with
+    """The overlap from each pair of successive buckets' cell rates ``mean`` (``x̄_bj``, shape (B, C, k)) and
+    reports ``nb`` (B, C), ``φ̂_b = Σ_j (1 − T_bj) / Σ_j κ_b ρ_j`` with
     ``T_bj = (x̄_bj − x̄_{b−1,j})² / (v_j (1/n_b + 1/n_{b−1}))`` and ``κ_b = 2 min(n_b, n_{b−1})/(n_b + n_{b−1})``
     per cohort: their median over ``b`` and its sd without repetition (``1.2533 max_b sd(φ̂_b)/sqrt(B − 1)``,
     ``sd(φ̂_b) = sqrt(2 cells)/Σ_j κ_b ρ_j``); None with fewer than 3 pairs or an ``sd(φ̂_b)`` above
     ``max_overlap_sd``. O(B·C·k)."""
-    if x.shape[0] < 4:
+    if mean.shape[0] < 4:
         return None
     n0, n1 = nb[:-1], nb[1:]  # (B − 1, C)
     both = (n0 > 0) & (n1 > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = x / np.maximum(nb, 1.0)[:, :, None]
-        scale = v[None] * (1.0 / np.maximum(n0, 1.0) + 1.0 / np.maximum(n1, 1.0))[:, :, None]
-        t = np.where(both[:, :, None] & (scale > 0), (mean[1:] - mean[:-1]) ** 2 / np.where(scale > 0, scale, 1.0),
-                     0.0)
+    # T_bj = (x̄_b − x̄_{b−1})² h_bc / v_j with h = n_b n_{b−1}/(n_b + n_{b−1}), 0 where either bucket is empty:
+    # summed over cells in one pass, no (B − 1, C, k) quotient formed
+    h = np.where(both, n0 * n1 / np.maximum(n0 + n1, 1.0), 0.0)
+    inv_v = np.where(v > 0, 1.0 / np.where(v > 0, v, 1.0), 0.0)
+    step = np.subtract(mean[1:], mean[:-1])
+    np.square(step, out=step)
+    t = np.einsum("bck,bc,ck->b", step, h, inv_v)
     kappa = np.where(both, 2 * np.minimum(n0, n1) / np.maximum(n0 + n1, 1.0), 0.0)  # (B − 1, C)
-    cells = both.sum(axis=1) * x.shape[2]  # cells with both buckets' reports, per pair
-    denominators = np.einsum("bc,ck->b", kappa, rho)
+    cells = both.sum(axis=1) * mean.shape[2]  # cells with both buckets' reports, per pair
+    denominators = kappa @ rho.sum(axis=1)
     if np.any(denominators <= 0):
         return None
     sd = float(np.max(np.sqrt(2.0 * cells) / denominators))
     if sd > max_overlap_sd:
         return None
-    return float(np.median((cells - t.sum(axis=(1, 2))) / denominators)), 1.2533 * sd / np.sqrt(len(denominators))
+    return statistics.median(((cells - t) / denominators).tolist()), 1.2533 * sd / np.sqrt(len(denominators))
 
 
 def value_design_effects(design: WindowDesign, value_cells: Any, frequencies: np.ndarray | None = None

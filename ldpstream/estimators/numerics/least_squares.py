@@ -228,6 +228,7 @@ class WeightedLeastSquares:
         ok = np.isfinite(v) & (v > 0)
         w = np.where(ok, 1 / np.where(ok, v, 1.0), 0.0)
         self.w, self.z, self.X, self.o, self.Xa = w, z, X, other_col, sp.csr_matrix(Xa)
+        self._var_fn = var_fn
         #: ``Ga⁻¹`` once :meth:`variances` formed it (the exact sandwich), for :meth:`variance_slopes`.
         self.inverse: np.ndarray | None = None
         self.gram = WeightedGram(X, w, exact_max=exact_max)
@@ -254,6 +255,10 @@ class WeightedLeastSquares:
         """``Xa β``: the fitted responses."""
         fit: np.ndarray = self.Xa @ self.beta
         return fit
+
+    def cell_variances(self) -> np.ndarray:
+        """The model variance of each cell at the fitted responses (``var_fn`` of :meth:`fitted`)."""
+        return np.asarray(self._var_fn(self.fitted()), dtype=np.float64)
 
     def _augmented_columns(self, idx: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Columns ``idx`` of ``Ga⁻¹`` from the columns ``cols`` of ``G⁻¹`` (and the "other" column last)."""

@@ -15,8 +15,8 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 __all__ = [
-    "TINY", "block_pcg", "cholesky_inverse_diagonal", "dot", "inverse_rows_at_nonzeros", "sandwich_slopes",
-    "weighted_gram",
+    "TINY", "block_pcg", "cholesky_inverse_diagonal", "dot", "inverse_rows_at_nonzeros", "sandwich_slope_terms",
+    "sandwich_slopes", "slopes_from_terms", "weighted_gram",
 ]
 
 #: Floor for probabilities and divisors that must stay positive.
@@ -28,6 +28,26 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
     ~10⁴ elements, and on a loaded machine the second thread's wake-up costs milliseconds per call:
     docs/math/estimators.md#maximum-likelihood-by-em)."""
     return float(np.einsum("i,i->", a, b))
+
+
+def _row_pairs(Xc: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every ordered pair ``(a, b)`` of nonzeros within a row of the csr ``Xc``, as positions into
+    ``Xc.data`` / ``Xc.indices``: ``(first, second, row, lengths)``, ``Σ_i L_i²`` pairs for rows of ``L_i``
+    nonzeros, row-major (``lengths``: each row's ``L_i``)."""
+    lengths = np.diff(Xc.indptr).astype(np.int64)
+    sq = lengths**2
+    n_pairs = int(sq.sum())
+    if n_pairs == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, lengths
+    block_start = np.repeat(np.cumsum(sq) - sq, sq)
+    local = np.arange(n_pairs) - block_start
+    Lr = np.repeat(lengths, sq)
+    a = local // Lr
+    b = local - a * Lr
+    base = np.repeat(Xc.indptr[:-1], sq)
+    row = np.repeat(np.arange(Xc.shape[0]), sq)
+    return base + a, base + b, row, lengths
 
 
 def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_000_000) -> np.ndarray:
@@ -45,20 +65,12 @@ def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_
         # Many pairs: scipy's sparse product is faster than generating them explicitly.
         return np.asarray((sp.csr_matrix(Xc.T) @ (sp.diags(w) @ Xc)).toarray())
     Xc.sum_duplicates()
-    lengths = np.diff(Xc.indptr).astype(np.int64)
-    sq = lengths**2
-    n_pairs = int(sq.sum())
+    first, second, row, _ = _row_pairs(Xc)
     out = np.zeros(S * S)
-    if n_pairs:
-        block_start = np.repeat(np.cumsum(sq) - sq, sq)
-        local = np.arange(n_pairs) - block_start
-        Lr = np.repeat(lengths, sq)
-        a = local // Lr
-        b = local - a * Lr
-        base = np.repeat(Xc.indptr[:-1], sq)
-        i = Xc.indices[base + a].astype(np.int64)
-        j = Xc.indices[base + b].astype(np.int64)
-        vals = Xc.data[base + a] * Xc.data[base + b] * np.repeat(w, sq)
+    if first.size:
+        i = Xc.indices[first].astype(np.int64)
+        j = Xc.indices[second].astype(np.int64)
+        vals = Xc.data[first] * Xc.data[second] * w[row]
         out = np.bincount(i * S + j, weights=vals, minlength=S * S).astype(np.float64, copy=False)
     return out.reshape(S, S)
 
@@ -127,6 +139,22 @@ def block_pcg(
 
 
 
+def sandwich_slope_terms(X: sp.csr_matrix, rows_at_nonzeros: np.ndarray, w: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """``(w_i B_is)² X_is`` at the nonzeros ``(i, s)`` of ``X`` (aligned with ``X.data``) and each nonzero's row
+    ``i``: what :func:`sandwich_slopes` weighs by the cells' slopes (kept by a cached reference factor)."""
+    Xc = sp.csr_matrix(X)
+    cell = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
+    return (w[cell] * rows_at_nonzeros) ** 2 * Xc.data, cell
+
+
+def slopes_from_terms(X: sp.csr_matrix, terms: tuple[np.ndarray, np.ndarray], cell_slope: np.ndarray
+                      ) -> np.ndarray:
+    """:func:`sandwich_slopes` from its :func:`sandwich_slope_terms`: ``Σ_i terms_is cell_slope_i`` per column."""
+    weights, cell = terms
+    return np.bincount(X.indices, weights=weights * cell_slope[cell], minlength=X.shape[1]).astype(np.float64)
+
+
 def sandwich_slopes(X: sp.csr_matrix, rows_at_nonzeros: np.ndarray, w: np.ndarray,
                     cell_slope: np.ndarray) -> np.ndarray:
     """``∂ diag Cov(β̂)_s / ∂f_s`` of the weighted least squares ``β̂ = G⁻¹XᵀWz`` when the cell variances are
@@ -134,9 +162,7 @@ def sandwich_slopes(X: sp.csr_matrix, rows_at_nonzeros: np.ndarray, w: np.ndarra
     column s, ``B = X G⁻¹`` given at X's nonzeros (``rows_at_nonzeros``, aligned with ``X.data``;
     docs/math/estimators.md#small-counts-of-the-candidate-decoders)."""
     Xc = sp.csr_matrix(X)
-    cell = np.repeat(np.arange(Xc.shape[0]), np.diff(Xc.indptr))
-    terms = (w[cell] * rows_at_nonzeros) ** 2 * Xc.data * cell_slope[cell]
-    return np.bincount(Xc.indices, weights=terms, minlength=Xc.shape[1]).astype(np.float64)
+    return slopes_from_terms(Xc, sandwich_slope_terms(Xc, rows_at_nonzeros, w), cell_slope)
 
 
 def inverse_rows_at_nonzeros(X: sp.csr_matrix, inverse: np.ndarray) -> np.ndarray:
@@ -144,15 +170,8 @@ def inverse_rows_at_nonzeros(X: sp.csr_matrix, inverse: np.ndarray) -> np.ndarra
     whole value), from each row's nonzeros alone: ``Σ_i L_i²`` products for rows of ``L_i`` nonzeros, not
     ``nnz · S``."""
     Xc = sp.csr_matrix(X)
-    lengths = np.diff(Xc.indptr).astype(np.int64)
-    sq = lengths**2
-    n_pairs = int(sq.sum())
-    if n_pairs == 0:
+    first, second, _, _ = _row_pairs(Xc)  # entry ``second`` of the row (the output's column), summed over ``first``
+    if first.size == 0:
         return np.zeros(Xc.nnz)
-    block_start = np.repeat(np.cumsum(sq) - sq, sq)
-    local = np.arange(n_pairs) - block_start
-    Lr = np.repeat(lengths, sq)
-    a, b = local // Lr, local % Lr  # entry b of the row (the output's column), summed over entries a
-    base = np.repeat(Xc.indptr[:-1], sq)
-    terms = Xc.data[base + a] * inverse[Xc.indices[base + a], Xc.indices[base + b]]
-    return np.bincount(base + b, weights=terms, minlength=Xc.nnz).astype(np.float64)
+    terms = Xc.data[first] * inverse[Xc.indices[first], Xc.indices[second]]
+    return np.bincount(second, weights=terms, minlength=Xc.nnz).astype(np.float64)
