@@ -118,8 +118,9 @@ def _discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
 
 def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
     """The joint table of an association: each cell's frequency with its 95% interval (marked ``?`` where the
-    cell is not identified, with the reasons below the table), then the test of independence (statistic,
-    degrees of freedom, p-value) and the EM's figures."""
+    cell is not identified, with the reasons below the table), each hashed member's fit against its candidate
+    list, what the point is, then the test of independence (statistic, degrees of freedom, p-value) and the EM's
+    figures."""
     now = time.time() if now is None else now
     rows, columns = list(published["rows"]), list(published["columns"])
     table, low, high = published["table"], published["low_95"], published["high_95"]
@@ -143,6 +144,11 @@ def render_joint(published: Mapping[str, Any], now: float | None = None) -> str:
     reasons = published.get("identification") or []
     if identified is not None and not all(all(r) for r in identified):
         lines.append("? not identified, the interval is no promise: " + "; ".join(str(r) for r in reasons))
+    for member, fit in (published.get("fit") or {}).items():
+        if isinstance(fit, Mapping):
+            lines.append(f"{member} against its candidates, {fit_line(fit)}")
+    if "point" in published:
+        lines.append(f"point: {published['point']}")
     test = published["independence"]
     lines.append(f"independence ({test['method']}): statistic {test['statistic']:.2f}, df {test['df']}, "
                  f"p-value {test['p_value']:.3g}")

@@ -198,6 +198,10 @@ function jointView(name, joint, truth) {
             ? el("div", {class: "axis-note not-identified"}, "? not identified, the interval is no promise: "
                  + joint.identification.join("; "))
             : null,
+          ...Object.entries(joint.fit || {}).filter(([, fit]) => fit)
+            .map(([member, fit]) => el("div", {class: "axis-note member-fit", "data-member": member},
+                                       `${member} against its candidates`, fitNote(fit))),
+          joint.point ? el("div", {class: "axis-note"}, `point: ${joint.point}`) : null,
           el("div", {class: "test", "data-p-value": test.p_value},
              "independence test: statistic ", el("b", {}, test.statistic.toFixed(1)), ` on ${test.df} df, p ${test.p_value === 0 ? "<" : "="} `,
              el("b", {}, pValue(test.p_value)),

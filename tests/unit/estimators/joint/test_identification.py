@@ -135,6 +135,7 @@ def test_the_published_joint_carries_the_flags_and_its_schema_allows_them():
 
     text = render_joint(published, now=2.0)
     assert text.count("]?") == 36 and "? not identified" in text and est.identification[0] in text
+    assert "x against its candidates, fit: dispersion" in text and "point: maximum-likelihood" in text
     assert "]?" not in render_joint(older, now=2.0)
     # Two direct members: every cell identified, the inversion's interval method in the schema.
     krr = KRR(k=100, epsilon=4.0)
