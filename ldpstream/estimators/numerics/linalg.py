@@ -30,16 +30,16 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("i,i->", a, b))
 
 
-def _row_pairs(Xc: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _row_pairs(Xc: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every ordered pair ``(a, b)`` of nonzeros within a row of the csr ``Xc``, as positions into
-    ``Xc.data`` / ``Xc.indices``: ``(first, second, row, lengths)``, ``Σ_i L_i²`` pairs for rows of ``L_i``
-    nonzeros, row-major (``lengths``: each row's ``L_i``)."""
+    ``Xc.data`` / ``Xc.indices``, with the row of each: ``(first, second, row)``, ``Σ_i L_i²`` pairs for rows of
+    ``L_i`` nonzeros, row-major."""
     lengths = np.diff(Xc.indptr).astype(np.int64)
     sq = lengths**2
     n_pairs = int(sq.sum())
     if n_pairs == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, lengths
+        return empty, empty, empty
     block_start = np.repeat(np.cumsum(sq) - sq, sq)
     local = np.arange(n_pairs) - block_start
     Lr = np.repeat(lengths, sq)
@@ -47,7 +47,7 @@ def _row_pairs(Xc: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     b = local - a * Lr
     base = np.repeat(Xc.indptr[:-1], sq)
     row = np.repeat(np.arange(Xc.shape[0]), sq)
-    return base + a, base + b, row, lengths
+    return base + a, base + b, row
 
 
 def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_000_000) -> np.ndarray:
@@ -65,7 +65,7 @@ def weighted_gram(X: sp.spmatrix | sp.sparray, w: ArrayLike, max_pairs: int = 1_
         # Many pairs: scipy's sparse product is faster than generating them explicitly.
         return np.asarray((sp.csr_matrix(Xc.T) @ (sp.diags(w) @ Xc)).toarray())
     Xc.sum_duplicates()
-    first, second, row, _ = _row_pairs(Xc)
+    first, second, row = _row_pairs(Xc)
     out = np.zeros(S * S)
     if first.size:
         i = Xc.indices[first].astype(np.int64)
@@ -170,7 +170,7 @@ def inverse_rows_at_nonzeros(X: sp.csr_matrix, inverse: np.ndarray) -> np.ndarra
     whole value), from each row's nonzeros alone: ``Σ_i L_i²`` products for rows of ``L_i`` nonzeros, not
     ``nnz · S``."""
     Xc = sp.csr_matrix(X)
-    first, second, _, _ = _row_pairs(Xc)  # entry ``second`` of the row (the output's column), summed over ``first``
+    first, second, _ = _row_pairs(Xc)  # entry ``second`` of the row (the output's column), summed over ``first``
     if first.size == 0:
         return np.zeros(Xc.nnz)
     terms = Xc.data[first] * inverse[Xc.indices[first], Xc.indices[second]]
