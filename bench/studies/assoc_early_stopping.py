@@ -1,5 +1,6 @@
 """Is Google's decode-assoc ahead of ours on cases without a true Other by early stopping, and would a stopping
-rule chosen from the data match it? (issue 25, "Joint points"; not shipped yet).
+rule chosen from the data match it? (issue 25, "Joint points"; decode-assoc ships Google's fixed cap instead:
+docs/math/joint.md#is-other-there).
 
 On ``bool-complete`` of ``bench/accuracy/decode_assoc.py`` (domain × HTTPS boolean, 4 map strings, no Other,
 50,000 reports) Google's association EM stops at its 1000-iteration cap unconverged, and is ahead of our

@@ -165,9 +165,10 @@ class JointEstimate:
     def point(self) -> str:
         """What ``table`` is: ``"unbiased"`` (the inversion), ``"projected"`` (the inversion put onto the simplex
         because a cell came out negative: consistent, biased at small n, its intervals centred on the unbiased table
-        and holding the point) or ``"maximum-likelihood"`` (the EM's)."""
+        and holding the point), ``"maximum-likelihood"`` (the EM's, converged) or ``"early-stopped-em"`` (the EM's
+        iterate at ``max_iterations``, short of convergence)."""
         if self.info.get("estimator") == "em":
-            return "maximum-likelihood"
+            return "maximum-likelihood" if self.converged else "early-stopped-em"
         return "projected" if self.info.get("projected") else "unbiased"
 
     def identified_mask(self) -> np.ndarray:

@@ -243,6 +243,7 @@ def other_test(variable: AssocVariable, candidates: Candidates) -> OtherTest:
 def decode_association(
     inputs: AssocInputs, *, rule: CandidateRule = "detected", top: int | None = None, correction: str = "bh",
     alpha: float = 0.10, max_iterations: int = 1000, tolerance: float = 1e-6, test_other: bool = True,
+    accelerate: bool = True,
 ) -> AssocResult:
     """Choose each variable's candidates from its marginal, then run the joint EM over the distinct
     report pairs (module docstring); ``test_other``: a string variable's "Other" only where :func:`other_test`
@@ -267,5 +268,6 @@ def decode_association(
         x = replace(x, other=False)
     if tests[1] is not None and not tests[1].kept:
         y = replace(y, other=False)
-    joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance, max_iterations=max_iterations)
+    joint = estimate_joint(patterns, x, y, other=True, tolerance=tolerance, max_iterations=max_iterations,
+                           accelerate=accelerate)
     return AssocResult(joint, c1, c2, marginal_seconds, time.perf_counter() - start, tests[0], tests[1])

@@ -228,6 +228,58 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails([*args[:j + 1], str(tmp_path / "nope"), *args[j + 2:]], "is not a directory")
 
 
+def per_report_likelihoods(paths, labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """association.R's GetCondProb written out per report for a domain × boolean table without Other: each
+    report's probability under each domain ``(n, S)`` and under FALSE, TRUE ``(n, 2)``."""
+    r = read_assoc_reports(paths["reports"], {"domain": PARAMS.k, "flag..HTTPS": 1})
+    qs, ps = PARAMS.q_star, PARAMS.p_star
+    bloom = hashing.bloom_table(labels, PARAMS.m, PARAMS.h, PARAMS.k)[r.cohorts]  # (n, S, h)
+    sets = np.zeros((len(r), len(labels), PARAMS.k), dtype=bool)
+    sets[np.arange(len(r))[:, None, None], np.arange(len(labels))[None, :, None], bloom] = True
+    rate = np.where(sets, qs, ps)
+    c1 = np.prod(np.where(r.variables["domain"].astype(bool)[:, None, :], rate, 1 - rate), axis=2)
+    flag = r.variables["flag..HTTPS"][:, 0].astype(bool)[:, None]
+    c2 = np.where(flag, np.array([ps, qs]), np.array([1 - ps, 1 - qs]))
+    return c1, c2
+
+
+def test_decode_assoc_default_is_googles_plain_em_and_squarem_its_maximum(tmp_path):
+    """Every domain in the map, no true Other: the default ``--em plain`` is association.R's EM from the uniform
+    table (the per-report reference after as many iterations agrees to 1e-6 per cell) and says whether it
+    stopped short (``point`` ``early-stopped-em``); ``--em squarem`` reaches the maximum (a log-likelihood at least
+    the plain iterate's under the same model, ``point`` ``maximum-likelihood``)."""
+    rng = np.random.default_rng(23)
+    domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
+    second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
+    joint = JOINT_BOOL[:4] / JOINT_BOOL[:4].sum()
+    sim = simulate_association(domain, DOMAINS[:4], second, ["FALSE", "TRUE"], joint, 20_000, rng, MASTER)
+    paths = write_association_files(tmp_path, "m", [domain, second], sim.reports, {"domain": DOMAINS[:4]})
+    tables = {}
+    for em in ("plain", "squarem"):
+        out = tmp_path / em
+        out.mkdir()
+        assert run(*decode_args(paths, second.var, out, "--em", em, "--max-em-iters", "300")) == 0
+        _res, labels1, labels2, t = read_table(out / "assoc-results.csv")
+        metrics = json.loads((out / "assoc-metrics.json").read_text())
+        assert "Other" not in labels1 and labels2 == ["TRUE", "FALSE"]  # Google's column order
+        tables[em] = (t["proportion"][:, ::-1], metrics)
+    plain, squarem = tables["plain"], tables["squarem"]
+    assert "plain EM" in plain[1]["stopping_rule"] and "SQUAREM" in squarem[1]["stopping_rule"]
+    assert squarem[1]["converged"] and squarem[1]["point"] == "maximum-likelihood"
+    assert plain[1]["point"] == ("maximum-likelihood" if plain[1]["converged"] else "early-stopped-em")
+    c1, c2 = per_report_likelihoods(paths, list(labels1))
+    p = np.full((len(labels1), 2), 1 / (2 * len(labels1)))
+    for _ in range(plain[1]["num_em_iters"]):  # association.R's UpdatePij from the uniform table
+        w = c1[:, :, None] * c2[:, None, :] * p
+        p = (w / w.sum(axis=(1, 2), keepdims=True)).mean(axis=0)
+    np.testing.assert_allclose(plain[0], p, atol=1e-6)
+
+    def loglik(table: np.ndarray) -> float:
+        return float(np.sum(np.log(np.einsum("ui,uj,ij->u", c1, c2, table))))
+
+    assert loglik(squarem[0]) >= loglik(plain[0]) - 1e-6
+
+
 def test_decode_assoc_keeps_other_only_when_the_data_ask_for_it(tmp_path):
     """Every domain in the map and held (no true Other, the shape of Google's association test): the one-sided
     test of mass outside the candidates does not reject, so the table has no Other row and covers the truth;
