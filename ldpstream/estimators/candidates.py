@@ -58,6 +58,7 @@ __all__ = [
     "decode_orappor",
     "decode_orr",
     "decode_rappor",
+    "family_variance",
 ]
 
 CandidateMethod = Literal["ls", "nnls", "project", "mle"]
@@ -136,6 +137,7 @@ def _decode(
     pearson_var_fn: Callable[[np.ndarray], np.ndarray] | None = None,
     slope_fn: Callable[[np.ndarray], np.ndarray] | None = None,
     inflate: bool = True,
+    family_fn: Callable[[np.ndarray, np.ndarray], float] | None = None,
 ) -> Estimate:
     if method not in _METHODS:
         raise ParameterError(f"unknown method {method!r}; use one of {_METHODS}")
@@ -205,6 +207,9 @@ def _decode(
     held_var = wls.reused_variances() if isinstance(wls, CachedLeastSquares) else None
     se_ls = np.sqrt(held_var if held_var is not None else wls.variances(top, meat_fn(wls)))
     info.update(wls.info if isinstance(wls, CachedLeastSquares) else wls.gram.info)
+    family = 0.0 if family_fn is None else family_fn(beta[:S], se_ls[:S] ** 2)
+    if family_fn is not None:
+        info["family_variance"] = family
     misfit = None
     if cohort_reports is not None:
         fitted = wls.fitted()
@@ -215,7 +220,9 @@ def _decode(
                                 fixed_cohort_sums=fixed_cohort_sums)
     # quasi-likelihood: when the fit is rejected, every standard error times sqrt(φ̂) (docs/math/misfit.md)
     factor = misfit.inflation if misfit is not None and inflate else 1.0
-    se_ls = se_ls * factor
+    # a finite hash family (OLH): the unlisted values' collisions with each candidate as a variance over families,
+    # the larger of it and the measured dispersion (both account for the same excess; docs/math/mechanisms.md#olh)
+    se_ls = _with_family(se_ls, factor, family)
     se = se_ls
     if method == "mle" and kind == "orr":
         # the multinomial likelihood of O-RR is exact: its observed information gives the model-based SEs, from an
@@ -233,7 +240,7 @@ def _decode(
             if isinstance(wls, CachedLeastSquares) and factor_cache is not None:
                 factor_cache.add_information(info_key, d, var_info)
                 info["information_variances"] = "exact"
-        se = np.sqrt(var_info) * factor
+        se = _with_family(np.sqrt(var_info), factor, family)
     freq = est[:S]
     if other:
         residual, residual_se = float(est[S]), float(se[S])
@@ -278,6 +285,7 @@ def decode_orr(
     cache_key: Hashable | None = None,
     start: ArrayLike | None = None,
     inflate: bool = True,
+    finite_family: bool = False,
 ) -> Estimate:
     """Decode an O-RR ``(C, k)`` symbol sketch against the candidates of ``design`` (C·k × S, sparse).
 
@@ -289,6 +297,8 @@ def decode_orr(
     same optimum: docs/math/estimators.md#warm-starts-of-the-iterative-decoders); ignored by ``"ls"`` and
     ``"project"`` (closed form). ``inflate``: standard errors times the fit's
     :attr:`~ldpstream.estimators.misfit.Misfit.inflation` (False: the model's alone; the misfit is measured either way).
+    ``finite_family``: every variance plus the collisions of the values outside the list with each candidate over
+    the C hash functions, :func:`family_variance` (OLH; docs/math/mechanisms.md#olh).
     """
     counts = np.asarray(sketch, dtype=np.float64)
     if counts.ndim != 2:
@@ -333,7 +343,35 @@ def decode_orr(
         tol=tol, max_iter=max_iter, exact_se_max=exact_se_max, se_top=se_top, factor_cache=factor_cache,
         cache_key=cache_key, start=start, counts=counts, cohort_reports=Nc, fixed_cohort_sums=True,
         pearson_var_fn=pearson_var_fn, slope_fn=slope_fn, inflate=inflate,
+        family_fn=(lambda f, v: family_variance(counts, eps, f, v)) if finite_family else None,
     )
+
+
+def _with_family(se: np.ndarray, factor: float, family: float) -> np.ndarray:
+    """``sqrt(max(se² φ, se² + family))`` with ``φ = factor²`` (``family`` 0: ``se · factor``)."""
+    if family <= 0:
+        return se * factor
+    out: np.ndarray = np.sqrt(np.maximum(se**2 * factor**2, se**2 + family))
+    return out
+
+
+def family_variance(counts: np.ndarray, epsilon: float, listed: np.ndarray, listed_var: np.ndarray) -> float:
+    """Eq. OLH3 of docs/math/mechanisms.md#olh: ``F₂' / (C (k − 1))``, the variance over hash families of a
+    candidate's collisions with the values outside the list, where ``F₂' = F₂ − Σ_s (f̂_s² − v_s)⁺`` and
+    ``F₂ = Σ_v f_v²`` is estimated from the sketch alone (eq. OLH2: each cohort's unbiased sum of squared symbol
+    shares, ``n_cy(n_cy − 1) / (n_c(n_c − 1))``, inverted through k-RR)."""
+    C, k = counts.shape
+    nc = counts.sum(axis=1)
+    ok = nc >= 2
+    if not np.any(ok):
+        return 0.0
+    e = float(np.exp(epsilon))
+    p, q = e / (e + k - 1), 1.0 / (e + k - 1)
+    u = (counts[ok] * (counts[ok] - 1)).sum(axis=1) / (nc[ok] * (nc[ok] - 1))
+    pi2 = (u - k * q * q - 2 * q * (p - q)) / (p - q) ** 2
+    f2 = (float(np.average(pi2, weights=nc[ok])) - 1.0 / k) / (1.0 - 1.0 / k)
+    outside = f2 - float(np.sum(np.maximum(np.asarray(listed) ** 2 - np.asarray(listed_var), 0.0)))
+    return float(min(max(outside, 0.0), 1.0) / (C * (k - 1)))
 
 
 def decode_bits(

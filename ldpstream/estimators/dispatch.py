@@ -133,6 +133,8 @@ def _decode_candidates_symbol(
             "tests treat each (cohort, bit) cell as an independent binomial, which an O-RR cohort (one multinomial "
             "over k symbols) is not. Use 'ls', 'nnls', 'project' or 'mle' and Estimate.significant()"
         )
+    if getattr(mechanism, "finite_family", False):
+        options.setdefault("finite_family", True)
     return decode_orr(arr, design, mechanism.epsilon, method, **options)  # type: ignore[arg-type]
 
 

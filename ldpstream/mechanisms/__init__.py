@@ -3,6 +3,8 @@
 - :class:`KRR` (k-RR), :class:`KRappor` (k-RAPPOR): closed alphabets ``0..k-1``, one cohort.
 - :class:`ORR` (O-RR), :class:`ORappor` (O-RAPPOR): hashing and cohorts, open (str/bytes) or closed
   (``support=S``) alphabets (Kairouz, Bonawitz, Ramage 2016).
+- :class:`OLH`: optimal local hashing with a finite hash family (Wang et al. 2017), O-RR's channel with many
+  cohorts and ``k = round(e^ε) + 1``.
 - :class:`Rappor` / :class:`RapporClient`: Google-compatible RAPPOR (Erlingsson et al. 2014).
 - :class:`OUE`, :class:`HashedOUE` (O-OUE), :class:`SubsetSelection`, :class:`HadamardResponse`,
   :class:`CountMeanSketch`, :class:`HadamardCountMeanSketch`: the optimal mechanisms of Wang et al. 2017, Ye &
@@ -38,6 +40,7 @@ from ldpstream.mechanisms.hashing import (
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
 from ldpstream.mechanisms.longitudinal import MemoizedEncoder
+from ldpstream.mechanisms.olh import OLH
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.oue import OUE, HashedOUE
@@ -57,6 +60,7 @@ from ldpstream.mechanisms.subset import SubsetSelection
 __all__ = [
     "KRR",
     "MECHANISMS",
+    "OLH",
     "ORR",
     "OUE",
     "SECURE",

@@ -16,6 +16,7 @@ from ldpstream.mechanisms.cms import CountMeanSketch
 from ldpstream.mechanisms.hadamard import HadamardCountMeanSketch, HadamardResponse
 from ldpstream.mechanisms.krappor import KRappor
 from ldpstream.mechanisms.krr import KRR
+from ldpstream.mechanisms.olh import OLH
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.oue import OUE, HashedOUE
@@ -39,6 +40,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     HashedOUE.name: HashedOUE,
     CountMeanSketch.name: CountMeanSketch,
     HadamardCountMeanSketch.name: HadamardCountMeanSketch,
+    OLH.name: OLH,
 }
 
 #: The mechanism of a discovery metric's reports when its configuration names none (the paper's).

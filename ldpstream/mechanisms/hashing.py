@@ -18,6 +18,10 @@ O-RR hash ``HASH_c(s) mod k``
     ``uint64_be(SHA-256(b"ldpstream/orr/v1" ‖ be32(c) ‖ v)[0:8]) mod k`` (modulo bias at most
     ``k / 2**64``).
 
+OLH hash ``h_c(s)`` (docs/math/mechanisms.md#olh)
+    ``mix(x ⊕ mix(c + 1)) mod k``, ``x = uint64_be(SHA-256(b"ldpstream/olh/v1" ‖ v)[0:8])`` (a closed symbol ``i``:
+    ``v = uint64_be(i)``), ``mix`` SplitMix64's finalizer in wrapping 64-bit arithmetic.
+
 Closed-alphabet permutations ("minimal perfect hash", Kairouz et al. 2016 §5.4)
     For cohort ``c`` and hash index ``j`` (``j = 0`` for O-RR and for O-RAPPOR's first hash), symbol ``i`` in
     ``0..S-1`` gets the key ``uint64_be(SHA-256(b"ldpstream/perm/v1" ‖ be32(c) ‖ be32(j) ‖
@@ -46,6 +50,8 @@ GOOGLE_MAX_HASHES = 16
 
 _ORR_PREFIX = b"ldpstream/orr/v1"
 _PERM_PREFIX = b"ldpstream/perm/v1"
+_OLH_PREFIX = b"ldpstream/olh/v1"
+_MIX_GAMMA, _MIX_1, _MIX_2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def value_bytes(value: Value) -> bytes:
@@ -149,6 +155,44 @@ def orr_table(candidates: Sequence[Value], cohorts: int, k: int) -> np.ndarray:
         raw = b"".join(hashlib.sha256(prefix + v).digest()[:8] for v in encoded)
         out[c] = np.frombuffer(raw, dtype=">u8") % np.uint64(k) if encoded else []
     return out
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function of uint64 ``x`` (elementwise, wrapping): a bijection of 64-bit words whose
+    output bits each depend on every input bit."""
+    z = np.asarray(x, dtype=np.uint64) + _MIX_GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _MIX_1
+    z = (z ^ (z >> np.uint64(27))) * _MIX_2
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
+
+
+def olh_keys(values: Sequence[Value] | np.ndarray, closed: bool = False) -> np.ndarray:
+    """``(S,)`` uint64: each value's OLH key (module docstring); ``closed``: the values are symbol indices."""
+    if closed:
+        encoded = [struct.pack(">Q", int(i)) for i in np.asarray(values, dtype=np.int64).ravel()]
+    else:
+        encoded = [value_bytes(v) for v in values]
+    raw = b"".join(hashlib.sha256(_OLH_PREFIX + v).digest()[:8] for v in encoded)
+    return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+
+def olh_seeds(cohorts: np.ndarray | int) -> np.ndarray:
+    """``mix(c + 1)`` for each cohort ``c`` (``cohorts``: a count C for 0..C-1, or cohort numbers)."""
+    c = np.arange(cohorts, dtype=np.uint64) if isinstance(cohorts, int) else np.asarray(cohorts, dtype=np.uint64)
+    return mix64(c + np.uint64(1))
+
+
+def olh_table_from_keys(keys: np.ndarray, cohorts: np.ndarray | int, k: int) -> np.ndarray:
+    """``(C, S)`` int64: ``h_c(s)`` for keys ``keys`` (:func:`olh_keys`) in ``cohorts``."""
+    mixed = mix64(olh_seeds(cohorts)[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
+    out: np.ndarray = (mixed % np.uint64(k)).astype(np.int64)
+    return out
+
+
+def olh_table(values: Sequence[Value] | np.ndarray, cohorts: int, k: int, closed: bool = False) -> np.ndarray:
+    """``(C, S)`` int64 table of the OLH hash of every value in every cohort 0..C-1."""
+    return olh_table_from_keys(olh_keys(values, closed), cohorts, k)
 
 
 @lru_cache(maxsize=256)

@@ -55,6 +55,8 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
         "O-RR sends symbols, and the n-gram detection (screen, refit, test) and the final decode test bit reports")
     tuning_parameters: ClassVar[tuple[str, ...] | None] = ("k", "cohorts")
     staged_cohort_search: ClassVar[bool] = True
+    #: Whether its decoders add the hash family's variance (OLH's many cohorts; here the misfit covers collisions).
+    finite_family: ClassVar[bool] = False
 
     k: int
     epsilon: float

@@ -161,7 +161,8 @@ class Setup:
         elif mech.report_kind == "bits":
             est = decode_bits(sketch, design, *mech.response_rates, method, other=other)  # type: ignore[arg-type]
         else:
-            est = decode_orr(sketch, design, float(mech.epsilon), method, other=other)  # type: ignore[arg-type]
+            est = decode_orr(sketch, design, float(mech.epsilon), method, other=other,  # type: ignore[arg-type]
+                             finite_family=bool(getattr(mech, "finite_family", False)))
         if decoder == "truncate":  # not a live decoder of hashed mechanisms: ls's interval, truncated point
             return dataclasses.replace(est, frequencies=truncate_normalize(est.frequencies),
                                        method=f"{est.method}+truncate")

@@ -42,6 +42,9 @@ METRICS = {
                  "candidates": CANDIDATES},
     "hcms_closed": {"id": 21, "mechanism": "hcms", "k": 64, "epsilon": 3.0, "cohorts": 8, "support": 48,
                     "estimator": "project"},
+    # many hash functions, k = round(e^ε) + 1 (docs/math/mechanisms.md#olh)
+    "olh_open": {"id": 22, "mechanism": "olh", "k": 8, "epsilon": 2.0, "cohorts": 4096, "estimator": "ls",
+                 "candidates": CANDIDATES},
 }
 
 

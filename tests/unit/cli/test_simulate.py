@@ -92,7 +92,7 @@ def test_tune_json(capsys):
     assert main(["tune", "--epsilon", "4", "--support", "16", "--n", "50000", "--trials", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     alts = data["alternatives"]
-    assert {a["mechanism"] for a in alts} == {"orr", "orappor", "ooue", "cms", "hcms"}  # open: hashed ones only
+    assert {a["mechanism"] for a in alts} == {"orr", "orappor", "ooue", "cms", "hcms", "olh"}  # open: hashed only
     assert sum(a["recommended"] for a in alts) == 1
     assert data["criterion"] == "l1_projected" and data["reference"] == "empirical"
     rec = next(a for a in alts if a["recommended"])

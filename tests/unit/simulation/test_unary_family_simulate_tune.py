@@ -60,7 +60,7 @@ def test_tune_l2sq_chooses_among_all_mechanisms_and_the_default_is_unchanged():
     p /= p.sum()
     res = tune(1.0, 64, 100_000, p, closed=True, trials=2, keep=1, loss="l2sq", decoder="unbiased")
     assert {a.mechanism for a in res.alternatives} == {
-        "krr", "krappor", "oue", "ss", "hr", "orr", "orappor", "ooue", "cms", "hcms"}
+        "krr", "krappor", "oue", "ss", "hr", "orr", "orappor", "ooue", "cms", "hcms", "olh"}
     assert res.to_dict()["loss"] == "l2sq" and res.to_dict()["criterion"] == "l2sq"
     best = min(a.predicted for a in res.alternatives)
     assert res.recommended.predicted <= 1.01 * best
