@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,9 @@ from ldpstream.decoder.published import DICTIONARY_SCHEMA, PublishedEstimate, wi
 from ldpstream.estimators import DesignCache, Estimate, FactorCache
 from ldpstream.estimators.discovery import DiscoveryCollection, DiscoveryResult, discover, scheme_of
 from ldpstream.estimators.discovery.decode import PairTable
+from ldpstream.estimators.discovery.prefixes import dictionary_estimate, discover_prefixes
 from ldpstream.estimators.estimate import ConfidenceInterval
+from ldpstream.mechanisms.prefix_olh import PrefixOLH
 from ldpstream.registry import MetricConfig, Registry, discovery_pair_name, discovery_slot_name
 from ldpstream.store.contract import StatusStore, sum_buckets
 
@@ -160,6 +163,8 @@ class DictionaryDecoder:
         config = metric.discovery
         if config is None or metric.part_of is not None:
             raise ValueError(f"metric {metric.name!r} is not a discovery metric")
+        if config.method == "prefix":
+            return self._decode_prefix(metric, now)
         scheme = scheme_of(self.registry, metric)
         slots = [self.registry[discovery_slot_name(metric.name, j)] for j in range(config.slots)]
         expired_before = None
@@ -208,6 +213,65 @@ class DictionaryDecoder:
             if retired:
                 log.info("metric %s, window %s: retired %d string(s) from the dictionary", metric.name, window.name,
                          len(retired))
+            out.append(published)
+        return out, empty
+
+    def _decode_prefix(self, metric: MetricConfig, now: float) -> tuple[list[PublishedDictionary], list[str]]:
+        """A prefix discovery metric (docs/math/dictionary.md#prefix-extension): per window, the prefix-extension
+        decode of its sketch; the dictionary's strings estimated from the last group's reports."""
+        config = metric.discovery
+        mechanism = metric.mechanism
+        assert config is not None and isinstance(mechanism, PrefixOLH)
+        expired_before = None
+        if metric.retention_seconds is not None:
+            expired_before = int((now - metric.retention_seconds) // metric.bucket_seconds)
+        shape = (mechanism.cohorts, mechanism.sketch_width)
+        snapshot = self.store.snapshot(metric.name, metric.fingerprint, shape, expired_before)
+        out: list[PublishedDictionary] = []
+        empty: list[str] = []
+        for window in metric.windows:
+            buckets = window_buckets(snapshot, window, metric.bucket_seconds, now)
+            sketch = sum_buckets(snapshot, buckets, shape)
+            if sketch.sum() == 0:
+                empty.append(window.name)
+                self._windows.pop((metric.name, window.name), None)
+                continue
+            started = time.perf_counter()
+            state = self._state(metric, window.name)
+            digest = _digest([sketch]) if self.reuse else b""
+            covers = (min(buckets) * metric.bucket_seconds, (max(buckets) + 1) * metric.bucket_seconds)
+            if self.reuse and state.published is not None and state.digest == digest:
+                out.append(replace(state.published, snapshot_time=now, decode_seconds=time.perf_counter() - started,
+                                   covers=covers, reused=True))
+                continue
+            result = discover_prefixes(mechanism, sketch, alpha=config.alpha, max_keep=config.max_candidates)
+            significant = {d.string for d in result.discovered}
+            dictionary, retired = update_dictionary(state.dictionary, significant, config.retire_after)
+            if config.pattern is not None:
+                pattern = re.compile(config.pattern)
+                retired = sorted(set(retired) | {t for t in dictionary if not pattern.fullmatch(t)})
+                dictionary = {t: m for t, m in dictionary.items() if pattern.fullmatch(t)}
+            names = sorted(dictionary)
+            if names:  # largest first (the same least squares, its columns in that order)
+                first = dictionary_estimate(mechanism, sketch, [mechanism.padded(t) for t in names])
+                names = [names[i] for i in np.argsort(-np.asarray(first.frequencies), kind="stable")]
+                # the shares are of every client (the last group is a uniform sample of them)
+                estimate = replace(dictionary_estimate(mechanism, sketch, [mechanism.padded(t) for t in names]),
+                                   n_reports=int(sketch.sum()))
+            else:
+                estimate = Estimate(frequencies=np.zeros(0), std_errors=np.zeros(0), n_reports=int(sketch.sum()),
+                                    method="discovery/prefix", labels=[])
+            block = {
+                "source": "live", "method": "prefix", "rule": RETIREMENT_RULE, "retire_after": config.retire_after,
+                "dictionary": [{"value": t, "significant": t in significant, "misses": dictionary[t]} for t in names],
+                "retired": retired, "ngrams": [], "edges": {},
+                "candidates": result.steps[-1].candidates if result.steps else 0,
+                "seconds": {f"step_{s.length}": float(s.seconds) for s in result.steps},
+                "steps": [s.to_dict() for s in result.steps], "alpha": config.alpha,
+            }
+            published = PublishedDictionary(metric.name, window.name, now, time.perf_counter() - started, len(buckets),
+                                            estimate, tuple(names), covers, discovery=block)
+            state.dictionary, state.digest, state.published = dictionary, digest, published
             out.append(published)
         return out, empty
 

@@ -27,6 +27,7 @@ from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from ldpstream.mechanisms.base import DECODER_METHODS
 from ldpstream.mechanisms.factory import DEFAULT_DISCOVERY_MECHANISM
+from ldpstream.mechanisms.prefix_olh import DEFAULT_ALPHABET, PrefixOLH
 
 #: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
 #: tells the true value 22,026 times more often than any other. The papers' range (ε up to 10) stays usable;
@@ -59,8 +60,6 @@ _SETTING_KEYS = {"id", "topic", "bucket_seconds", "windows", "labels", "candidat
                  "retention"}
 _ASSOCIATION_KEYS = {"id", "metrics", "windows", "candidates", "retention", "description"}
 _DISCOVERY_METRIC_KEYS = {"id", "topic", "bucket_seconds", "windows", "description", "retention", "discovery"}
-#: The default alphabet of a discovery metric: lower-case letters, digits and ``. - /`` (the pad is appended).
-DEFAULT_DISCOVERY_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
 #: Most n-grams per slot a discovery metric may have (|Σ|^n): the decoder tests every one at every slot.
 MAX_DISCOVERY_NGRAMS = 2**16
 #: Most members of one association (the report format carries the member count in a byte).
@@ -80,7 +79,10 @@ _DISCOVERY_REPORT_OPTIONS: tuple[str, ...] = tuple(sorted(
     {option for name in DISCOVERY_MECHANISMS for option in MECHANISMS[name].discovery_options}))
 _DISCOVERY_KEYS = {"epsilon", "length", "ngram", "alphabet", "pad", "positions", "full_share", "mechanism",
                    "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after", "alpha", "pattern",
-                   "max_candidates", *_DISCOVERY_REPORT_OPTIONS}
+                   "max_candidates", "method", "step", "first", *_DISCOVERY_REPORT_OPTIONS}
+#: The settings of a prefix discovery metric (``method = "prefix"``): ``cohorts`` is its hash functions per group.
+_PREFIX_KEYS = {"method", "epsilon", "length", "step", "first", "alphabet", "pad", "cohorts", "retire_after", "alpha",
+                "pattern", "max_candidates"}
 
 
 def discovery_mechanism_error(name: str) -> str | None:
@@ -148,7 +150,7 @@ class DiscoveryConfig:
 
     length: int = 8
     ngram: int = 2
-    alphabet: str = DEFAULT_DISCOVERY_ALPHABET
+    alphabet: str = DEFAULT_ALPHABET
     pad: str = "$"
     #: The client's total ε over its reports (basic composition).
     epsilon: float = 4.0
@@ -158,8 +160,16 @@ class DiscoveryConfig:
     alpha: float = 0.10
     pattern: str | None = None
     max_candidates: int = 2_000
+    #: ``ngram`` (n-grams and the full string, the budget split) or ``prefix`` (the clients split into groups, one
+    #: prefix report each at the whole ε through :class:`~ldpstream.mechanisms.prefix_olh.PrefixOLH`; ``step`` and
+    #: ``first`` its schedule; docs/math/dictionary.md#prefix-extension).
+    method: str = "ngram"
+    step: int = 2
+    first: int = 2
 
     def __post_init__(self) -> None:
+        if self.method not in ("ngram", "prefix"):
+            raise ConfigError(f"discovery: method must be 'ngram' or 'prefix', got {self.method!r}")
         if not isinstance(self.pad, str) or len(self.pad) != 1:
             raise ConfigError(f"discovery: pad must be one character, got {self.pad!r}")
         if not isinstance(self.alphabet, str) or not self.alphabet:
@@ -168,6 +178,9 @@ class DiscoveryConfig:
             object.__setattr__(self, "alphabet", self.alphabet + self.pad)
         if len(set(self.alphabet)) != len(self.alphabet):
             raise ConfigError("discovery: the alphabet repeats a character")
+        if self.method == "prefix":
+            self._check_decoding()
+            return
         if self.ngram < 1 or self.length < 2 * self.ngram or self.length % self.ngram:
             raise ConfigError(f"discovery: length ({self.length}) must be a multiple of ngram ({self.ngram}) with "
                               "at least two slots")
@@ -179,6 +192,10 @@ class DiscoveryConfig:
                               "the joint estimation reads)")
         if not 0 < self.full_share < 1:
             raise ConfigError(f"discovery: full_share must lie in (0, 1), got {self.full_share}")
+        self._check_decoding()
+
+    def _check_decoding(self) -> None:
+        """The checks both methods share: the budget and the decoder's settings."""
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ConfigError(f"discovery: epsilon must be positive and finite, got {self.epsilon}")
         if self.retire_after < 1:
@@ -214,6 +231,8 @@ class DiscoveryConfig:
 
     def parameters(self) -> dict[str, Any]:
         """What the reports mean (in the fingerprints): the shape and the budget."""
+        if self.method == "prefix":  # the mechanism's own parameters hold the schedule
+            return {"method": "prefix"}
         return {"length": self.length, "ngram": self.ngram, "alphabet": self.alphabet, "pad": self.pad,
                 "epsilon": self.epsilon, "full_share": self.full_share, "positions": self.positions}
 
@@ -628,6 +647,8 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     if unknown:
         raise ConfigError(unknown_keys(f"metric {name!r}", unknown, _DISCOVERY_KEYS, what="discovery setting"))
     where = f"metric {name!r}: discovery"
+    if spec.get("method") == "prefix":
+        return _prefix_discovery(name, table, spec), {}
     numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", *_DISCOVERY_REPORT_OPTIONS) if key in spec}
     for key, value in numbers.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -700,6 +721,42 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
             retention_seconds=settings["retention_seconds"], windows=settings["windows"], part_of=name,
             description=f"slots {a} and {b} of discovery metric {name!r}")
     return metrics, associations
+
+
+def _prefix_discovery(name: str, table: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, MetricConfig]:
+    """A prefix discovery metric: one metric of :class:`~ldpstream.mechanisms.prefix_olh.PrefixOLH` reports."""
+    where = f"metric {name!r}: discovery"
+    unknown = sorted(set(spec) - _PREFIX_KEYS)
+    if unknown:
+        raise ConfigError(unknown_keys(f"{where} (method prefix)", unknown, _PREFIX_KEYS, what="setting"))
+    for key in ("epsilon", "alpha"):
+        if key in spec and (isinstance(spec[key], bool) or not isinstance(spec[key], int | float)):
+            raise ConfigError(f"{where}: {key} must be a number, got {spec[key]!r}")
+    counts = {key: _integer(name, key, spec[key]) for key in ("length", "step", "first", "cohorts", "retire_after",
+                                                             "max_candidates") if key in spec}
+    texts = {key: _string(name, key, spec[key]) for key in ("alphabet", "pad", "pattern") if key in spec}
+    options: dict[str, Any] = {"method": "prefix", "length": counts.get("length", 16),
+                               **{k: v for k, v in counts.items() if k in ("step", "first", "retire_after",
+                                                                          "max_candidates", "length")},
+                               **texts, **{k: float(spec[k]) for k in ("epsilon", "alpha") if k in spec}}
+    try:
+        config = DiscoveryConfig(**options)
+        mechanism = PrefixOLH.for_strings(config.epsilon, hashes=counts.get("cohorts", 4096), length=config.length,
+                                          step=config.step, first=config.first, characters=config.alphabet,
+                                          pad=config.pad)
+    except (ConfigError, ParameterError) as exc:
+        raise ConfigError(f"metric {name!r}: {exc}") from None
+    windows = table.get("windows", DEFAULT_WINDOWS)
+    if not isinstance(windows, list | tuple) or not all(isinstance(w, str) for w in windows):
+        raise ConfigError(f"metric {name!r}: windows must be a list like [\"all\", \"1h\"]")
+    metric = MetricConfig(
+        name=name, id=_integer(name, "id", table["id"]), mechanism=mechanism, estimator="ls", discovery=config,
+        topic=_string(name, "topic", table.get("topic", DEFAULT_TOPIC)),
+        bucket_seconds=_integer(name, "bucket_seconds", table.get("bucket_seconds", DEFAULT_BUCKET_SECONDS)),
+        description=_string(name, "description", table.get("description", "")),
+        windows=tuple(Window.parse(w) for w in windows),
+        retention_seconds=None if table.get("retention") is None else _duration(name, str(table["retention"])))
+    return {name: metric}
 
 
 def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricConfig]) -> AssociationConfig:

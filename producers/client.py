@@ -182,12 +182,13 @@ class LdpClient:
         A discovery metric (a string metric without a dictionary) takes a string over its alphabet: one record
         carries the n-grams of the string (padded or truncated to the metric's length) at the two slots the
         device secret picks, and the full string (:meth:`ldpstream.device.ClientPrivatizer.discovery_record`;
-        docs/math/dictionary.md, "Live"); it costs the metric's total ε."""
+        docs/math/dictionary.md, "Live"); it costs the metric's total ε. A prefix discovery metric (``method =
+        "prefix"``) is reported like any metric: its device's cohort (memoized) sets the group and so the prefix."""
         metric = self.registry[metric_name]
         if metric.part_of is not None:
             raise ParameterError(f"metric {metric.name!r} is an n-gram slot of discovery metric {metric.part_of!r}: "
                                  f"report the string to {metric.part_of!r}")
-        if metric.discovery is not None:
+        if metric.discovery is not None and metric.discovery.method == "ngram":
             # A string without a dictionary: its n-grams at the device's two slots and the full string, one record.
             association, values = self.privatizer.discovery_record(self.registry, metric, value)
             return self._send_record(association, values, self._event_time(event_time))

@@ -184,12 +184,15 @@ def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, pub
     as one version-2 record of the association of its slots (its n-grams paired, the full string riding), as
     :meth:`~ldpstream.producers.client.LdpClient.report` sends them. ``true_counts`` are over ``strings``; the
     other arguments are :func:`simulate_and_publish`'s."""
-    scheme = scheme_of(registry, metric)
     if not strings:
         raise ParameterError("need at least one string to draw from")
+    config = metric.discovery
+    if config is not None and config.method == "prefix":
+        return _publish_prefix_reports(metric, publisher, clients, strings, distribution, seed, per_message, chunk,
+                                       rate, event_time, progress, should_stop)
+    scheme = scheme_of(registry, metric)
     rng = np.random.default_rng(seed)
     p = parse_distribution(distribution, len(strings), rng)
-    config = metric.discovery
     assert config is not None  # scheme_of checked it
     pairs = {(a, b): registry.association(discovery_pair_name(metric.name, a, b)) for a, b in config.slot_pairs}
 
@@ -215,6 +218,27 @@ def simulate_discovery_and_publish(registry: Registry, metric: MetricConfig, pub
 
     return _publish_draws(publisher, rng, p, send, clients=clients, chunk=chunk, rate=rate, event_time=event_time,
                           progress=progress, should_stop=should_stop)
+
+
+def _publish_prefix_reports(metric: MetricConfig, publisher: ReportPublisher, clients: int, strings: Sequence[str],
+                            distribution: str, seed: int | None, per_message: int, chunk: int, rate: float | None,
+                            event_time: int | None, progress: bool, should_stop: Callable[[], bool] | None
+                            ) -> LoadResult:
+    """A prefix discovery metric's clients: each one report of its string's prefix at its cohort's group
+    (:class:`~ldpstream.mechanisms.prefix_olh.PrefixOLH`, a seeded generator: simulation only)."""
+    rng = np.random.default_rng(seed)
+    p = parse_distribution(distribution, len(strings), rng)
+    mechanism = metric.mechanism
+    table = mechanism.value_table(list(strings))
+
+    def send(values: np.ndarray, when: int) -> int:
+        cohorts, reports = mechanism.encode_clients(values, rng, table=table)
+        rows = encode_records(metric.id, metric.fingerprint, cohorts, payloads_from_reports(mechanism, reports),
+                              event_time=when)
+        return publisher.publish(metric.topic, rows, per_message=per_message)
+
+    return _publish_draws(publisher, rng, p, send, clients=clients, chunk=chunk, rate=rate,
+                          event_time=event_time, progress=progress, should_stop=should_stop)
 
 
 def _publish_draws(publisher: ReportPublisher, rng: np.random.Generator, p: np.ndarray,

@@ -108,26 +108,25 @@ def main() -> None:
             rng = np.random.default_rng([trial, int(eps * 100)])
             values = rng.choice(d, size=args.n, p=f)
             truth = np.bincount(values, minlength=d) / args.n
-            cases: list[tuple[str, Any]] = [
-                (f"ours ls (C = {args.hashes})", lambda: ours_run(mech, strings, values, listed_all, rng, "ls")),
-                (f"ours project (C = {args.hashes})",
-                 lambda: ours_run(mech, strings, values, listed_all, rng, "project")),
-                (f"ours ls, top {args.unlisted} unlisted",
-                 lambda: ours_run(mech, strings, values, listed_part, rng, "ls")),
-                ("pure-LDP OLH (seed per user)", lambda: pure_ldp_run(eps, d, values, None)),
-                (f"pure-LDP fast OLH ({args.hashes} hashes)", lambda: pure_ldp_run(eps, d, values, args.hashes)),
-            ]
-            for name, run in cases:
-                out = run()
-                idx = listed_part if "unlisted" in name else listed_all
-                err = float(args.n * np.mean((out[0] - truth[idx]) ** 2))
-                cover = float(np.mean((out[1] <= truth[idx]) & (truth[idx] <= out[2]))) if len(out) == 4 else math.nan
-                rows.setdefault(name, []).append((err, cover, out[-1]))
+            cases = [(f"ours ls (C = {args.hashes})", "ls", listed_all),
+                     (f"ours project (C = {args.hashes})", "project", listed_all),
+                     (f"ours ls, top {args.unlisted} unlisted", "ls", listed_part),
+                     ("pure-LDP OLH (seed per user)", None, listed_all),
+                     (f"pure-LDP fast OLH ({args.hashes} hashes)", "fast", listed_all)]
+            for name, method, idx in cases:
+                if method in ("ls", "project"):
+                    est, low, high, seconds = ours_run(mech, strings, values, idx, rng, str(method))
+                    cover = float(np.mean((low <= truth[idx]) & (truth[idx] <= high)))
+                else:
+                    est, seconds = pure_ldp_run(eps, d, values, args.hashes if method == "fast" else None)
+                    cover = math.nan
+                err = float(args.n * np.mean((est - truth[idx]) ** 2))
+                rows.setdefault(name, []).append((err, cover, seconds))
         for name, vals in rows.items():
             arr = np.array(vals)
             se = arr[:, 0].std(ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else math.nan
-            cover = "" if math.isnan(arr[0, 1]) else f"{arr[:, 1].mean():.3f}"
-            print(f"{eps:>5} {name:<34} {arr[:, 0].mean():>9.4f} {se:>7.4f} {formula:>8.4f} {cover:>8} "
+            shown = "" if math.isnan(arr[0, 1]) else f"{arr[:, 1].mean():.3f}"
+            print(f"{eps:>5} {name:<34} {arr[:, 0].mean():>9.4f} {se:>7.4f} {formula:>8.4f} {shown:>8} "
                   f"{arr[:, 2].mean():>7.2f}", flush=True)
 
 

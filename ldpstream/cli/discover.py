@@ -1,31 +1,27 @@
-"""``ldpstream discover``: find the frequent strings of a population without a dictionary, from n-gram reports
-(Fanti, Pihur, Erlingsson 2016 §5; docs/math/dictionary.md).
+"""``ldpstream discover``: find the frequent strings of a population without a dictionary (docs/math/dictionary.md).
 
 ``--simulate``
-    Draws ``--n`` clients whose strings come from ``--strings FILE`` (one string per line, in rank order) with
-    the popularity ``--dist`` by rank (as in ``simulate``: ``zipf:A``, ``geometric``, ``step:K``, ``file:PATH``,
-    ...), encodes every client with the real client code path (full string padded or truncated to
-    ``--length`` M over ``--alphabet``, plus the ``--ngram``-grams of two distinct random slots; reports of
-    ``--mechanism`` ``rappor`` (one-report RAPPOR, f = 0) or ``orappor`` (O-RAPPOR), the total ``--epsilon``
-    split ε/3 each; the other mechanisms cannot carry them and are refused with the reason), then runs the
-    whole decoding: n-grams per slot against all |Σ|^n n-grams, the joint of n-gram pairs, the threshold, the
-    k-partite cliques, the semantic filter (``--pattern REGEX``) and the final decode of the full-string
-    reports. Per-stage times go to stderr.
+    Draws ``--n`` clients whose strings come from ``--strings FILE`` (one per line, in rank order) with the
+    popularity ``--dist`` by rank (``zipf:A``, ``geometric``, ``step:K``, ``file:PATH``, ...), padded or cut to
+    ``--length`` M over ``--alphabet`` (lower-case letters, digits, ``.-/``; the pad ``$`` is added and removed
+    from published strings), at ``--epsilon`` (4.39) per client, and decodes.
 
-    Defaults: ``--length 8``, ``--ngram 2``, ``--alphabet`` = lower-case letters, digits and ``.-/`` (the pad
-    ``$`` is added and removed from published strings), ``--epsilon 4.39``, ``--dist zipf:1``, ``--n 1000000``,
-    128-bit full and n-gram reports, 2 hashes, 32 cohorts.
+    ``--method prefix`` (default): the clients split uniformly into groups, group t reporting the prefix of
+    length ``--first`` + t·``--step`` through OLH at the full ε (``--cohorts`` hash functions, default 4096); each
+    step keeps the extensions Benjamini–Hochberg selects at ``--alpha-step`` (default ``--alpha``), the last at
+    ``--alpha``. ``--method ngram``: every client reports two ``--ngram``-grams and the full string at ε/3 each
+    (``--mechanism`` rappor or orappor, 128-bit reports, 2 hashes, 32 cohorts); n-grams per slot, pair joints,
+    cliques, ``--pattern REGEX``, the final decode.
 
     ``--json`` prints one object: ``discovered`` [{string, estimate, std_error}], ``true_positives``,
-    ``false_positives``, ``seconds`` {simulate, ngrams, pairs, cliques, final, decode}; ``--compare`` adds
-    ``perfect_dictionary`` (the decode with the true strings as candidates, its recall and precision).
+    ``false_positives``, ``seconds`` (wall) and, for prefix, ``cpu_seconds`` and ``steps``, per stage and
+    ``decode``; ``--compare`` adds ``perfect_dictionary`` (every client reporting its whole string through the
+    same reports, decoded against the true list).
 
-``--reports FILE`` (without ``--simulate``)
-    Decodes a report file: a numpy ``.npz`` archive holding the scheme's parameters (JSON) and every client's
-    slots, cohorts and packed report bits (format: :mod:`ldpstream.simulation.discovery`, "the report file").
-    ``--simulate --save-reports FILE`` writes the simulated clients' reports in that format. With
-    ``--strings`` the discovered strings are scored against that list; the JSON is as above with
-    ``seconds.simulate`` = 0 (reading and folding the file are in ``seconds.read``).
+``--reports FILE`` (without ``--simulate``; ngram)
+    Decodes a report file: a numpy ``.npz`` archive of the scheme's parameters (JSON) and every client's slots,
+    cohorts and packed report bits (:mod:`ldpstream.simulation.discovery`); ``--simulate --save-reports FILE``
+    writes one. With ``--strings`` the result is scored; ``seconds.read`` holds reading and folding.
 """
 
 from __future__ import annotations
@@ -59,12 +55,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(__doc__ or "").split("\n\n", 1)[1].strip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    cmd.add_argument("--method", default="prefix", choices=("prefix", "ngram"),
+                     help="prefix (default: the users split into groups, each reporting one prefix at the full ε "
+                     "through OLH, extended --step characters a group; docs/math/dictionary.md#prefix-extension) or "
+                     "ngram (every user reports n-grams and the full string at ε/3 each)")
+    cmd.add_argument("--step", type=int, default=2, help="prefix: characters added per group (default 2)")
+    cmd.add_argument("--first", type=int, default=2, help="prefix: the first group's prefix length (default 2)")
+    cmd.add_argument("--alpha-step", type=float, default=None,
+                     help="prefix: BH level of the steps before the last (default: --alpha)")
     cmd.add_argument("--simulate", action="store_true",
                      help="draw and encode the clients here (else give --reports FILE)")
     cmd.add_argument("--strings", type=Path, help="one string per line, in rank order")
     cmd.add_argument("--dist", default="zipf:1", help="popularity by rank: zipf:A, geometric, step:K, file:PATH, ...")
     cmd.add_argument("--n", type=int, default=1_000_000, help="clients")
-    cmd.add_argument("--epsilon", type=float, default=4.39, help="total ε of one client's three reports")
+    cmd.add_argument("--epsilon", type=float, default=4.39,
+                     help="ε of one client (prefix: its one report; ngram: its three reports together)")
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--length", type=int, default=8, help="string length M (padded or truncated)")
     cmd.add_argument("--ngram", type=int, default=2, help="n-gram size n (M must be a multiple)")
@@ -75,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--full-bits", type=int, default=128, help="Bloom bits of the full-string report")
     cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
     cmd.add_argument("--hashes", type=int, default=2)
-    cmd.add_argument("--cohorts", type=int, default=32)
+    cmd.add_argument("--cohorts", type=int, default=None,
+                     help="hash functions of each report (default: 4096 for prefix, 32 for ngram)")
     cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
     cmd.add_argument("--alpha-edge", type=float, default=None,
                      help="per-cell level of the pair threshold (default: one expected clique of absent pairs)")
@@ -113,6 +119,10 @@ def run_discover(args: argparse.Namespace) -> int:
     if args.strings is None:
         raise ParameterError("--simulate needs --strings FILE")
     strings = _read_strings(args.strings)
+    if args.method == "prefix":
+        return _discover_prefixes(args, strings)
+    if args.cohorts is None:
+        args.cohorts = 32
     shape = StringShape(length=args.length, ngram=args.ngram, alphabet=args.alphabet)
     for s in strings:
         shape.padded(s)  # every string must be over the alphabet
@@ -154,6 +164,41 @@ def run_discover(args: argparse.Namespace) -> int:
         pd = out["perfect_dictionary"]
         print(f"perfect dictionary: {len(pd['discovered'])} strings; "
               f"recall {pd['recall']}, precision {pd['precision']}")
+    return 0
+
+
+def _discover_prefixes(args: argparse.Namespace, strings: list[str]) -> int:
+    """``--method prefix``: simulate the groups, discover, score (docs/math/dictionary.md#prefix-extension)."""
+    from ldpstream.estimators.discovery.prefixes import PrefixScheme
+    from ldpstream.mechanisms.olh import DEFAULT_HASHES
+    from ldpstream.simulation.prefix_discovery import run_prefix_discovery
+
+    for flag in ("mechanism", "save_reports", "pattern", "alpha_edge"):
+        if getattr(args, flag) is not None:
+            raise ParameterError(f"--{flag.replace('_', '-')} applies to --method ngram")
+    scheme = PrefixScheme(epsilon=args.epsilon, length=args.length, step=args.step, first=args.first,
+                          cohorts=args.cohorts or DEFAULT_HASHES, alphabet=args.alphabet)
+    for s in strings:
+        scheme.shape.padded(s)  # every string must be over the alphabet
+    probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))
+    with Progress("discover") as progress:
+        progress.update(note=f"simulating {args.n:,} clients in {scheme.groups} groups, decoding", force=True)
+        run = run_prefix_discovery(scheme, strings, probabilities, args.n, args.seed, alpha=args.alpha,
+                                   alpha_step=args.alpha_step, compare=args.compare)
+    out = run.to_dict()
+    out["parameters"] = {**scheme.parameters(), "n": args.n, "seed": args.seed, "dist": args.dist,
+                         "strings": len(strings), "alpha": args.alpha, "alpha_step": args.alpha_step}
+    out["candidates"] = run.result.steps[-1].candidates if run.result.steps else 0
+    _publish(args, out, args.n)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"discovered {len(run.result.discovered)} strings ({run.true_positives} true, {run.false_positives} "
+          f"false) in {scheme.groups} groups of prefixes {', '.join(map(str, scheme.lengths))}")
+    for d in run.result.discovered:
+        print(f"  {d.string:<{args.length}}  {d.estimate:.4f} ± {1.96 * d.std_error:.4f}")
+    if run.perfect is not None:
+        print(f"perfect dictionary: {len(run.perfect)} strings")
     return 0
 
 

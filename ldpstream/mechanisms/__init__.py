@@ -4,7 +4,7 @@
 - :class:`ORR` (O-RR), :class:`ORappor` (O-RAPPOR): hashing and cohorts, open (str/bytes) or closed
   (``support=S``) alphabets (Kairouz, Bonawitz, Ramage 2016).
 - :class:`OLH`: optimal local hashing with a finite hash family (Wang et al. 2017), O-RR's channel with many
-  cohorts and ``k = round(e^ε) + 1``.
+  cohorts and ``k = round(e^ε) + 1``; :class:`PrefixOLH`: a string's prefix at its group's length through it.
 - :class:`Rappor` / :class:`RapporClient`: Google-compatible RAPPOR (Erlingsson et al. 2014).
 - :class:`OUE`, :class:`HashedOUE` (O-OUE), :class:`SubsetSelection`, :class:`HadamardResponse`,
   :class:`CountMeanSketch`, :class:`HadamardCountMeanSketch`: the optimal mechanisms of Wang et al. 2017, Ye &
@@ -44,6 +44,7 @@ from ldpstream.mechanisms.olh import OLH
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.oue import OUE, HashedOUE
+from ldpstream.mechanisms.prefix_olh import PrefixOLH
 from ldpstream.mechanisms.randomness import SECURE, KeyedRandomness, Randomness, SecureRandomness
 from ldpstream.mechanisms.rappor import (
     Rappor,
@@ -74,6 +75,7 @@ __all__ = [
     "Mechanism",
     "MemoizedEncoder",
     "ORappor",
+    "PrefixOLH",
     "Randomness",
     "Rappor",
     "RapporClient",

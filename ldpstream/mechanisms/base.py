@@ -158,6 +158,10 @@ class Mechanism(ABC):
         (closed or open) and ``n`` reports (:mod:`ldpstream.mechanisms.tuning`). The base has none."""
         raise ParameterError(f"no grid for {cls.name}")
 
+    def probe_value(self, i: int) -> str:
+        """The ``i``-th of distinct open-alphabet values the conformance checks encode (``value-i``)."""
+        return f"value-{i}"
+
     def hashing_twin(self) -> Mechanism:
         """A mechanism whose value table and design matrix are this one's (through :meth:`table_of_twin`), so that
         simulations cache one table for both: the mechanism itself unless it hashes exactly as another one."""

@@ -60,18 +60,18 @@ class Decode(Protocol):
 
 def alphabet(mechanism: Mechanism) -> tuple[list[str] | None, np.ndarray | None, int]:
     """``(candidates, table, S)`` the checks encode: on an open alphabet :data:`OPEN_VALUES` strings whose design
-    columns are linearly independent (``value-0``, ``value-1``, … skipping those that add nothing, so that a decoder
-    can tell them apart), else the closed alphabet itself (``candidates`` None); ``table`` is the mechanism's value
-    table of them."""
+    columns are linearly independent (:meth:`~ldpstream.mechanisms.base.Mechanism.probe_value` 0, 1, … skipping
+    those that add nothing, so that a decoder can tell them apart), else the closed alphabet itself (``candidates``
+    None); ``table`` is the mechanism's value table of them."""
     candidates: list[str] | None = None
     if not mechanism.closed:
         candidates = []
         columns = np.zeros((mechanism.cohorts * mechanism.k, 0))
         for i in range(50 * OPEN_VALUES):
-            column = mechanism.design_matrix(mechanism.value_table([f"value-{i}"])).toarray()
+            column = mechanism.design_matrix(mechanism.value_table([mechanism.probe_value(i)])).toarray()
             wider = np.hstack([columns, column])
             if np.linalg.matrix_rank(np.hstack([wider, np.ones((wider.shape[0], 1))])) > columns.shape[1] + 1:
-                candidates.append(f"value-{i}")
+                candidates.append(mechanism.probe_value(i))
                 columns = wider
             if len(candidates) == OPEN_VALUES:
                 break

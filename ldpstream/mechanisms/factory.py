@@ -20,6 +20,7 @@ from ldpstream.mechanisms.olh import OLH
 from ldpstream.mechanisms.orappor import ORappor
 from ldpstream.mechanisms.orr import ORR
 from ldpstream.mechanisms.oue import OUE, HashedOUE
+from ldpstream.mechanisms.prefix_olh import PrefixOLH
 from ldpstream.mechanisms.rappor import Rappor
 from ldpstream.mechanisms.subset import SubsetSelection
 
@@ -41,6 +42,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     CountMeanSketch.name: CountMeanSketch,
     HadamardCountMeanSketch.name: HadamardCountMeanSketch,
     OLH.name: OLH,
+    PrefixOLH.name: PrefixOLH,
 }
 
 #: The mechanism of a discovery metric's reports when its configuration names none (the paper's).

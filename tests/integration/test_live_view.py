@@ -145,7 +145,8 @@ class Pipeline:
         strings = self.registry_file.parent / "strings.txt"
         strings.write_text("\n".join(DICTIONARY) + "\n")
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return main(["discover", "--simulate", "--strings", str(strings), "--alphabet", "ab", "--length", "4",
+            return main(["discover", "--simulate", "--method", "ngram", "--strings", str(strings), "--alphabet", "ab",
+                         "--length", "4",
                          "--epsilon", "12", "--n", str(clients), "--seed", "3", "--json", "--publish", name,
                          "--redis", self.redis_url, "--prefix", self.prefix])
 

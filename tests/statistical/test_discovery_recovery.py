@@ -26,7 +26,8 @@ def test_small_population_recovers_the_frequent_strings(tmp_path, capsys):
     strings.write_text("\n".join(STRINGS) + "\n")
     weights = tmp_path / "weights.txt"
     weights.write_text("\n".join(map(str, WEIGHTS)) + "\n")
-    rc = main(["discover", "--simulate", "--strings", str(strings), "--dist", f"file:{weights}", "--n", "100000",
+    rc = main(["discover", "--simulate", "--method", "ngram", "--strings", str(strings), "--dist", f"file:{weights}",
+               "--n", "100000",
                "--epsilon", "4.39", "--seed", "11", "--length", "8", "--ngram", "2", "--json"])
     assert rc == 0
     captured = capsys.readouterr()
@@ -50,7 +51,8 @@ def test_report_file_round_trip_decodes_like_the_simulation(tmp_path, capsys):
     strings = tmp_path / "strings.txt"
     strings.write_text("ab\nba\nabab\nbb\n")
     reports = tmp_path / "reports.npz"
-    common = ["--strings", str(strings), "--alphabet", "ab", "--length", "4", "--epsilon", "12", "--json"]
+    common = ["--method", "ngram", "--strings", str(strings), "--alphabet", "ab", "--length", "4", "--epsilon", "12",
+              "--json"]
     assert main(["discover", "--simulate", "--n", "40000", "--seed", "3", "--save-reports", str(reports),
                  *common]) == 0
     simulated = json.loads(capsys.readouterr().out)

@@ -16,13 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpstream.errors import ParameterError
+from ldpstream.mechanisms.prefix_olh import DEFAULT_ALPHABET, DEFAULT_PAD
 
 __all__ = ["DEFAULT_ALPHABET", "DEFAULT_PAD", "StringShape"]
 
-#: Lower-case letters, digits and the URL punctuation ``. - /`` (the pad is added to it).
-DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
-#: The padding character (removed from published strings).
-DEFAULT_PAD = "$"
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,17 @@ def test_decode_assoc_errors(tmp_path, capsys):
     fails([*args[:j + 1], str(tmp_path / "nope"), *args[j + 2:]], "is not a directory")
 
 
+def complete_map_files(tmp_path, n: int, seed: int):
+    """Domain × boolean files of ``n`` clients whose every domain is in the map (no true Other)."""
+    rng = np.random.default_rng(seed)
+    domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
+    second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
+    joint = JOINT_BOOL[:4] / JOINT_BOOL[:4].sum()
+    sim = simulate_association(domain, DOMAINS[:4], second, ["FALSE", "TRUE"], joint, n, rng, MASTER)
+    paths = write_association_files(tmp_path, "m", [domain, second], sim.reports, {"domain": DOMAINS[:4]})
+    return paths, sim, second
+
+
 def per_report_likelihoods(paths, labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """association.R's GetCondProb written out per report for a domain × boolean table without Other: each
     report's probability under each domain ``(n, S)`` and under FALSE, TRUE ``(n, 2)``."""
@@ -248,12 +259,7 @@ def test_decode_assoc_default_is_googles_plain_em_and_squarem_its_maximum(tmp_pa
     table (the per-report reference after as many iterations agrees to 1e-6 per cell) and says whether it
     stopped short (``point`` ``early-stopped-em``); ``--em squarem`` reaches the maximum (a log-likelihood at least
     the plain iterate's under the same model, ``point`` ``maximum-likelihood``)."""
-    rng = np.random.default_rng(23)
-    domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
-    second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
-    joint = JOINT_BOOL[:4] / JOINT_BOOL[:4].sum()
-    sim = simulate_association(domain, DOMAINS[:4], second, ["FALSE", "TRUE"], joint, 20_000, rng, MASTER)
-    paths = write_association_files(tmp_path, "m", [domain, second], sim.reports, {"domain": DOMAINS[:4]})
+    paths, _sim, second = complete_map_files(tmp_path, 20_000, seed=23)
     tables = {}
     for em in ("plain", "squarem"):
         out = tmp_path / em
@@ -284,12 +290,7 @@ def test_decode_assoc_keeps_other_only_when_the_data_ask_for_it(tmp_path):
     """Every domain in the map and held (no true Other, the shape of Google's association test): the one-sided
     test of mass outside the candidates does not reject, so the table has no Other row and covers the truth;
     --keep-other restores it. With rare.org held but off the map (6% of clients), Other is kept."""
-    rng = np.random.default_rng(21)
-    domain = AssocVariableSpec("domain", "string", "m_params", PARAMS)
-    second = AssocVariableSpec("flag..HTTPS", "boolean", "m_params", PARAMS)
-    joint = JOINT_BOOL[:4] / JOINT_BOOL[:4].sum()
-    sim = simulate_association(domain, DOMAINS[:4], second, ["FALSE", "TRUE"], joint, 50_000, rng, MASTER)
-    paths = write_association_files(tmp_path, "m", [domain, second], sim.reports, {"domain": DOMAINS[:4]})
+    paths, sim, second = complete_map_files(tmp_path, 50_000, seed=21)
     out = tmp_path / "out"
     out.mkdir()
     assert run(*decode_args(paths, second.var, out)) == 0

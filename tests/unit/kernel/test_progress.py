@@ -21,7 +21,8 @@ COMMANDS = {
     "tune": ["tune", "--epsilon", "2", "--support", "8", "--n", "20000", "--trials", "2", "--closed"],
     "simulate": ["simulate", "--mechanism", "krr", "--epsilon", "2", "--support", "8", "--n", "20000",
                  "--trials", "5"],
-    "discover": ["discover", "--simulate", "--strings", "STRINGS", "--n", "20000", "--length", "4", "--ngram", "2",
+    "discover": ["discover", "--simulate", "--method", "ngram", "--strings", "STRINGS", "--n", "20000", "--length", "4",
+                 "--ngram", "2",
                  "--alphabet", "abcd"],
 }
 
