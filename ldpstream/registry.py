@@ -27,7 +27,7 @@ from ldpstream.errors import ConfigError, ParameterError
 from ldpstream.mechanisms import MECHANISMS, Mechanism, make_mechanism
 from ldpstream.mechanisms.base import DECODER_METHODS
 from ldpstream.mechanisms.factory import DEFAULT_DISCOVERY_MECHANISM
-from ldpstream.mechanisms.prefix_olh import DEFAULT_ALPHABET, PrefixOLH
+from ldpstream.mechanisms.prefix_olh import DEFAULT_ALPHABET, PREFIX_HASHES, PrefixOLH
 
 #: The largest ε of one report a registry accepts. Privacy is void well before: at ε = 10 a k-RR report
 #: tells the true value 22,026 times more often than any other. The papers' range (ε up to 10) stays usable;
@@ -741,9 +741,9 @@ def _prefix_discovery(name: str, table: Mapping[str, Any], spec: Mapping[str, An
                                **texts, **{k: float(spec[k]) for k in ("epsilon", "alpha") if k in spec}}
     try:
         config = DiscoveryConfig(**options)
-        mechanism = PrefixOLH.for_strings(config.epsilon, hashes=counts.get("cohorts", 4096), length=config.length,
-                                          step=config.step, first=config.first, characters=config.alphabet,
-                                          pad=config.pad)
+        mechanism = PrefixOLH.for_strings(config.epsilon, hashes=counts.get("cohorts", PREFIX_HASHES),
+                                          length=config.length, step=config.step, first=config.first,
+                                          characters=config.alphabet, pad=config.pad)
     except (ConfigError, ParameterError) as exc:
         raise ConfigError(f"metric {name!r}: {exc}") from None
     windows = table.get("windows", DEFAULT_WINDOWS)

@@ -7,11 +7,11 @@
     from published strings), at ``--epsilon`` (4.39) per client, and decodes.
 
     ``--method prefix`` (default): the clients split uniformly into groups, group t reporting the prefix of
-    length ``--first`` + t·``--step`` through OLH at the full ε (``--cohorts`` hash functions, default 4096); each
-    step keeps the extensions Benjamini–Hochberg selects at ``--alpha-step`` (default ``--alpha``), the last at
-    ``--alpha``. ``--method ngram``: every client reports two ``--ngram``-grams and the full string at ε/3 each
-    (``--mechanism`` rappor or orappor, 128-bit reports, 2 hashes, 32 cohorts); n-grams per slot, pair joints,
-    cliques, ``--pattern REGEX``, the final decode.
+    length ``--first`` + t·``--step`` through OLH at the full ε (``--cohorts`` hash functions a group, default
+    1024); each step keeps the extensions Benjamini–Hochberg selects at ``--alpha-step`` (default ``--alpha``),
+    the dictionary is Benjamini–Yekutieli's at ``--alpha``. ``--method ngram``: every client reports two
+    ``--ngram``-grams and the full string at ε/3 each (``--mechanism`` rappor or orappor, 128-bit reports, 2 hashes,
+    32 cohorts); n-grams per slot, pair joints, cliques, ``--pattern REGEX``, the final decode.
 
     ``--json`` prints one object: ``discovered`` [{string, estimate, std_error}], ``true_positives``,
     ``false_positives``, ``seconds`` (wall) and, for prefix, ``cpu_seconds`` and ``steps``, per stage and
@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--ngram-bits", type=int, default=128, help="Bloom bits of an n-gram report")
     cmd.add_argument("--hashes", type=int, default=2)
     cmd.add_argument("--cohorts", type=int, default=None,
-                     help="hash functions of each report (default: 4096 for prefix, 32 for ngram)")
+                     help="hash functions of each report (default: 1024 a group for prefix, 32 for ngram)")
     cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
     cmd.add_argument("--alpha-edge", type=float, default=None,
                      help="per-cell level of the pair threshold (default: one expected clique of absent pairs)")
@@ -170,14 +170,14 @@ def run_discover(args: argparse.Namespace) -> int:
 def _discover_prefixes(args: argparse.Namespace, strings: list[str]) -> int:
     """``--method prefix``: simulate the groups, discover, score (docs/math/dictionary.md#prefix-extension)."""
     from ldpstream.estimators.discovery.prefixes import PrefixScheme
-    from ldpstream.mechanisms.olh import DEFAULT_HASHES
+    from ldpstream.mechanisms.prefix_olh import PREFIX_HASHES
     from ldpstream.simulation.prefix_discovery import run_prefix_discovery
 
     for flag in ("mechanism", "save_reports", "pattern", "alpha_edge"):
         if getattr(args, flag) is not None:
             raise ParameterError(f"--{flag.replace('_', '-')} applies to --method ngram")
     scheme = PrefixScheme(epsilon=args.epsilon, length=args.length, step=args.step, first=args.first,
-                          cohorts=args.cohorts or DEFAULT_HASHES, alphabet=args.alphabet)
+                          cohorts=args.cohorts or PREFIX_HASHES, alphabet=args.alphabet)
     for s in strings:
         scheme.shape.padded(s)  # every string must be over the alphabet
     probabilities = parse_distribution(args.dist, len(strings), np.random.default_rng(args.seed))

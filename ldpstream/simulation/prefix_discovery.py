@@ -71,12 +71,13 @@ class PrefixRun:
 def run_prefix_discovery(scheme: PrefixScheme, strings: Sequence[str], probabilities: np.ndarray, n: int,
                          seed: int, *, alpha: float = 0.10, alpha_step: float | None = None,
                          compare: bool = False) -> PrefixRun:
-    """Simulate, discover, score (``compare``: also the perfect dictionary from a second population)."""
+    """Simulate, discover, score (``compare``: also the perfect dictionary, the same clients' strings reported
+    whole)."""
     rng = np.random.default_rng(seed)
     shape = scheme.shape
     truth = {shape.unpadded(shape.padded(s)) for s in strings}
     wall, cpu = time.perf_counter(), time.process_time()
-    sketch, _ = simulate_prefix_sketch(scheme, strings, probabilities, n, rng)
+    sketch, drawn = simulate_prefix_sketch(scheme, strings, probabilities, n, rng)
     seconds, cpu_seconds = {"simulate": time.perf_counter() - wall}, {"simulate": time.process_time() - cpu}
     wall, cpu = time.perf_counter(), time.process_time()
     result = discover_prefixes(scheme.mechanism, sketch, alpha=alpha, alpha_step=alpha_step)
@@ -89,8 +90,7 @@ def run_prefix_discovery(scheme: PrefixScheme, strings: Sequence[str], probabili
         padded = [shape.padded(s) for s in strings]
         whole = PrefixScheme(epsilon=scheme.epsilon, length=scheme.length, step=1, first=scheme.length,
                              cohorts=scheme.cohorts, alphabet=scheme.alphabet, pad=scheme.pad).mechanism
-        counts = rng.multinomial(n, np.asarray(probabilities, dtype=np.float64))
-        sketch = whole.simulate_sketch(counts, rng, table=whole.symbol_table(list(strings)))
+        sketch = whole.simulate_sketch(drawn, rng, table=whole.symbol_table(list(strings)))  # the same clients
         f, null_se, _ = prefix_estimates(sketch, whole, 0, padded)
         chosen = benjamini_hochberg(stats.norm.sf(f / null_se), alpha)
         perfect = [shape.unpadded(padded[i]) for i in sorted(chosen.tolist())]

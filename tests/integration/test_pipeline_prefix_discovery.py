@@ -78,6 +78,7 @@ def test_prefix_discovery_live(kafka_bootstrap, redis_url, fresh_topic, key_pref
     truth = dict(zip(STRINGS, produced.true_counts / CLIENTS, strict=True))
     top = {v["value"]: v for v in published["values"]}["news.io"]
     assert abs(top["frequency"] - truth["news.io"]) < 4 * top["std_error"]
+    assert "fit" in published  # the last group's least squares against the dictionary: its misfit
     block = published["discovery"]
     assert block["method"] == "prefix" and [s["length"] for s in block["steps"]] == [2, 4, 6, 8]
     assert [e["value"] for e in block["dictionary"]] == found and block["alpha"] == 0.01

@@ -24,8 +24,7 @@ from scipy import stats
 from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import symbol_design_matrix
-from ldpstream.mechanisms.olh import DEFAULT_HASHES
-from ldpstream.mechanisms.prefix_olh import PrefixOLH
+from ldpstream.mechanisms.prefix_olh import PREFIX_HASHES, PrefixOLH
 
 from ..candidates import decode_orr, family_variance
 from ..estimate import Estimate
@@ -48,7 +47,7 @@ class PrefixScheme:
     length: int = 16
     step: int = 2
     first: int = 2
-    cohorts: int = DEFAULT_HASHES
+    cohorts: int = PREFIX_HASHES
     alphabet: str = DEFAULT_ALPHABET
     pad: str = DEFAULT_PAD
 

@@ -81,3 +81,24 @@ def test_discover_prefix_method_end_to_end(tmp_path, capsys):
     assert [s["length"] for s in out["steps"]] == [2, 4, 6, 8, 10]
     assert main(["discover", "--simulate", "--strings", str(path), "--mechanism", "rappor"]) != 0
     assert "--mechanism applies to --method ngram" in capsys.readouterr().err
+
+
+def test_a_prefix_discovery_metric_in_the_registry():
+    """One metric of prefix OLH reports, 1024 hash functions a group by default (8 × 1024 × 82 cells at length 16
+    and ε = 4.39); 4096 would pass the sketch's cell limit and is refused with the count."""
+    from ldpstream.errors import ConfigError
+    from ldpstream.registry import Registry
+
+    def registry(**extra: object) -> Registry:
+        spec = {"method": "prefix", "epsilon": 4.39, "length": 16, **extra}
+        return Registry.from_dict({"defaults": {"topic": "t"}, "metrics": {"site": {"id": 40, "discovery": spec}}})
+
+    metric = registry()["site"]
+    assert isinstance(metric.mechanism, PrefixOLH) and metric.discovers and metric.discovery is not None
+    assert (metric.mechanism.groups, metric.mechanism.hashes, metric.mechanism.k) == (8, 1024, 82)
+    held = registry()
+    assert metric.discovery.method == "prefix" and list(held.metrics) == ["site"] and not held.associations
+    with pytest.raises(ConfigError, match="2,686,976 cells"):
+        registry(cohorts=4096)
+    with pytest.raises(ConfigError, match="unknown setting"):
+        registry(ngram=2)
