@@ -23,6 +23,7 @@ the published estimate (``discovery.dictionary``), from which a restarted decode
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ldpstream.decoder.published import DICTIONARY_SCHEMA, PublishedEstimate, window_buckets
+from ldpstream.errors import ParameterError
 from ldpstream.estimators import DesignCache, Estimate, FactorCache
 from ldpstream.estimators.discovery import DiscoveryCollection, DiscoveryResult, discover, scheme_of
 from ldpstream.estimators.discovery.decode import PairTable
@@ -244,21 +246,32 @@ class DictionaryDecoder:
                 out.append(replace(state.published, snapshot_time=now, decode_seconds=time.perf_counter() - started,
                                    covers=covers, reused=True))
                 continue
-            result = discover_prefixes(mechanism, sketch, alpha=config.alpha, max_keep=config.max_candidates)
+            result = discover_prefixes(mechanism, sketch, alpha=config.alpha)
             significant = {d.string for d in result.discovered}
             dictionary, retired = update_dictionary(state.dictionary, significant, config.retire_after)
+            # strings held from before that this metric's strings cannot be (its settings changed) leave, and two
+            # that pad to the same string are one
+            fitting: dict[str, str] = {}
+            for text in sorted(dictionary, key=lambda t: (t not in significant, t)):
+                with contextlib.suppress(ParameterError):
+                    fitting.setdefault(mechanism.padded(text), text)
+            kept = set(fitting.values())
+            retired = sorted(set(retired) | (set(dictionary) - kept))
+            dictionary = {t: m for t, m in dictionary.items() if t in kept}
             if config.pattern is not None:
                 pattern = re.compile(config.pattern)
                 retired = sorted(set(retired) | {t for t in dictionary if not pattern.fullmatch(t)})
                 dictionary = {t: m for t, m in dictionary.items() if pattern.fullmatch(t)}
             names = sorted(dictionary)
-            if names:  # largest first (the same least squares, its columns in that order)
+            last = sketch.reshape(mechanism.groups, mechanism.hashes, mechanism.k)[-1]
+            if names and last.sum() > 0:  # largest first (the same least squares, its columns in that order)
                 first = dictionary_estimate(mechanism, sketch, [mechanism.padded(t) for t in names])
                 names = [names[i] for i in np.argsort(-np.asarray(first.frequencies), kind="stable")]
                 # the shares are of every client (the last group is a uniform sample of them)
                 estimate = replace(dictionary_estimate(mechanism, sketch, [mechanism.padded(t) for t in names]),
                                    n_reports=int(sketch.sum()))
-            else:
+            else:  # no string, or no whole-string report in this window yet: the dictionary without estimates
+                names = []
                 estimate = Estimate(frequencies=np.zeros(0), std_errors=np.zeros(0), n_reports=int(sketch.sum()),
                                     method="discovery/prefix", labels=[])
             block = {

@@ -106,8 +106,12 @@ def _discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
     seconds = discovery.get("seconds", {})
     stages = ", ".join(f"{stage} {float(seconds[stage]):.2f} s" for stage in ("ngrams", "pairs", "cliques", "final")
                        if stage in seconds)
-    lines = [f"discovered dictionary: {len(entries)} strings from {discovery.get('candidates', 0)} candidates; "
-             f"n-grams kept per slot {discovery.get('ngrams', [])}; {stages}"]
+    if discovery.get("method") == "prefix":
+        steps = ", ".join(f"{s['length']}: {s['selected']} of {s['candidates']}" for s in discovery.get("steps", []))
+        how = f"prefixes kept per length {steps}"
+    else:
+        how = f"n-grams kept per slot {discovery.get('ngrams', [])}; {stages}"
+    lines = [f"discovered dictionary: {len(entries)} strings from {discovery.get('candidates', 0)} candidates; {how}"]
     if fading:
         lines.append(f"not significant this decode (retired after {discovery.get('retire_after')}): "
                      + ", ".join(fading))

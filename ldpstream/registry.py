@@ -80,6 +80,8 @@ _DISCOVERY_REPORT_OPTIONS: tuple[str, ...] = tuple(sorted(
 _DISCOVERY_KEYS = {"epsilon", "length", "ngram", "alphabet", "pad", "positions", "full_share", "mechanism",
                    "full_bits", "ngram_bits", "hashes", "cohorts", "retire_after", "alpha", "pattern",
                    "max_candidates", "method", "step", "first", *_DISCOVERY_REPORT_OPTIONS}
+#: Most extensions of one prefix the decoder tests at a step (|alphabet|^max(first, step)).
+MAX_PREFIX_EXTENSIONS = 2**21
 #: The settings of a prefix discovery metric (``method = "prefix"``): ``cohorts`` is its hash functions per group.
 _PREFIX_KEYS = {"method", "epsilon", "length", "step", "first", "alphabet", "pad", "cohorts", "retire_after", "alpha",
                 "pattern", "max_candidates"}
@@ -647,7 +649,10 @@ def _discovery_from_table(name: str, table: Mapping[str, Any]
     if unknown:
         raise ConfigError(unknown_keys(f"metric {name!r}", unknown, _DISCOVERY_KEYS, what="discovery setting"))
     where = f"metric {name!r}: discovery"
-    if spec.get("method") == "prefix":
+    method = spec.get("method", "ngram")
+    if method not in ("ngram", "prefix"):
+        raise ConfigError(f"{where}: method must be \"ngram\" or \"prefix\", got {method!r}")
+    if method == "prefix":
         return _prefix_discovery(name, table, spec), {}
     numbers = {key: spec[key] for key in ("epsilon", "full_share", "alpha", *_DISCOVERY_REPORT_OPTIONS) if key in spec}
     for key, value in numbers.items():
@@ -746,6 +751,10 @@ def _prefix_discovery(name: str, table: Mapping[str, Any], spec: Mapping[str, An
                                           characters=config.alphabet, pad=config.pad)
     except (ConfigError, ParameterError) as exc:
         raise ConfigError(f"metric {name!r}: {exc}") from None
+    widest = max(mechanism.first, mechanism.step)
+    if len(mechanism.characters) ** widest > MAX_PREFIX_EXTENSIONS:
+        raise ConfigError(f"{where}: {len(mechanism.characters)}^{widest} candidates per prefix (first or step "
+                          f"{widest}); at most {MAX_PREFIX_EXTENSIONS:,} are decoded: a shorter first or step")
     windows = table.get("windows", DEFAULT_WINDOWS)
     if not isinstance(windows, list | tuple) or not all(isinstance(w, str) for w in windows):
         raise ConfigError(f"metric {name!r}: windows must be a list like [\"all\", \"1h\"]")
@@ -775,6 +784,10 @@ def _association_from_table(name: str, table: Any, metrics: Mapping[str, MetricC
     if missing:
         raise ConfigError(f"{where}: no metric named {missing[0]!r} in the registry")
     member_configs = tuple(metrics[m] for m in members)
+    discovering = [m.name for m in member_configs if m.discovery is not None]
+    if discovering:
+        raise ConfigError(f"{where}: {discovering[0]!r} is a discovery metric: its reports are decoded as its "
+                          "dictionary, not as an association member")
     if "retention" in table:
         retention = Window.parse(str(table["retention"])).seconds
         if retention is None:

@@ -82,7 +82,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cmd.add_argument("--hashes", type=int, default=2)
     cmd.add_argument("--cohorts", type=int, default=None,
                      help="hash functions of each report (default: 1024 a group for prefix, 32 for ngram)")
-    cmd.add_argument("--alpha", type=float, default=0.10, help="final detection level (BH)")
+    cmd.add_argument("--alpha", type=float, default=0.10,
+                     help="the dictionary's false discovery rate (ngram: BH; prefix: Benjamini–Yekutieli)")
     cmd.add_argument("--alpha-edge", type=float, default=None,
                      help="per-cell level of the pair threshold (default: one expected clique of absent pairs)")
     cmd.add_argument("--pattern", help="semantic filter: a regular expression the unpadded string must match")
@@ -243,9 +244,12 @@ def published_dictionary(name: str, out: dict[str, Any], n_reports: int, when: f
     (``docs/schema/dictionary.v2.schema.json``, :func:`ldpstream.decoder.discovery.offline_dictionary`)."""
     from ldpstream.decoder.discovery import offline_dictionary
 
-    return offline_dictionary(name, out["discovered"], n_reports, when, int(out["candidates"]),
+    body = offline_dictionary(name, out["discovered"], n_reports, when, int(out["candidates"]),
                               [len(part) for part in out.get("ngrams", [])], out.get("seconds", {}),
                               out.get("parameters")).to_json()
+    if out.get("method") == "prefix":
+        body["discovery"].update(method="prefix", steps=out.get("steps", []))
+    return body
 
 
 def _publish(args: argparse.Namespace, out: dict[str, Any], n_reports: int) -> None:

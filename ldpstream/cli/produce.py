@@ -176,9 +176,10 @@ def _produce_discovery(args: argparse.Namespace, config: ServiceConfig, registry
                           "seconds": result.seconds, "rate": result.rate, "strings": strings,
                           "true_counts": result.true_counts.tolist(), **_stopped(interrupts, result.interrupted)}))
     else:
-        print(f"{_said(interrupts, result.interrupted)}{result.records_acked:,} discovery records (two n-grams and "
-              f"the full string each) acknowledged by Kafka in {result.messages:,} messages, {result.seconds:.2f} s "
-              f"({result.rate:,.0f} records/s)")
+        what = ("prefix reports (one each)" if metric.discovery is not None and metric.discovery.method == "prefix"
+                else "discovery records (two n-grams and the full string each)")
+        print(f"{_said(interrupts, result.interrupted)}{result.records_acked:,} {what} acknowledged by Kafka in "
+              f"{result.messages:,} messages, {result.seconds:.2f} s ({result.rate:,.0f} records/s)")
     return _code(interrupts, result.interrupted)
 
 
@@ -193,11 +194,20 @@ def _publish_string_truth(args: argparse.Namespace, config: ServiceConfig, regis
     from numpy import asarray
 
     from ldpstream.estimators.discovery import scheme_of
+    from ldpstream.mechanisms.prefix_olh import PrefixOLH
 
-    shape = scheme_of(registry, registry[name]).shape
+    mechanism = registry[name].mechanism
+    if isinstance(mechanism, PrefixOLH):
+        def published_as(text: str) -> str:
+            return mechanism.padded(text).rstrip(mechanism.pad)
+    else:
+        shape = scheme_of(registry, registry[name]).shape
+
+        def published_as(text: str) -> str:
+            return shape.unpadded(shape.padded(text))
     drawn: dict[str, int] = {}
     for text, count in zip(strings, asarray(counts).tolist(), strict=True):
-        published = shape.unpadded(shape.padded(text))
+        published = published_as(text)
         drawn[published] = drawn.get(published, 0) + int(count)
     try:
         with config.redis.store() as store:

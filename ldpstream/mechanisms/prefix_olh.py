@@ -37,6 +37,7 @@ class PrefixOLH(OLH):
     appended) padded to ``length``."""
 
     name: ClassVar[str] = "prefix-olh"
+    joint_member: ClassVar[bool] = False
     tuning_parameters: ClassVar[tuple[str, ...] | None] = None
     discovery_refusal: ClassVar[str | None] = "prefix OLH is its own discovery method (discovery method = \"prefix\")"
 
@@ -99,13 +100,16 @@ class PrefixOLH(OLH):
 
     def padded(self, value: Any) -> str:
         """``value`` (str, or UTF-8 bytes) cut or right-padded to ``length``; a character outside
-        :attr:`characters` is a ParameterError."""
-        text = value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
+        :attr:`characters`, or the pad itself, is a ParameterError that names neither the value nor the character."""
+        try:
+            text = bytes(value).decode("utf-8") if isinstance(value, bytes | bytearray) else value
+        except UnicodeDecodeError:
+            raise ParameterError("a value is not UTF-8") from None
         if not isinstance(text, str):
             raise ParameterError(f"values must be strings, got {type(value).__name__}")
-        bad = sorted(set(text) - set(self.characters))
-        if bad:
-            raise ParameterError(f"{text!r}: characters outside the metric's: {''.join(bad)!r}")
+        outside = sum(c not in self.characters or c == self.pad for c in text)
+        if outside:  # neither the value nor its characters in the message: it may be private
+            raise ParameterError(f"a value has {outside} character(s) outside the metric's alphabet (or its pad)")
         return text[: self.length].ljust(self.length, self.pad)
 
     def probe_value(self, i: int) -> str:

@@ -20,6 +20,7 @@ from ldpstream.estimators.discovery.prefixes import (
     PrefixScheme,
     benjamini_hochberg,
     discover_prefixes,
+    harmonic,
     prefix_estimates,
 )
 
@@ -92,6 +93,6 @@ def run_prefix_discovery(scheme: PrefixScheme, strings: Sequence[str], probabili
                              cohorts=scheme.cohorts, alphabet=scheme.alphabet, pad=scheme.pad).mechanism
         sketch = whole.simulate_sketch(drawn, rng, table=whole.symbol_table(list(strings)))  # the same clients
         f, null_se, _ = prefix_estimates(sketch, whole, 0, padded)
-        chosen = benjamini_hochberg(stats.norm.sf(f / null_se), alpha)
+        chosen = benjamini_hochberg(stats.norm.sf(f / null_se), alpha / harmonic(len(padded)))  # the dictionary's BY
         perfect = [shape.unpadded(padded[i]) for i in sorted(chosen.tolist())]
     return PrefixRun(result, len(found & truth), len(found - truth), seconds, cpu_seconds, perfect)

@@ -7,6 +7,8 @@ Prometheus, shown by ``watch`` (docs/math/dictionary.md#prefix-extension).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
@@ -23,7 +25,7 @@ from ldpstream.producers.loadgen import simulate_discovery_and_publish
 from ldpstream.producers.publisher import ReportPublisher
 from ldpstream.registry import Registry
 from ldpstream.store import RedisSketchStore
-from tests.integration.helpers import read_estimates
+from tests.integration.helpers import read_estimates, write_registry
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.pipelines]
 
@@ -91,3 +93,23 @@ def test_prefix_discovery_live(kafka_bootstrap, redis_url, fresh_topic, key_pref
     assert prometheus.get_sample_value("ldpstream_dictionary_string_ratio", {**labels, "string": "news.io"}) > 0.2
     text = render(published)
     assert "discovered dictionary" in text and "news.io" in text
+
+
+def test_produce_publishes_a_prefix_metric_and_its_truth(kafka_bootstrap, redis_url, fresh_topic, key_prefix, tmp_path,
+                                                         capsys):
+    """``ldpstream produce NAME --strings FILE`` on a prefix discovery metric: one report per client, and the
+    strings drawn stored as the truth the live view shows beside the dictionary."""
+    from ldpstream.cli import main
+
+    topic = fresh_topic(partitions=1)
+    path = str(write_registry(tmp_path / "metrics.toml", topic, {"site": {"id": 61, "discovery": {
+        "method": "prefix", "epsilon": 4.0, "length": 8, "cohorts": 64, "alphabet": "abcdefghijklmnopqrstuvwxyz."}}}))
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(STRINGS[:3]) + "\n")
+    capsys.readouterr()
+    assert main(["produce", "site", "--registry", path, "--kafka", kafka_bootstrap, "--redis", redis_url, "--prefix",
+                 key_prefix, "--clients", "2000", "--seed", "1", "--strings", str(words), "--json"]) == 0
+    produced = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert produced["records_acked"] == 2000 and sum(produced["true_counts"]) == 2000
+    truth = RedisSketchStore.from_url(redis_url, key_prefix).string_truth("site")
+    assert truth is not None and set(truth) == set(STRINGS[:3]) and sum(truth.values()) == 2000

@@ -4,7 +4,7 @@ false share of the dictionary at most the level (the mean false discovery propor
 at least twice the detectable one, 2·z*·σ₁·√G, is found in every run).
 
 Setting: 40 URL-like strings of 6–10 characters, Zipf(1), 4·10^5 clients, ε = 4, length 10 (five groups of
-prefixes 2, 4, …, 10), 1024 hash functions, BH at 0.10.
+prefixes 2, 4, …, 10), 512 hash functions, the level 0.10.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def strings(count: int) -> list[str]:
 def test_false_share_within_the_level_and_the_predicted_strings_found():
     values = strings(40)
     p = parse_distribution("zipf:1", len(values), np.random.default_rng(0))
-    scheme = PrefixScheme(epsilon=4.0, length=10, cohorts=1024)
+    scheme = PrefixScheme(epsilon=4.0, length=10, cohorts=512)
     n, alpha = 400_000, 0.10
     e = math.exp(4.0)
     sigma = math.sqrt(4 * e / (e - 1) ** 2 / n)

@@ -102,3 +102,21 @@ def test_a_prefix_discovery_metric_in_the_registry():
         registry(cohorts=4096)
     with pytest.raises(ConfigError, match="unknown setting"):
         registry(ngram=2)
+    with pytest.raises(ConfigError, match="method must be"):
+        registry(method="Prefix")
+    with pytest.raises(ConfigError, match="candidates per prefix"):
+        registry(first=4)
+    with pytest.raises(ConfigError, match="discovery metric"):
+        Registry.from_dict({"defaults": {"topic": "t"}, "metrics": {
+            "site": {"id": 40, "retention": "2d", "discovery": {"method": "prefix", "epsilon": 4.39}},
+            "os": {"id": 41, "mechanism": "krr", "k": 4, "epsilon": 1.0, "retention": "2d"}},
+            "associations": {"both": {"id": 1, "metrics": ["site", "os"]}}})
+
+
+def test_a_bad_value_is_refused_without_naming_it():
+    mech = PrefixOLH(k=4, epsilon=1.0, cohorts=8, length=4, step=2, first=2, characters="ab")
+    for bad in ("Secret@x", "a$b", b"\xff\xfe"):
+        with pytest.raises(ParameterError) as caught:
+            mech.padded(bad)
+        assert "Secret" not in str(caught.value) and "@" not in str(caught.value)
+    assert mech.padded("ab") == "ab$$" and mech.padded(b"ba") == "ba$$"
