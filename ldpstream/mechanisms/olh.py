@@ -11,7 +11,6 @@ cohorts by integer mixing), so thousands of cohorts cost no more to hash than on
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,7 +20,6 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing, tuning
 from ldpstream.mechanisms._common import as_index_array, check_int, to_value_list
 from ldpstream.mechanisms.orr import ORR
-from ldpstream.mechanisms.randomness import Randomness
 
 #: The hash family's size :meth:`OLH.optimal` uses: an unlisted string holding 1% of the reports biases a
 #: candidate by under 0.08 of a standard error at 10^6 clients and ε ≈ 4.4 (docs/math/mechanisms.md#olh).
@@ -83,11 +81,3 @@ class OLH(ORR):
         if candidates is None:
             raise ParameterError("an open-alphabet OLH needs a candidate list")
         return hashing.olh_table(to_value_list(candidates), self.cohorts, self.k)
-
-    def encode_values(
-        self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Privatize arbitrary values (hashing each distinct value once), then :meth:`encode_batch`."""
-        index, distinct = hashing.value_index(to_value_list(values), self.support)
-        table = None if distinct is None else hashing.olh_table(distinct, self.cohorts, self.k)
-        return self.encode_batch(index, rng, cohorts=cohorts, table=table)

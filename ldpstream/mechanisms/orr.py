@@ -158,9 +158,10 @@ class ORR(Memoizing, HashedEncoding, SymbolMechanism):
     def encode_values(
         self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Privatize arbitrary values (hashing each DISTINCT value once), then :meth:`encode_batch`."""
+        """Privatize arbitrary values (each DISTINCT value's :meth:`symbol_table` column once), then
+        :meth:`encode_batch`."""
         index, distinct = hashing.value_index(to_value_list(values), self.support)
-        table = None if distinct is None else hashing.orr_table(distinct, self.cohorts, self.k)
+        table = None if distinct is None else self.symbol_table(distinct)
         return self.encode_batch(index, rng, cohorts=cohorts, table=table)
 
     def encode_batch(

@@ -10,7 +10,6 @@ sketch; the decoder splits it by group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,7 +19,6 @@ from ldpstream.errors import ParameterError
 from ldpstream.mechanisms import hashing
 from ldpstream.mechanisms._common import check_int, to_value_list
 from ldpstream.mechanisms.olh import OLH, optimal_range
-from ldpstream.mechanisms.randomness import Randomness
 
 #: The characters of a discovered string by default: lower-case letters, digits and ``. - /``; the pad is appended.
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789.-/"
@@ -143,11 +141,3 @@ class PrefixOLH(OLH):
         return np.concatenate([
             hashing.olh_table_from_keys(hashing.olh_keys([p[:length] for p in padded]), self.group_cohorts(t),
                                         self.k) for t, length in enumerate(self.lengths)])
-
-    def encode_values(
-        self, values: Sequence[Any], rng: Randomness, cohorts: Any = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Privatize arbitrary values (each distinct value's table once), then :meth:`encode_batch`."""
-        index, distinct = hashing.value_index(to_value_list(values), None)
-        assert distinct is not None
-        return self.encode_batch(index, rng, cohorts=cohorts, table=self.symbol_table(distinct))
